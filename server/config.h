@@ -1,0 +1,54 @@
+/* config: the one table of `serve` settings (flag, environment variable, default, bounds, help). */
+#ifndef INGESTD_CONFIG_H
+#define INGESTD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "api/api.h"
+
+#define CONFIG_MAX_WRITE_KEYS 256
+
+typedef struct config {
+    char listen_host[256];  /* --listen HOST:PORT (INGESTD_LISTEN), default 127.0.0.1:8080 */
+    uint16_t listen_port;
+    char data_dir[4096];    /* --data (INGESTD_DATA), default ./data */
+    api_write_key_t write_keys[CONFIG_MAX_WRITE_KEYS]; /* --write-key KEY[:SOURCE], repeatable;
+                                                          INGESTD_WRITE_KEY comma-separated */
+    size_t nwrite_keys;
+    int64_t window_ms;      /* --window DURATION (INGESTD_WINDOW), default 24h */
+    uint64_t max_keys;      /* --max-keys (INGESTD_MAX_KEYS), default 100000000; 0: no size bound */
+    uint64_t segment_bytes; /* --segment-bytes (INGESTD_SEGMENT_BYTES), default 64 MiB */
+    uint64_t map_size;      /* --map-size (INGESTD_MAP_SIZE), initial LMDB map, default 1 GiB */
+    unsigned threads;       /* --threads (INGESTD_THREADS), HTTP threads, default: CPUs */
+    unsigned max_connections; /* --max-connections (INGESTD_MAX_CONNECTIONS), default 1024 */
+    unsigned timeout_s;     /* --timeout (INGESTD_TIMEOUT), idle connection timeout, default 30 */
+    size_t max_batch_events; /* --commit-max-events (INGESTD_COMMIT_MAX_EVENTS), default 50000 */
+    int log_level;          /* --log-level (INGESTD_LOG_LEVEL), default info */
+    /* storage for strings the write_keys point into */
+    char key_storage[CONFIG_MAX_WRITE_KEYS][512];
+} config_t;
+
+/*
+ * Parses `serve` arguments (argv[0] is "serve") over the environment `envp`
+ * (NULL-terminated "NAME=value" strings; flags win over environment).
+ * Returns 0 on success; 1 when --help was printed to `out`; 2 on a bad value,
+ * with a one-line reason in errbuf. Pure apart from writing to `out`.
+ */
+int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
+                 size_t errlen);
+
+/* Prints the effective configuration, one line per setting, write keys masked. */
+void config_log(const config_t *cfg);
+
+/* "90s", "15m", "24h", "28d" or plain seconds -> ms. Returns 0 or -1. */
+int config_parse_duration(const char *s, int64_t *ms);
+
+/* "1048576", "64k", "64MiB", "1G" -> bytes (powers of 1024). Returns 0 or -1. */
+int config_parse_size(const char *s, uint64_t *bytes);
+
+/* Prints the --help text of `serve`. */
+void config_usage(FILE *out);
+
+#endif

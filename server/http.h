@@ -1,0 +1,22 @@
+/* http: the libmicrohttpd front end; bodies in, api_handle, suspended until the commit answers. */
+#ifndef INGESTD_HTTP_H
+#define INGESTD_HTTP_H
+
+#include "api/api.h"
+#include "server/config.h"
+
+typedef struct http http_t;
+
+/* Starts listening. Returns 0 or -1 with a reason in errbuf. *out freed by http_stop(). */
+int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen);
+
+/* Stops accepting new connections (in-flight requests go on). */
+void http_quiesce(http_t *h);
+
+/* Waits up to timeout_ms for every in-flight request to be answered; returns how many remain. */
+unsigned http_drain(http_t *h, int timeout_ms);
+
+/* Stops the daemon and frees; NULL is a no-op. */
+void http_stop(http_t *h);
+
+#endif

@@ -1,0 +1,665 @@
+/* commit.c: group commit; one writer thread, one LMDB txn + one log append + one fsync per batch.
+ */
+#include "storage/commit.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "storage/log.h"
+#include "storage/store.h"
+
+#define DEFAULT_MAX_BATCH 50000
+#define MAX_GROW_RETRIES  16
+#define MIN_EVICT_STEPS   1024
+#define REPLAY_CHUNK      10000
+#define READER_CHECK_MS   10000
+
+struct commit {
+    commit_options_t opts;
+    char *data_dir;
+    int lockfd;
+    store_t *store;
+    log_t *log;
+    uint8_t secret[KEYHASH_SECRET_LEN];
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    commit_req_t *head, *tail; /* queue, under mu */
+    size_t queue_events;
+    bool closing;
+    commit_stats_t stats; /* under mu */
+
+    /* Writer-thread only. */
+    log_record_t *recs;
+    size_t recs_cap;
+    int64_t last_reader_check;
+};
+
+static int64_t now_ms(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static double now_msf(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static void errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void errf(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    if (!buf || len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+static char *join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n == 0 || n >= sizeof(buf))
+        return -1;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return -1;
+    return 0;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/*
+ * The secret lives in DIR/secret as well as in LMDB, so a store rebuilt from
+ * the log hashes new events the way the old one did.
+ */
+static int load_secret(commit_t *c, char *errbuf, size_t errlen)
+{
+    char *path = join(c->data_dir, "secret");
+    uint8_t file_secret[KEYHASH_SECRET_LEN];
+    bool have_file = false;
+    int rc = -1, fd = -1;
+
+    if (!path)
+        return -1;
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, file_secret, sizeof(file_secret));
+        close(fd);
+        fd = -1;
+        if (n != (ssize_t)sizeof(file_secret)) {
+            errf(errbuf, errlen, "%s: not a %d-byte secret", path, KEYHASH_SECRET_LEN);
+            goto out;
+        }
+        have_file = true;
+    } else if (errno != ENOENT) {
+        errf(errbuf, errlen, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    int src = store_secret(c->store, have_file ? file_secret : NULL, c->secret);
+    if (src != STORE_OK) {
+        errf(errbuf, errlen, "reading the hash secret: %s", store_strerror(src));
+        goto out;
+    }
+    if (have_file) {
+        if (memcmp(file_secret, c->secret, sizeof(file_secret)) != 0) {
+            errf(errbuf, errlen,
+                 "%s differs from the secret in the LMDB store: the store belongs to another "
+                 "data dir",
+                 path);
+            goto out;
+        }
+        rc = 0;
+        goto out;
+    }
+    /* Write it atomically: temp file, fsync, rename, fsync the directory. */
+    char *tmp = join(c->data_dir, "secret.tmp");
+    if (!tmp)
+        goto out;
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, c->secret, sizeof(c->secret)) != (ssize_t)sizeof(c->secret) ||
+        fsync(fd) != 0 || rename(tmp, path) != 0 || fsync_dir(c->data_dir) != 0) {
+        errf(errbuf, errlen, "writing %s: %s", path, strerror(errno));
+        free(tmp);
+        goto out;
+    }
+    free(tmp);
+    rc = 0;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return rc;
+}
+
+/* Applies log records past LMDB's applied offset: the log is the source of truth. */
+static int replay(commit_t *c, char *errbuf, size_t errlen)
+{
+    store_info_t si;
+    log_info_t li;
+    log_reader_t *r = NULL;
+    int rc = store_get_info(c->store, &si);
+    if (rc != STORE_OK) {
+        errf(errbuf, errlen, "reading the store: %s (%s)", store_strerror(rc),
+             store_detail(c->store));
+        return -1;
+    }
+    log_get_info(c->log, &li);
+    if (si.applied > li.next_offset) {
+        errf(errbuf, errlen,
+             "the LMDB store has applied log offset %llu but the log ends at %llu: the log "
+             "lost acknowledged records; restore the log or rebuild the store",
+             (unsigned long long)si.applied, (unsigned long long)li.next_offset);
+        return -1;
+    }
+    if (si.applied == li.next_offset)
+        return 0;
+    if (si.applied < li.first_offset) {
+        errf(errbuf, errlen, "the store's applied offset %llu is older than the log's start %llu",
+             (unsigned long long)si.applied, (unsigned long long)li.first_offset);
+        return -1;
+    }
+    char *logdir = join(c->data_dir, "log");
+    if (!logdir)
+        return -1;
+    int lrc = log_reader_open(logdir, si.applied, &r);
+    free(logdir);
+    if (lrc != LOG_OK) {
+        errf(errbuf, errlen, "replaying the log: %s", log_strerror(lrc));
+        return -1;
+    }
+    uint64_t pos = si.applied;
+    int result = -1;
+    while (pos < li.next_offset) {
+        /* One chunk per transaction; on a full map, grow and redo the chunk. */
+        uint64_t chunk_start = pos;
+        int tries = 0;
+    again:
+        rc = store_begin(c->store);
+        if (rc != STORE_OK)
+            goto store_fail;
+        uint64_t n = 0;
+        for (; n < REPLAY_CHUNK && pos < li.next_offset; n++) {
+            log_record_t rec;
+            bool dup;
+            lrc = log_reader_next(r, li.next_offset, &rec);
+            if (lrc != LOG_OK) {
+                store_abort(c->store);
+                errf(errbuf, errlen, "replaying the log at offset %llu: %s",
+                     (unsigned long long)pos, log_strerror(lrc == LOG_END ? LOG_CORRUPT : lrc));
+                goto out;
+            }
+            rc = store_insert(c->store, rec.key, rec.received_ms, rec.offset, &dup);
+            if (rc != STORE_OK)
+                break;
+            pos++;
+        }
+        if (rc == STORE_OK)
+            rc = store_set_applied(c->store, pos);
+        if (rc == STORE_OK)
+            rc = store_commit(c->store);
+        else
+            store_abort(c->store);
+        if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES) {
+            store_abort(c->store);
+            if (store_grow(c->store) != STORE_OK)
+                goto store_fail;
+            c->stats.map_grows++;
+            /* Re-read the chunk from its start. */
+            log_reader_close(r);
+            r = NULL;
+            logdir = join(c->data_dir, "log");
+            lrc = logdir ? log_reader_open(logdir, chunk_start, &r) : LOG_NOMEM;
+            free(logdir);
+            if (lrc != LOG_OK) {
+                errf(errbuf, errlen, "replaying the log: %s", log_strerror(lrc));
+                goto out;
+            }
+            pos = chunk_start;
+            goto again;
+        }
+        if (rc != STORE_OK)
+            goto store_fail;
+        c->stats.replayed_at_open += n;
+    }
+    result = 0;
+    goto out;
+store_fail:
+    errf(errbuf, errlen, "replaying the log into LMDB: %s (%s)", store_strerror(rc),
+         store_detail(c->store));
+out:
+    log_reader_close(r);
+    return result;
+}
+
+static void refresh_stats(commit_t *c)
+{
+    store_info_t si;
+    log_info_t li;
+    bool ok = store_get_info(c->store, &si) == STORE_OK;
+    log_get_info(c->log, &li);
+    pthread_mutex_lock(&c->mu);
+    if (ok) {
+        c->stats.keys = si.keys;
+        c->stats.oldest_received_ms = si.oldest_received_ms;
+        c->stats.store_map_size = si.map_size;
+        c->stats.store_used_bytes = si.used_bytes;
+    }
+    c->stats.log_first_offset = li.first_offset;
+    c->stats.log_next_offset = li.next_offset;
+    c->stats.log_bytes = li.bytes;
+    c->stats.log_segments = li.segments;
+    c->stats.truncated_at_open = li.truncated_bytes;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Result of applying one batch. */
+typedef struct {
+    uint64_t accepted, duplicates, evicted_age, evicted_size, grows;
+    double fsync_ms;
+    bool synced;
+} batch_out_t;
+
+static int ensure_recs(commit_t *c, size_t n)
+{
+    if (n <= c->recs_cap)
+        return 0;
+    size_t cap = c->recs_cap ? c->recs_cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    log_record_t *nr = realloc(c->recs, cap * sizeof(*nr));
+    if (!nr)
+        return -1;
+    c->recs = nr;
+    c->recs_cap = cap;
+    return 0;
+}
+
+/*
+ * One attempt at a batch: a single LMDB write transaction and a single log
+ * append + fsync. The log is synced before LMDB commits, so LMDB's applied
+ * offset never runs ahead of what the log holds durably. On any failure
+ * everything is undone (the log truncated back to its synced end) and a
+ * store status or LOG error is returned.
+ */
+static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
+                       bool *store_full)
+{
+    log_info_t li;
+    int64_t now = now_ms(CLOCK_REALTIME);
+    size_t nrec = 0;
+    bool dup;
+    int rc;
+
+    *store_full = false;
+    memset(bo, 0, sizeof(*bo));
+    if (ensure_recs(c, nevents) != 0)
+        return COMMIT_NOMEM;
+    log_get_info(c->log, &li);
+    rc = store_begin(c->store);
+    if (rc != STORE_OK)
+        goto store_fail;
+    size_t steps = nevents * 2 > MIN_EVICT_STEPS ? nevents * 2 : MIN_EVICT_STEPS;
+    /* Age out first, so a key past the window is accepted again rather than dropped. */
+    rc = store_evict(c->store, now - c->opts.window_ms, 0, steps, &bo->evicted_age,
+                     &bo->evicted_size);
+    if (rc != STORE_OK)
+        goto store_fail;
+    for (commit_req_t *q = batch; q; q = q->next) {
+        for (size_t i = 0; i < q->n; i++) {
+            commit_event_t *ev = &q->events[i];
+            uint64_t off = li.next_offset + nrec;
+            rc = store_insert(c->store, ev->key, ev->received_ms, off, &dup);
+            if (rc != STORE_OK)
+                goto store_fail;
+            if (dup) {
+                ev->result = COMMIT_DUPLICATE;
+                bo->duplicates++;
+                continue;
+            }
+            ev->result = COMMIT_ACCEPTED;
+            ev->offset = off;
+            log_record_t *lr = &c->recs[nrec++];
+            lr->received_ms = ev->received_ms;
+            memcpy(lr->key, ev->key, KEYHASH_LEN);
+            lr->data = ev->data;
+            lr->len = ev->len;
+        }
+    }
+    /* The size bound after inserting, so it holds when the commit ends. */
+    if (c->opts.max_keys > 0) {
+        rc = store_evict(c->store, INT64_MIN, c->opts.max_keys, steps, &bo->evicted_age,
+                         &bo->evicted_size);
+        if (rc != STORE_OK)
+            goto store_fail;
+    }
+    if (nrec > 0) {
+        rc = store_set_applied(c->store, li.next_offset + nrec);
+        if (rc != STORE_OK)
+            goto store_fail;
+        int lrc = log_append(c->log, c->recs, nrec);
+        if (lrc == LOG_OK) {
+            double t0 = now_msf();
+            lrc = log_sync(c->log);
+            bo->fsync_ms = now_msf() - t0;
+            bo->synced = true;
+        }
+        if (lrc != LOG_OK) {
+            store_abort(c->store);
+            log_rollback(c->log);
+            return COMMIT_UNAVAILABLE;
+        }
+    }
+    rc = store_commit(c->store);
+    if (rc != STORE_OK) {
+        /* The records are synced but unapplied and unacknowledged: take them back out. */
+        if (nrec > 0)
+            log_rollback(c->log);
+        *store_full = rc == STORE_FULL;
+        return COMMIT_UNAVAILABLE;
+    }
+    bo->accepted = nrec;
+    return COMMIT_OK;
+store_fail:
+    store_abort(c->store);
+    *store_full = rc == STORE_FULL;
+    return rc == STORE_NOMEM ? COMMIT_NOMEM : COMMIT_UNAVAILABLE;
+}
+
+static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nreqs)
+{
+    batch_out_t bo;
+    bool full;
+    uint64_t grows = 0;
+    int status;
+
+    for (;;) {
+        status = apply_batch(c, batch, nevents, &bo, &full);
+        if (!full || grows >= MAX_GROW_RETRIES)
+            break;
+        if (store_grow(c->store) != STORE_OK)
+            break;
+        grows++;
+    }
+    refresh_stats(c);
+    pthread_mutex_lock(&c->mu);
+    c->stats.map_grows += grows;
+    c->stats.batches++;
+    if (status == COMMIT_OK) {
+        c->stats.accepted += bo.accepted;
+        c->stats.duplicates += bo.duplicates;
+        c->stats.batch_events += nevents;
+        c->stats.last_batch_events = nevents;
+        c->stats.last_batch_requests = nreqs;
+        if (nevents > c->stats.max_batch_events)
+            c->stats.max_batch_events = nevents;
+        c->stats.evicted_age += bo.evicted_age;
+        c->stats.evicted_size += bo.evicted_size;
+        if (bo.synced) {
+            c->stats.fsyncs++;
+            c->stats.fsync_ms_last = bo.fsync_ms;
+            c->stats.fsync_ms_total += bo.fsync_ms;
+            if (bo.fsync_ms > c->stats.fsync_ms_max)
+                c->stats.fsync_ms_max = bo.fsync_ms;
+        }
+    } else {
+        c->stats.failures++;
+    }
+    pthread_mutex_unlock(&c->mu);
+
+    for (commit_req_t *q = batch, *next; q; q = next) {
+        next = q->next; /* done() may free q */
+        q->next = NULL;
+        q->status = status;
+        q->done(q, q->arg);
+    }
+}
+
+static void *writer(void *arg)
+{
+    commit_t *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->head && !c->closing)
+            pthread_cond_wait(&c->cv, &c->mu);
+        if (!c->head)
+            break;
+        /* Take every waiting request, up to the batch cap (at least one). */
+        commit_req_t *batch = c->head, *last = c->head;
+        size_t nevents = last->n, nreqs = 1;
+        while (last->next && nevents + last->next->n <= c->opts.max_batch_events) {
+            last = last->next;
+            nevents += last->n;
+            nreqs++;
+        }
+        c->head = last->next;
+        if (!c->head)
+            c->tail = NULL;
+        last->next = NULL;
+        c->queue_events -= nevents;
+        pthread_mutex_unlock(&c->mu);
+
+        process(c, batch, nevents, nreqs);
+
+        int64_t t = now_ms(CLOCK_MONOTONIC);
+        if (t - c->last_reader_check > READER_CHECK_MS) {
+            /* Readers in processes that died (e.g. a killed `log cat`) would pin old pages. */
+            int cleared;
+            store_reader_check(c->store, &cleared);
+            c->last_reader_check = t;
+        }
+        pthread_mutex_lock(&c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size_t errlen)
+{
+    commit_t *c = NULL;
+    char *path = NULL;
+    int rc = COMMIT_OPEN_FAILED;
+
+    *out = NULL;
+    if (!opts || !opts->data_dir || opts->window_ms <= 0) {
+        errf(errbuf, errlen, "invalid commit options");
+        return COMMIT_INVALID;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c)
+        return COMMIT_NOMEM;
+    c->lockfd = -1;
+    c->opts = *opts;
+    if (c->opts.max_batch_events == 0)
+        c->opts.max_batch_events = DEFAULT_MAX_BATCH;
+    if (c->opts.segment_bytes == 0)
+        c->opts.segment_bytes = 64ull << 20;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    c->data_dir = strdup(opts->data_dir);
+    if (!c->data_dir) {
+        rc = COMMIT_NOMEM;
+        goto fail;
+    }
+    c->opts.data_dir = c->data_dir;
+    if (make_dirs(c->data_dir) != 0) {
+        errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
+        goto fail;
+    }
+    path = join(c->data_dir, "LOCK");
+    if (!path)
+        goto fail;
+    c->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (c->lockfd < 0) {
+        errf(errbuf, errlen, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (flock(c->lockfd, LOCK_EX | LOCK_NB) != 0) {
+        errf(errbuf, errlen, "data dir %s is in use by another ingestd process", c->data_dir);
+        goto fail;
+    }
+    free(path);
+
+    path = join(c->data_dir, "store");
+    if (!path || (mkdir(path, 0755) != 0 && errno != EEXIST)) {
+        errf(errbuf, errlen, "creating %s: %s", path ? path : "store", strerror(errno));
+        goto fail;
+    }
+    store_options_t so = {.map_size = c->opts.map_size, .read_only = false};
+    int src = store_open(path, &so, &c->store);
+    if (src != STORE_OK) {
+        errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
+        goto fail;
+    }
+    free(path);
+
+    path = join(c->data_dir, "log");
+    if (!path)
+        goto fail;
+    log_options_t lo = {.segment_bytes = c->opts.segment_bytes};
+    int lrc = log_open(path, &lo, &c->log);
+    if (lrc != LOG_OK) {
+        errf(errbuf, errlen, "opening log %s: %s", path, log_strerror(lrc));
+        goto fail;
+    }
+    free(path);
+    path = NULL;
+
+    if (load_secret(c, errbuf, errlen) != 0)
+        goto fail;
+    if (replay(c, errbuf, errlen) != 0)
+        goto fail;
+    refresh_stats(c);
+    c->last_reader_check = now_ms(CLOCK_MONOTONIC);
+    if (pthread_create(&c->thread, NULL, writer, c) != 0) {
+        errf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
+        goto fail;
+    }
+    c->thread_started = true;
+    *out = c;
+    return COMMIT_OK;
+fail:
+    free(path);
+    commit_close(c);
+    return rc;
+}
+
+const uint8_t *commit_secret(const commit_t *c)
+{
+    return c->secret;
+}
+
+int commit_submit(commit_t *c, commit_req_t *req)
+{
+    if (!req || !req->done)
+        return COMMIT_INVALID;
+    req->next = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->closing) {
+        pthread_mutex_unlock(&c->mu);
+        return COMMIT_CLOSED;
+    }
+    if (c->tail)
+        c->tail->next = req;
+    else
+        c->head = req;
+    c->tail = req;
+    c->queue_events += req->n;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    return COMMIT_OK;
+}
+
+void commit_get_stats(commit_t *c, commit_stats_t *out)
+{
+    pthread_mutex_lock(&c->mu);
+    *out = c->stats;
+    out->queue_events = c->queue_events;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void commit_close(commit_t *c)
+{
+    if (!c)
+        return;
+    if (c->thread_started) {
+        pthread_mutex_lock(&c->mu);
+        c->closing = true;
+        pthread_cond_signal(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->thread, NULL);
+    }
+    log_close(c->log);
+    store_close(c->store);
+    if (c->lockfd >= 0)
+        close(c->lockfd); /* releases the flock */
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c->recs);
+    free(c->data_dir);
+    free(c);
+}
+
+const char *commit_strerror(int status)
+{
+    switch (status) {
+    case COMMIT_OK:
+        return "ok";
+    case COMMIT_UNAVAILABLE:
+        return "storage unavailable";
+    case COMMIT_CLOSED:
+        return "shutting down";
+    case COMMIT_NOMEM:
+        return "out of memory";
+    case COMMIT_INVALID:
+        return "invalid argument";
+    case COMMIT_OPEN_FAILED:
+        return "could not open the data dir";
+    default:
+        return "unknown commit error";
+    }
+}

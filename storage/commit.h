@@ -1,0 +1,110 @@
+/* commit: group commit; one writer thread turns pending requests into one LMDB txn + one log fsync.
+ */
+#ifndef INGESTD_COMMIT_H
+#define INGESTD_COMMIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/keyhash.h"
+
+typedef struct commit commit_t;
+
+enum commit_status {
+    COMMIT_OK = 0,
+    COMMIT_UNAVAILABLE = -1, /* storage failed (I/O, fsync, LMDB); retry later: nothing was kept */
+    COMMIT_CLOSED = -2,      /* shutting down */
+    COMMIT_NOMEM = -3,
+    COMMIT_INVALID = -4,     /* bad options */
+    COMMIT_OPEN_FAILED = -5, /* open: store or log could not be opened or recovered */
+};
+
+enum commit_result {
+    COMMIT_ACCEPTED = 0,  /* appended to the log */
+    COMMIT_DUPLICATE = 1, /* key already inside the window: not appended */
+};
+
+typedef struct commit_event {
+    uint8_t key[KEYHASH_LEN]; /* in: dedupe key */
+    int64_t received_ms;      /* in */
+    const char *data;         /* in: payload bytes, owned by the submitter */
+    uint32_t len;             /* in */
+    int result;               /* out: commit_result */
+    uint64_t offset;          /* out: log offset when accepted */
+} commit_event_t;
+
+typedef struct commit_req commit_req_t;
+typedef void (*commit_done_fn)(commit_req_t *req, void *arg);
+
+/*
+ * One submitted request. Allocated and owned by the submitter; it must stay
+ * valid until `done` is called. The events of one request are committed
+ * together: all in one group commit, or all failed.
+ */
+struct commit_req {
+    commit_event_t *events;
+    size_t n;
+    int status;          /* out: COMMIT_OK, or why every event failed */
+    commit_done_fn done; /* called exactly once, from the writer thread */
+    void *arg;
+    commit_req_t *next; /* private to commit.c */
+};
+
+typedef struct commit_options {
+    const char *data_dir;    /* holds store/ and log/; created if missing */
+    int64_t window_ms;       /* age bound of the window (> 0) */
+    uint64_t max_keys;       /* size bound of the window (0: none) */
+    uint64_t segment_bytes;  /* log segment roll size */
+    uint64_t map_size;       /* initial LMDB map size (0: default) */
+    size_t max_batch_events; /* cap on events per group commit (0: default 50,000) */
+} commit_options_t;
+
+typedef struct commit_stats {
+    uint64_t accepted, duplicates;  /* events */
+    uint64_t batches, batch_events; /* group commits and their events */
+    uint64_t last_batch_events, max_batch_events;
+    uint64_t last_batch_requests;
+    uint64_t failures; /* group commits that failed */
+    uint64_t fsyncs;
+    double fsync_ms_last, fsync_ms_max, fsync_ms_total;
+    uint64_t map_grows;
+    uint64_t evicted_age, evicted_size; /* keys aged out, by reason */
+    uint64_t keys;                      /* keys in the window */
+    int64_t oldest_received_ms;         /* 0 when empty */
+    uint64_t log_first_offset, log_next_offset, log_bytes, log_segments;
+    uint64_t store_map_size, store_used_bytes;
+    uint64_t replayed_at_open;  /* log records replayed into LMDB at start */
+    uint64_t truncated_at_open; /* torn tail bytes cut off at start */
+    size_t queue_events;        /* waiting for the next group commit */
+} commit_stats_t;
+
+/*
+ * Opens DIR/store and DIR/log, recovers (truncates a torn log tail, replays
+ * log records past LMDB's applied offset), and starts the writer thread.
+ * Takes an exclusive lock on DIR/LOCK (a second server on one dir fails).
+ * On failure *errbuf (if not NULL) gets a readable reason.
+ */
+int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size_t errlen);
+
+/* The data dir's hash secret; valid until commit_close(). */
+const uint8_t *commit_secret(const commit_t *c);
+
+/*
+ * Queues `req`. Returns COMMIT_OK (done will be called later from the writer
+ * thread), or an error (done is NOT called; nothing was queued). Thread-safe.
+ */
+int commit_submit(commit_t *c, commit_req_t *req);
+
+/* Snapshot of the counters; thread-safe and cheap (no LMDB access). */
+void commit_get_stats(commit_t *c, commit_stats_t *out);
+
+/*
+ * Stops accepting, commits everything already queued, answers every waiting
+ * request, stops the writer thread and closes store and log. NULL is a no-op.
+ */
+void commit_close(commit_t *c);
+
+const char *commit_strerror(int status);
+
+#endif

@@ -1,0 +1,116 @@
+/* log: the segmented, append-only event log; the source of truth. */
+#ifndef INGESTD_LOG_H
+#define INGESTD_LOG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * On disk (docs/log-format.md): DIR/NNNNNNNNNNNNNNNNNNNN.seg, named by the
+ * offset of the segment's first record (20 decimal digits). Each segment
+ * starts with a 16-byte header (magic "INGDLOG1", version, reserved); then
+ * records, each a 40-byte little-endian header followed by the payload:
+ *   u32 payload length | u32 CRC-32 (zlib) of every record byte after this field
+ *   u64 offset | i64 receivedAt (ms since epoch) | 16-byte dedupe key | payload
+ * Offsets are record numbers: 0, 1, 2, ... across all segments.
+ */
+
+typedef struct log log_t;
+typedef struct log_reader log_reader_t;
+
+enum log_status {
+    LOG_OK = 0,
+    LOG_END = 1,      /* reader: no further complete record (yet) */
+    LOG_EIO = -1,     /* a system call failed (errno kept in log_errno()) */
+    LOG_ENOSPC = -2,  /* disk full */
+    LOG_CORRUPT = -3, /* a bad record before the tail (not a torn tail) */
+    LOG_NOMEM = -4,   /* allocation failed */
+    LOG_INVALID = -5, /* bad argument, e.g. an offset beyond the log */
+    LOG_FAILED = -6,  /* writer is in a failed state after an unrecoverable error */
+};
+
+#define LOG_RECORD_HEADER  40
+#define LOG_SEGMENT_HEADER 16
+#define LOG_MAX_PAYLOAD    (16u * 1024 * 1024)
+
+typedef struct log_record {
+    uint64_t offset;     /* set by log_append / the reader */
+    int64_t received_ms; /* milliseconds since the epoch */
+    uint8_t key[16];     /* dedupe key */
+    const char *data;    /* payload (one JSON event); reader: valid until the next call */
+    uint32_t len;
+} log_record_t;
+
+typedef struct log_options {
+    uint64_t segment_bytes; /* roll to a new segment once the active one reaches this */
+} log_options_t;
+
+typedef struct log_info {
+    uint64_t first_offset;    /* offset of the oldest retained record */
+    uint64_t next_offset;     /* offset the next appended record gets */
+    uint64_t bytes;           /* bytes of all segments */
+    uint64_t segments;        /* number of segment files */
+    uint64_t truncated_bytes; /* torn tail bytes cut off at open */
+} log_info_t;
+
+/*
+ * Opens (creating if needed) the log in `dir` for appending. Recovers the
+ * tail: a torn or corrupt last record of the last segment is truncated away
+ * and the truncation made durable. One writer per directory (the caller
+ * holds the data dir lock). *out is freed with log_close().
+ */
+int log_open(const char *dir, const log_options_t *opts, log_t **out);
+
+/* Closes the writer; NULL is a no-op. Does not sync: call log_sync first. */
+void log_close(log_t *log);
+
+/*
+ * Appends n records after the last one, without syncing. Assigns
+ * recs[i].offset. May roll to a new segment first. On failure, the log is
+ * rolled back to its last synced end (see log_rollback).
+ */
+int log_append(log_t *log, log_record_t *recs, size_t n);
+
+/* fdatasync's the active segment (and, after a roll, the directory). */
+int log_sync(log_t *log);
+
+/*
+ * Discards everything appended since the last successful log_sync: truncates
+ * back to the synced end and syncs that. Returns LOG_OK, or LOG_FAILED when
+ * the durable state cannot be re-established (the writer refuses further
+ * appends until reopened).
+ */
+int log_rollback(log_t *log);
+
+/* Current extent of the log; cheap. Writer thread only. */
+void log_get_info(const log_t *log, log_info_t *info);
+
+/* errno of the last failed system call of this writer. */
+int log_errno(const log_t *log);
+
+/*
+ * Reader: works on a directory also while a writer appends to it (from the
+ * same or another process). Starts at `from` (must be >= the first retained
+ * offset and <= the end; LOG_INVALID otherwise). *out is freed with
+ * log_reader_close().
+ */
+int log_reader_open(const char *dir, uint64_t from, log_reader_t **out);
+
+/*
+ * Reads the next record with offset < `limit` (UINT64_MAX: no limit). Returns
+ * LOG_OK with *rec filled (rec->data valid until the next call or close),
+ * LOG_END when there is none (yet: call again later to follow), or an error.
+ * A record that is incomplete or fails its checksum is treated as the end:
+ * it may be in the middle of being written.
+ */
+int log_reader_next(log_reader_t *r, uint64_t limit, log_record_t *rec);
+
+/* Offset of the record the next log_reader_next would return. */
+uint64_t log_reader_position(const log_reader_t *r);
+
+void log_reader_close(log_reader_t *r);
+
+const char *log_strerror(int status);
+
+#endif

@@ -1,0 +1,477 @@
+/* store.c: the LMDB de-duplication store; the only file that includes lmdb.h. */
+#include "storage/store.h"
+
+#include <errno.h>
+#include <lmdb.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_MAP_SIZE (1ull << 30)
+#define SEQ_VALUE_LEN    32 /* key(16) | receivedAt(8) | log offset(8) */
+
+struct store {
+    MDB_env *env;
+    MDB_dbi keys, seq, meta;
+    MDB_txn *txn;      /* the open write transaction, if any */
+    uint64_t next_seq; /* committed */
+    uint64_t txn_seq;  /* next sequence inside the open transaction */
+    bool read_only;
+    int last_mdb; /* last LMDB error code, for store_detail() */
+};
+
+static int xlate(store_t *st, int rc)
+{
+    if (rc == 0)
+        return STORE_OK;
+    if (st)
+        st->last_mdb = rc;
+    switch (rc) {
+    case MDB_MAP_FULL:
+        return STORE_FULL;
+    case MDB_NOTFOUND:
+        return STORE_NOTFOUND;
+    case MDB_CORRUPTED:
+    case MDB_PAGE_NOTFOUND:
+    case MDB_INVALID:
+        return STORE_CORRUPT;
+    case MDB_VERSION_MISMATCH:
+        return STORE_VERSION;
+    case MDB_READERS_FULL:
+    case EAGAIN:
+    case EBUSY:
+        return STORE_BUSY;
+    case ENOMEM:
+        return STORE_NOMEM;
+    case ENOENT:
+        return STORE_NOTFOUND;
+    case EIO:
+    case ENOSPC:
+    case EDQUOT:
+        return STORE_EIO;
+    default:
+        return STORE_ERROR;
+    }
+}
+
+static MDB_val val(const void *p, size_t n)
+{
+    MDB_val v = {.mv_size = n, .mv_data = (void *)p};
+    return v;
+}
+
+static uint64_t get_u64(const MDB_val *v)
+{
+    uint64_t x = 0;
+    if (v->mv_size == sizeof(x))
+        memcpy(&x, v->mv_data, sizeof(x));
+    return x;
+}
+
+static int meta_get_u64(store_t *st, MDB_txn *txn, const char *name, uint64_t *out, bool *found)
+{
+    MDB_val k = val(name, strlen(name)), v;
+    int rc = mdb_get(txn, st->meta, &k, &v);
+    *found = false;
+    if (rc == MDB_NOTFOUND)
+        return STORE_OK;
+    if (rc != 0)
+        return xlate(st, rc);
+    if (v.mv_size != sizeof(uint64_t))
+        return STORE_CORRUPT;
+    *out = get_u64(&v);
+    *found = true;
+    return STORE_OK;
+}
+
+static int meta_put(store_t *st, MDB_txn *txn, const char *name, const void *data, size_t n)
+{
+    MDB_val k = val(name, strlen(name)), v = val(data, n);
+    return xlate(st, mdb_put(txn, st->meta, &k, &v, 0));
+}
+
+/* Opens (or creates) the three databases and checks the format version. */
+static int open_dbs(store_t *st)
+{
+    MDB_txn *txn = NULL;
+    unsigned create = st->read_only ? 0 : MDB_CREATE;
+    int rc = xlate(st, mdb_txn_begin(st->env, NULL, st->read_only ? MDB_RDONLY : 0, &txn));
+    if (rc)
+        return rc;
+    if ((rc = xlate(st, mdb_dbi_open(txn, "keys", create, &st->keys))) ||
+        (rc = xlate(st, mdb_dbi_open(txn, "seq", create | MDB_INTEGERKEY, &st->seq))) ||
+        (rc = xlate(st, mdb_dbi_open(txn, "meta", create, &st->meta))))
+        goto out;
+
+    MDB_val k = val("format", 6), v;
+    int mrc = mdb_get(txn, st->meta, &k, &v);
+    if (mrc == 0) {
+        uint32_t fmt = 0;
+        if (v.mv_size != sizeof(fmt)) {
+            rc = STORE_CORRUPT;
+            goto out;
+        }
+        memcpy(&fmt, v.mv_data, sizeof(fmt));
+        if (fmt != STORE_FORMAT_VERSION) {
+            rc = STORE_VERSION;
+            goto out;
+        }
+    } else if (mrc == MDB_NOTFOUND && !st->read_only) {
+        uint32_t fmt = STORE_FORMAT_VERSION;
+        if ((rc = meta_put(st, txn, "format", &fmt, sizeof(fmt))))
+            goto out;
+    } else if (mrc != MDB_NOTFOUND) {
+        rc = xlate(st, mrc);
+        goto out;
+    }
+    bool found;
+    st->next_seq = 0;
+    if ((rc = meta_get_u64(st, txn, "next_seq", &st->next_seq, &found)))
+        goto out;
+    if (st->read_only) {
+        mdb_txn_abort(txn);
+        return STORE_OK;
+    }
+    rc = xlate(st, mdb_txn_commit(txn));
+    return rc;
+out:
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int store_open(const char *dir, const store_options_t *opts, store_t **out)
+{
+    store_t *st = calloc(1, sizeof(*st));
+    int rc;
+
+    *out = NULL;
+    if (!st)
+        return STORE_NOMEM;
+    st->read_only = opts && opts->read_only;
+    if ((rc = xlate(st, mdb_env_create(&st->env))))
+        goto fail;
+    uint64_t map = opts && opts->map_size ? opts->map_size : DEFAULT_MAP_SIZE;
+    if ((rc = xlate(st, mdb_env_set_maxdbs(st->env, 4))) ||
+        (rc = xlate(st, mdb_env_set_mapsize(st->env, (size_t)map))))
+        goto fail;
+    /*
+     * MDB_NORDAHEAD: lookups of random keys gain nothing from read-ahead.
+     * LMDB keeps its own synced commits: the log is the source of truth, but a
+     * torn LMDB after a power loss would otherwise cost a full rebuild
+     * (docs/durability.md, issue #3, revisits this with measurements).
+     */
+    unsigned flags = MDB_NORDAHEAD;
+    if (st->read_only)
+        flags |= MDB_RDONLY;
+    if ((rc = xlate(st, mdb_env_open(st->env, dir, flags, 0644))))
+        goto fail;
+    if ((rc = open_dbs(st)))
+        goto fail;
+    int dead = 0;
+    mdb_reader_check(st->env, &dead);
+    *out = st;
+    return STORE_OK;
+fail:
+    store_close(st);
+    return rc;
+}
+
+void store_close(store_t *st)
+{
+    if (!st)
+        return;
+    if (st->txn)
+        mdb_txn_abort(st->txn);
+    if (st->env)
+        mdb_env_close(st->env);
+    free(st);
+}
+
+int store_secret(store_t *st, const uint8_t *secret_in, uint8_t secret_out[KEYHASH_SECRET_LEN])
+{
+    MDB_txn *txn = NULL;
+    MDB_val k = val("secret", 6), v;
+    int rc = xlate(st, mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn));
+    if (rc)
+        return rc;
+    int mrc = mdb_get(txn, st->meta, &k, &v);
+    if (mrc == 0) {
+        rc = v.mv_size == KEYHASH_SECRET_LEN ? STORE_OK : STORE_CORRUPT;
+        if (rc == STORE_OK)
+            memcpy(secret_out, v.mv_data, KEYHASH_SECRET_LEN);
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    mdb_txn_abort(txn);
+    if (mrc != MDB_NOTFOUND)
+        return xlate(st, mrc);
+    if (st->read_only)
+        return STORE_NOTFOUND;
+
+    uint8_t secret[KEYHASH_SECRET_LEN];
+    if (secret_in)
+        memcpy(secret, secret_in, sizeof(secret));
+    else if (keyhash_random(secret, sizeof(secret)) != 0)
+        return STORE_ERROR;
+    if ((rc = xlate(st, mdb_txn_begin(st->env, NULL, 0, &txn))))
+        return rc;
+    if ((rc = meta_put(st, txn, "secret", secret, sizeof(secret)))) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    if ((rc = xlate(st, mdb_txn_commit(txn))))
+        return rc;
+    memcpy(secret_out, secret, sizeof(secret));
+    return STORE_OK;
+}
+
+int store_get_info(store_t *st, store_info_t *info)
+{
+    MDB_txn *txn = NULL;
+    MDB_stat ms;
+    MDB_envinfo ei;
+    bool found;
+    int rc;
+
+    memset(info, 0, sizeof(*info));
+    txn = st->txn;
+    if (!txn) {
+        rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+        if (rc == MDB_MAP_RESIZED) {
+            /* Another process grew the map: adopt its size and try again. */
+            mdb_env_set_mapsize(st->env, 0);
+            rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
+        }
+        if (rc)
+            return xlate(st, rc);
+    }
+    if ((rc = xlate(st, mdb_stat(txn, st->keys, &ms))))
+        goto out;
+    info->keys = ms.ms_entries;
+    if ((rc = meta_get_u64(st, txn, "applied", &info->applied, &found)))
+        goto out;
+    if ((rc = meta_get_u64(st, txn, "next_seq", &info->next_seq, &found)))
+        goto out;
+    if (st->txn)
+        info->next_seq = st->txn_seq;
+
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    if ((rc = xlate(st, mdb_cursor_open(txn, st->seq, &cur))))
+        goto out;
+    int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+    if (mrc == 0 && v.mv_size == SEQ_VALUE_LEN)
+        memcpy(&info->oldest_received_ms, (const char *)v.mv_data + 16, 8);
+    else if (mrc != 0 && mrc != MDB_NOTFOUND)
+        rc = xlate(st, mrc);
+    mdb_cursor_close(cur);
+    if (rc)
+        goto out;
+
+    if (mdb_env_info(st->env, &ei) == 0 && mdb_env_stat(st->env, &ms) == 0) {
+        info->map_size = ei.me_mapsize;
+        info->used_bytes = (uint64_t)(ei.me_last_pgno + 1) * ms.ms_psize;
+    }
+out:
+    if (txn != st->txn)
+        mdb_txn_abort(txn);
+    return rc;
+}
+
+int store_begin(store_t *st)
+{
+    if (st->txn || st->read_only)
+        return STORE_ERROR;
+    int rc = xlate(st, mdb_txn_begin(st->env, NULL, 0, &st->txn));
+    if (rc) {
+        st->txn = NULL;
+        return rc;
+    }
+    st->txn_seq = st->next_seq;
+    return STORE_OK;
+}
+
+int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                 uint64_t log_offset, bool *duplicate)
+{
+    uint64_t seq = st->txn_seq;
+    MDB_val k = val(key, KEYHASH_LEN), v = val(&seq, sizeof(seq));
+    int rc;
+
+    *duplicate = false;
+    /* One B-tree descent answers "present?" and inserts when absent. */
+    rc = mdb_put(st->txn, st->keys, &k, &v, MDB_NOOVERWRITE);
+    if (rc == MDB_KEYEXIST) {
+        *duplicate = true;
+        return STORE_OK;
+    }
+    if (rc)
+        return xlate(st, rc);
+
+    uint8_t rec[SEQ_VALUE_LEN];
+    memcpy(rec, key, KEYHASH_LEN);
+    memcpy(rec + 16, &received_ms, 8);
+    memcpy(rec + 24, &log_offset, 8);
+    MDB_val sk = val(&seq, sizeof(seq)), sv = val(rec, sizeof(rec));
+    rc = mdb_put(st->txn, st->seq, &sk, &sv, MDB_APPEND);
+    if (rc)
+        return xlate(st, rc);
+    st->txn_seq++;
+    return STORE_OK;
+}
+
+int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present)
+{
+    MDB_txn *txn = st->txn;
+    MDB_val k = val(key, KEYHASH_LEN), v;
+    int rc;
+
+    *present = false;
+    if (!txn && (rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn)))
+        return xlate(st, rc);
+    rc = mdb_get(txn, st->keys, &k, &v);
+    if (txn != st->txn)
+        mdb_txn_abort(txn);
+    if (rc == MDB_NOTFOUND)
+        return STORE_OK;
+    if (rc)
+        return xlate(st, rc);
+    *present = true;
+    return STORE_OK;
+}
+
+int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
+                uint64_t *evicted_age, uint64_t *evicted_size)
+{
+    MDB_cursor *cur = NULL;
+    MDB_stat ms;
+    MDB_val k, v;
+    int rc;
+
+    if ((rc = xlate(st, mdb_stat(st->txn, st->keys, &ms))))
+        return rc;
+    uint64_t count = ms.ms_entries;
+    if ((rc = xlate(st, mdb_cursor_open(st->txn, st->seq, &cur))))
+        return rc;
+    for (size_t step = 0; step < max_steps; step++) {
+        int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        if (mrc == MDB_NOTFOUND)
+            break;
+        if (mrc) {
+            rc = xlate(st, mrc);
+            goto out;
+        }
+        if (v.mv_size != SEQ_VALUE_LEN || k.mv_size != sizeof(uint64_t)) {
+            rc = STORE_CORRUPT;
+            goto out;
+        }
+        int64_t received;
+        uint64_t seq;
+        uint8_t key[KEYHASH_LEN];
+        memcpy(key, v.mv_data, KEYHASH_LEN);
+        memcpy(&received, (const char *)v.mv_data + 16, 8);
+        memcpy(&seq, k.mv_data, sizeof(seq));
+        bool by_age = received < older_than_ms;
+        bool by_size = max_keys > 0 && count > max_keys;
+        if (!by_age && !by_size)
+            break;
+        /* The key maps to this sequence unless the store is inconsistent; never drop a newer one.
+         */
+        MDB_val kk = val(key, KEYHASH_LEN), kv;
+        mrc = mdb_get(st->txn, st->keys, &kk, &kv);
+        if (mrc == 0 && get_u64(&kv) == seq) {
+            if ((mrc = mdb_del(st->txn, st->keys, &kk, NULL))) {
+                rc = xlate(st, mrc);
+                goto out;
+            }
+            count--;
+        } else if (mrc != 0 && mrc != MDB_NOTFOUND) {
+            rc = xlate(st, mrc);
+            goto out;
+        }
+        if ((mrc = mdb_cursor_del(cur, 0))) {
+            rc = xlate(st, mrc);
+            goto out;
+        }
+        if (by_age)
+            (*evicted_age)++;
+        else
+            (*evicted_size)++;
+    }
+out:
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+int store_set_applied(store_t *st, uint64_t next_offset)
+{
+    return meta_put(st, st->txn, "applied", &next_offset, sizeof(next_offset));
+}
+
+int store_commit(store_t *st)
+{
+    int rc = meta_put(st, st->txn, "next_seq", &st->txn_seq, sizeof(st->txn_seq));
+    if (rc) {
+        store_abort(st);
+        return rc;
+    }
+    rc = mdb_txn_commit(st->txn);
+    st->txn = NULL; /* committed or, on error, freed by LMDB */
+    if (rc)
+        return xlate(st, rc);
+    st->next_seq = st->txn_seq;
+    return STORE_OK;
+}
+
+void store_abort(store_t *st)
+{
+    if (st->txn)
+        mdb_txn_abort(st->txn);
+    st->txn = NULL;
+    st->txn_seq = st->next_seq;
+}
+
+int store_grow(store_t *st)
+{
+    MDB_envinfo ei;
+    if (st->txn)
+        return STORE_ERROR;
+    int rc = xlate(st, mdb_env_info(st->env, &ei));
+    if (rc)
+        return rc;
+    return xlate(st, mdb_env_set_mapsize(st->env, ei.me_mapsize * 2));
+}
+
+int store_reader_check(store_t *st, int *cleared)
+{
+    *cleared = 0;
+    return xlate(st, mdb_reader_check(st->env, cleared));
+}
+
+const char *store_detail(const store_t *st)
+{
+    return st && st->last_mdb ? mdb_strerror(st->last_mdb) : "no error";
+}
+
+const char *store_strerror(int status)
+{
+    switch (status) {
+    case STORE_OK:
+        return "ok";
+    case STORE_FULL:
+        return "LMDB map full";
+    case STORE_EIO:
+        return "LMDB I/O error";
+    case STORE_CORRUPT:
+        return "LMDB store corrupt";
+    case STORE_NOMEM:
+        return "out of memory";
+    case STORE_VERSION:
+        return "LMDB store has an incompatible format version";
+    case STORE_BUSY:
+        return "LMDB store busy (locked or reader table full)";
+    case STORE_NOTFOUND:
+        return "not found";
+    default:
+        return "LMDB error";
+    }
+}

@@ -1,0 +1,110 @@
+/* store: the LMDB de-duplication store (keys, sequence index, meta). */
+#ifndef INGESTD_STORE_H
+#define INGESTD_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/keyhash.h"
+
+/*
+ * Three named LMDB databases in one environment (DIR/data.mdb):
+ *   keys: 16-byte dedupe key -> u64 sequence number
+ *   seq : u64 sequence (MDB_INTEGERKEY, appended in order)
+ *         -> 16-byte key | i64 receivedAt ms | u64 log offset
+ *   meta: "format" -> u32, "secret" -> 16 bytes, "applied" -> u64 (the log
+ *         offset after the last record applied), "next_seq" -> u64
+ * Nothing outside store.c includes lmdb.h; LMDB codes are translated here.
+ */
+
+typedef struct store store_t;
+
+enum store_status {
+    STORE_OK = 0,
+    STORE_FULL = -1,    /* map full: abort, store_grow(), replay the transaction */
+    STORE_EIO = -2,     /* I/O error or disk full */
+    STORE_CORRUPT = -3, /* the database is unusable */
+    STORE_NOMEM = -4,
+    STORE_VERSION = -5, /* written by an incompatible format version */
+    STORE_BUSY = -6,    /* locked by another process / too many readers */
+    STORE_ERROR = -7,   /* anything else (see store_strerror) */
+    STORE_NOTFOUND = -8,
+};
+
+#define STORE_FORMAT_VERSION 1
+
+typedef struct store_options {
+    uint64_t map_size; /* initial map size in bytes (grown on demand); 0: 1 GiB */
+    bool read_only;    /* open for reading only (e.g. `log cat`, `check`) */
+} store_options_t;
+
+typedef struct store_info {
+    uint64_t keys;              /* entries in `keys` */
+    uint64_t next_seq;          /* sequence the next insert gets */
+    uint64_t applied;           /* log offset after the last applied record */
+    int64_t oldest_received_ms; /* receivedAt of the oldest retained key; 0 when empty */
+    uint64_t map_size;          /* current map size in bytes */
+    uint64_t used_bytes;        /* pages in use * page size */
+} store_info_t;
+
+/* Opens or creates the environment in `dir` (must exist). *out freed with store_close(). */
+int store_open(const char *dir, const store_options_t *opts, store_t **out);
+void store_close(store_t *st);
+
+/*
+ * Returns the hash secret, creating and committing a random one when the
+ * store has none yet: `secret_in` (may be NULL) is used instead of a random
+ * one, so a rebuilt store keeps the data dir's secret. No transaction open.
+ */
+int store_secret(store_t *st, const uint8_t *secret_in, uint8_t secret_out[KEYHASH_SECRET_LEN]);
+
+/* Reads the counters above in a short read transaction (no write txn needed). */
+int store_get_info(store_t *st, store_info_t *info);
+
+/*
+ * Write transactions: one at a time, from one thread (the commit writer).
+ * store_begin() .. store_insert()* store_evict() store_set_applied() ..
+ * store_commit() or store_abort(). After any error the caller must
+ * store_abort(); after STORE_FULL it may store_grow() and start over.
+ */
+int store_begin(store_t *st);
+
+/*
+ * Inserts `key` unless present. *duplicate is set to true (and nothing
+ * written) when the key is already in the store, including earlier in the
+ * same transaction.
+ */
+int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                 uint64_t log_offset, bool *duplicate);
+
+/* True in *present when `key` is in the store (inside the open write txn, or a read txn). */
+int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present);
+
+/*
+ * Ages keys out, oldest first, in at most `max_steps` deletions: while the
+ * oldest key was received before `older_than_ms`, or more than `max_keys`
+ * keys remain (0: no size bound). *evicted_age / *evicted_size count the
+ * deletions by reason.
+ */
+int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
+                uint64_t *evicted_age, uint64_t *evicted_size);
+
+/* Records that the log up to (not including) `next_offset` is applied. */
+int store_set_applied(store_t *st, uint64_t next_offset);
+
+int store_commit(store_t *st);
+void store_abort(store_t *st);
+
+/* Doubles the map size (no transaction may be open). */
+int store_grow(store_t *st);
+
+/* Clears stale reader slots left by dead processes; *cleared gets their number. */
+int store_reader_check(store_t *st, int *cleared);
+
+const char *store_strerror(int status);
+
+/* LMDB's own message for the last error of this store (static string). */
+const char *store_detail(const store_t *st);
+
+#endif
