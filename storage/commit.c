@@ -398,7 +398,7 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
     if (rc != STORE_OK) {
         /* The records are synced but unapplied and unacknowledged: take them back out. */
         if (nrec > 0)
-            log_rollback(c->log);
+            log_revert_sync(c->log);
         *store_full = rc == STORE_FULL;
         return COMMIT_UNAVAILABLE;
     }
@@ -560,7 +560,14 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     path = join(c->data_dir, "log");
     if (!path)
         goto fail;
-    log_options_t lo = {.segment_bytes = c->opts.segment_bytes};
+    store_info_t si;
+    src = store_get_info(c->store, &si);
+    if (src != STORE_OK) {
+        errf(errbuf, errlen, "reading LMDB store: %s (%s)", store_strerror(src),
+             store_detail(c->store));
+        goto fail;
+    }
+    log_options_t lo = {.segment_bytes = c->opts.segment_bytes, .durable_offset = si.applied};
     int lrc = log_open(path, &lo, &c->log);
     if (lrc != LOG_OK) {
         errf(errbuf, errlen, "opening log %s: %s", path, log_strerror(lrc));

@@ -27,6 +27,8 @@ struct log {
     uint64_t next_offset;
     /* The durable state, as of the last successful log_sync(). */
     uint64_t synced_base, synced_size, synced_next;
+    /* The durable state before the last log_sync(), for log_revert_sync(). */
+    uint64_t prev_base, prev_size, prev_next;
     uint64_t first_offset;
     uint64_t closed_bytes; /* bytes of every segment but the active one */
     uint64_t segments;
@@ -314,6 +316,10 @@ static int recover_tail(log_t *log)
         pos += sizeof(hdr) + r.len;
         off++;
     }
+    if (off < log->opts.durable_offset) {
+        /* A bad record the store says was acknowledged: corruption, not a torn tail. Keep it. */
+        return LOG_CORRUPT;
+    }
     if (pos < size) {
         if (ftruncate(log->fd, (off_t)pos) != 0 || fdatasync(log->fd) != 0)
             goto io;
@@ -397,6 +403,9 @@ int log_open(const char *dir, const log_options_t *opts, log_t **out)
     log->synced_base = log->seg_base;
     log->synced_size = log->seg_size;
     log->synced_next = log->next_offset;
+    log->prev_base = log->synced_base;
+    log->prev_size = log->synced_size;
+    log->prev_next = log->synced_next;
     *out = log;
     log = NULL;
 out:
@@ -485,6 +494,9 @@ int log_sync(log_t *log)
         }
         log->dir_dirty = 0;
     }
+    log->prev_base = log->synced_base;
+    log->prev_size = log->synced_size;
+    log->prev_next = log->synced_next;
     log->synced_base = log->seg_base;
     log->synced_size = log->seg_size;
     log->synced_next = log->next_offset;
@@ -522,6 +534,16 @@ fail:
     log->err = errno;
     log->failed = 1;
     return LOG_FAILED;
+}
+
+int log_revert_sync(log_t *log)
+{
+    if (log->failed)
+        return LOG_FAILED;
+    log->synced_base = log->prev_base;
+    log->synced_size = log->prev_size;
+    log->synced_next = log->prev_next;
+    return log_rollback(log);
 }
 
 void log_get_info(const log_t *log, log_info_t *info)

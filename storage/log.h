@@ -43,7 +43,10 @@ typedef struct log_record {
 } log_record_t;
 
 typedef struct log_options {
-    uint64_t segment_bytes; /* roll to a new segment once the active one reaches this */
+    uint64_t segment_bytes;  /* roll to a new segment once the active one reaches this */
+    uint64_t durable_offset; /* records below this offset are known to be acknowledged: a bad
+                                one is corruption (LOG_CORRUPT, nothing truncated), never a
+                                torn tail; 0 when unknown */
 } log_options_t;
 
 typedef struct log_info {
@@ -56,8 +59,9 @@ typedef struct log_info {
 
 /*
  * Opens (creating if needed) the log in `dir` for appending. Recovers the
- * tail: a torn or corrupt last record of the last segment is truncated away
- * and the truncation made durable. One writer per directory (the caller
+ * tail: a torn or corrupt record of the last segment at or past
+ * opts->durable_offset is truncated away with everything after it, and the
+ * truncation made durable; one below it is LOG_CORRUPT. One writer per directory (the caller
  * holds the data dir lock). *out is freed with log_close().
  */
 int log_open(const char *dir, const log_options_t *opts, log_t **out);
@@ -82,6 +86,14 @@ int log_sync(log_t *log);
  * appends until reopened).
  */
 int log_rollback(log_t *log);
+
+/*
+ * Takes back the records made durable by the last log_sync() (and anything
+ * appended since): for a group commit whose LMDB commit failed after the log
+ * was synced, whose records were therefore never acknowledged. One level
+ * only. Returns like log_rollback().
+ */
+int log_revert_sync(log_t *log);
 
 /* Current extent of the log; cheap. Writer thread only. */
 void log_get_info(const log_t *log, log_info_t *info);

@@ -89,6 +89,17 @@ static int meta_put(store_t *st, MDB_txn *txn, const char *name, const void *dat
     return xlate(st, mdb_put(txn, st->meta, &k, &v, 0));
 }
 
+/* A read transaction; adopts a map size another process grew in the meantime. */
+static int begin_read(store_t *st, MDB_txn **txn)
+{
+    int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn);
+    if (rc == MDB_MAP_RESIZED) {
+        mdb_env_set_mapsize(st->env, 0);
+        rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn);
+    }
+    return xlate(st, rc);
+}
+
 /* Opens (or creates) the three databases and checks the format version. */
 static int open_dbs(store_t *st)
 {
@@ -127,10 +138,7 @@ static int open_dbs(store_t *st)
     st->next_seq = 0;
     if ((rc = meta_get_u64(st, txn, "next_seq", &st->next_seq, &found)))
         goto out;
-    if (st->read_only) {
-        mdb_txn_abort(txn);
-        return STORE_OK;
-    }
+    /* Commit even a read-only txn: aborting it would close the dbi handles just opened. */
     rc = xlate(st, mdb_txn_commit(txn));
     return rc;
 out:
@@ -190,7 +198,7 @@ int store_secret(store_t *st, const uint8_t *secret_in, uint8_t secret_out[KEYHA
 {
     MDB_txn *txn = NULL;
     MDB_val k = val("secret", 6), v;
-    int rc = xlate(st, mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn));
+    int rc = begin_read(st, &txn);
     if (rc)
         return rc;
     int mrc = mdb_get(txn, st->meta, &k, &v);
@@ -234,16 +242,8 @@ int store_get_info(store_t *st, store_info_t *info)
 
     memset(info, 0, sizeof(*info));
     txn = st->txn;
-    if (!txn) {
-        rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
-        if (rc == MDB_MAP_RESIZED) {
-            /* Another process grew the map: adopt its size and try again. */
-            mdb_env_set_mapsize(st->env, 0);
-            rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn);
-        }
-        if (rc)
-            return xlate(st, rc);
-    }
+    if (!txn && (rc = begin_read(st, &txn)))
+        return rc;
     if ((rc = xlate(st, mdb_stat(txn, st->keys, &ms))))
         goto out;
     info->keys = ms.ms_entries;
@@ -326,8 +326,8 @@ int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present)
     int rc;
 
     *present = false;
-    if (!txn && (rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, &txn)))
-        return xlate(st, rc);
+    if (!txn && (rc = begin_read(st, &txn)))
+        return rc;
     rc = mdb_get(txn, st->keys, &k, &v);
     if (txn != st->txn)
         mdb_txn_abort(txn);
