@@ -12,8 +12,8 @@
 #define API_MAX_EVENT_BYTES   (32 * 1024)  /* one event, as serialised JSON */
 #define API_MAX_REQUEST_BYTES (500 * 1024) /* one request body, after decompression */
 #define API_MAX_BATCH_EVENTS  2500
-#define API_MAX_MESSAGE_ID    256          /* bytes of a client messageId */
-#define API_RETRY_AFTER_S     1            /* Retry-After on 503 */
+#define API_MAX_MESSAGE_ID    256 /* bytes of a client messageId */
+#define API_RETRY_AFTER_S     1   /* Retry-After on 503 */
 
 typedef struct api api_t;
 
@@ -25,9 +25,9 @@ typedef struct api_write_key {
 typedef struct api_options {
     const api_write_key_t *keys; /* copied by api_new */
     size_t nkeys;
-    commit_t *commit;   /* borrowed; must outlive the api */
-    int64_t window_ms;  /* configured window, reported in /stats */
-    uint64_t max_keys;  /* configured size bound, reported in /stats */
+    commit_t *commit;  /* borrowed; must outlive the api */
+    int64_t window_ms; /* configured window, reported in /stats */
+    uint64_t max_keys; /* configured size bound, reported in /stats */
 } api_options_t;
 
 /* A request, transport-free. All pointers borrowed for the duration of api_handle(). */
@@ -38,7 +38,7 @@ typedef struct api_req {
     const char *content_type;  /* Content-Type header or NULL */
     const char *body;          /* decompressed body (may be NULL when body_len is 0) */
     size_t body_len;
-    int64_t now_ms;            /* receivedAt: when the request arrived (ms since epoch) */
+    int64_t now_ms; /* receivedAt: when the request arrived (ms since epoch) */
 } api_req_t;
 
 /* A response. `body` is malloc'ed and owned by whoever holds the struct (free()). */
@@ -47,8 +47,8 @@ typedef struct api_resp {
     const char *content_type; /* static string */
     char *body;
     size_t body_len;
-    int retry_after;          /* seconds for a Retry-After header; 0: none */
-    const char *allow;        /* static string for an Allow header (405); NULL: none */
+    int retry_after;   /* seconds for a Retry-After header; 0: none */
+    const char *allow; /* static string for an Allow header (405); NULL: none */
 } api_resp_t;
 
 enum api_outcome {

@@ -1,0 +1,88 @@
+/* batch: parse, validate and normalise a body into log-ready events and per-event rejections. */
+#ifndef INGESTD_API_BATCH_H
+#define INGESTD_API_BATCH_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/keyhash.h"
+
+#define BATCH_UUID_LEN 36 /* "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx" */
+#define BATCH_ERR_LEN  160
+
+enum batch_status {
+    BATCH_OK = 0,
+    BATCH_BAD_REQUEST = -1, /* the whole request is malformed: answer 400 with err->text */
+    BATCH_NOMEM = -2,
+};
+
+/* Writes a fresh messageId (BATCH_UUID_LEN chars and a NUL) into out. Must be thread-safe. */
+typedef void (*batch_uuid_fn)(char out[BATCH_UUID_LEN + 1], void *arg);
+
+/* The default: a random lowercase UUID v4 from libuuid. Thread-safe. */
+void batch_uuid_v4(char out[BATCH_UUID_LEN + 1], void *arg);
+
+typedef struct batch_options {
+    const char *single_type; /* NULL for /v1/batch and /v1/import; else the route's event type */
+    const char *source;      /* the write key's source, stamped on every event */
+    const uint8_t *secret;   /* KEYHASH_SECRET_LEN bytes for the dedupe key */
+    int64_t now_ms;          /* receivedAt */
+    batch_uuid_fn uuid;      /* NULL: batch_uuid_v4 */
+    void *uuid_arg;
+} batch_options_t;
+
+typedef struct batch_event {
+    char *data; /* normalised compact JSON, no newline, no NUL; malloc'ed, freed by batch_clear */
+    size_t len;
+    uint8_t key[KEYHASH_LEN]; /* keyhash(secret, source, messageId) */
+    size_t index;             /* position in the request's batch array (0 for single routes) */
+} batch_event_t;
+
+typedef struct batch_reject {
+    size_t index;      /* position in the request's batch array */
+    const char *error; /* static string: a short lowercase sentence */
+} batch_reject_t;
+
+/* The outcome of one request; zero-initialise it, release it with batch_clear(). */
+typedef struct batch {
+    batch_event_t *events; /* valid events, in request order */
+    size_t nevents;
+    batch_reject_t *rejected; /* rejected events, in request order */
+    size_t nrejected;
+} batch_t;
+
+/* Why a whole request failed; first error kept. */
+typedef struct batch_error {
+    char text[BATCH_ERR_LEN];
+} batch_error_t;
+
+/*
+ * Parses body[0..len) as one JSON value (no trailing garbage, no \u0000 in
+ * strings, valid UTF-8) that must be an object. Returns BATCH_OK with *root
+ * (caller owns, json_decref), or BATCH_BAD_REQUEST with err->text.
+ */
+int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err);
+
+/*
+ * The top-level "writeKey" of a parsed body (batch routes: the batch
+ * object; single routes: the event) when it is a string, else NULL.
+ * The pointer is borrowed from root (valid while root lives).
+ */
+const char *batch_write_key(const json_t *root, size_t *len);
+
+/*
+ * Validates and normalises every event of `root` (see the brief: types, ids,
+ * messageId assignment, receivedAt, source, sentAt, timestamp correction,
+ * context/integrations merge, writeKey stripped, 32 KB cap). May modify
+ * `root`. Per-event problems land in out->rejected; whole-request problems
+ * (batch not an array, empty, more than API_MAX_BATCH_EVENTS, bad batch-level
+ * sentAt/context/integrations) return BATCH_BAD_REQUEST with err->text and an
+ * empty *out. BATCH_NOMEM leaves *out empty. Thread-safe for distinct roots.
+ */
+int batch_build(json_t *root, const batch_options_t *opts, batch_t *out, batch_error_t *err);
+
+/* Frees everything batch_build put in *b and zeroes it; NULL is a no-op. */
+void batch_clear(batch_t *b);
+
+#endif

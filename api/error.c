@@ -1,0 +1,66 @@
+/* error: JSON responses, error bodies and the one mapping from commit status to HTTP status. */
+#include "api/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char JSON_TYPE[] = "application/json";
+
+/* Used when even the error body cannot be allocated: a static copy that is strdup'ed if possible.
+ */
+static void fallback(api_resp_t *resp, int status)
+{
+    static const char body[] = "{\"success\":false,\"error\":\"internal error\"}";
+    memset(resp, 0, sizeof(*resp));
+    resp->status = status;
+    resp->content_type = JSON_TYPE;
+    resp->body = strdup(body);
+    resp->body_len = resp->body ? strlen(body) : 0;
+}
+
+int api_resp_json(api_resp_t *resp, int status, json_t *json)
+{
+    /* 9 significant digits: enough for the few reals in responses (fsync ms, averages) without
+     * the 17-digit noise of an exact double. */
+    size_t flags = JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9);
+    char *s = json ? json_dumps(json, flags) : NULL;
+    json_decref(json);
+    if (!s) {
+        fallback(resp, 500);
+        return -1;
+    }
+    memset(resp, 0, sizeof(*resp));
+    resp->status = status;
+    resp->content_type = JSON_TYPE;
+    resp->body = s;
+    resp->body_len = strlen(s);
+    return 0;
+}
+
+void api_error(api_resp_t *resp, int status, const char *msg)
+{
+    json_t *j = json_pack("{s:b, s:s}", "success", 0, "error", msg ? msg : "error");
+    if (api_resp_json(resp, status, j) != 0)
+        return;
+    /* Clients retry 429 and 503, and Retry-After tells them when. */
+    if (status == 429 || status == 503)
+        resp->retry_after = API_RETRY_AFTER_S;
+}
+
+void api_error_commit(api_resp_t *resp, int commit_status)
+{
+    switch (commit_status) {
+    case COMMIT_UNAVAILABLE:
+        api_error(resp, 503, "storage unavailable, retry later");
+        break;
+    case COMMIT_CLOSED:
+        api_error(resp, 503, "shutting down, retry later");
+        break;
+    case COMMIT_NOMEM:
+        api_error(resp, 503, "out of memory, retry later");
+        break;
+    default:
+        api_error(resp, 500, "internal error");
+        break;
+    }
+}

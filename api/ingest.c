@@ -1,0 +1,219 @@
+/* ingest: POST routes: auth, parse, validate, group commit, answer once durable. */
+#include "api/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "api/auth.h"
+#include "api/batch.h"
+
+/* One pending request: all the commit borrows lives here until the done callback frees it. */
+struct pending {
+    commit_req_t req;
+    api_done_fn done;
+    void *arg;
+    batch_t batch; /* owns the event bytes the commit events point at, and the rejected list */
+    commit_event_t events[];
+};
+
+int api_content_type_ok(const char *ct)
+{
+    static const char *const OK[] = {"application/json", "text/plain",
+                                     "application/x-www-form-urlencoded"};
+    if (!ct)
+        return 1;
+    while (*ct == ' ' || *ct == '\t')
+        ct++;
+    size_t len = strcspn(ct, ";");
+    while (len > 0 && (ct[len - 1] == ' ' || ct[len - 1] == '\t'))
+        len--;
+    if (len == 0)
+        return 1;
+    for (size_t i = 0; i < sizeof(OK) / sizeof(OK[0]); i++)
+        if (strlen(OK[i]) == len && strncasecmp(OK[i], ct, len) == 0)
+            return 1;
+    return 0;
+}
+
+int api_header_auth(api_t *api, const char *authorization, const api_write_key_t **found,
+                    api_resp_t *resp)
+{
+    char *key = NULL;
+    size_t len = 0;
+
+    *found = NULL;
+    switch (auth_basic_key(authorization, &key, &len)) {
+    case AUTH_OK:
+        *found = auth_lookup(api->keys, api->nkeys, key, len);
+        free(key);
+        if (!*found) {
+            api_error(resp, 401, "unknown write key");
+            return -1;
+        }
+        return 0;
+    case AUTH_NONE:
+        return 0;
+    case AUTH_MALFORMED:
+        api_error(resp, 401, "malformed Authorization header");
+        return -1;
+    default:
+        api_error(resp, 503, "out of memory, retry later");
+        return -1;
+    }
+}
+
+/* 200 {"success":true,"accepted":A,"duplicates":D,"rejected":[...]}. */
+static void success(api_resp_t *resp, size_t accepted, size_t duplicates, const batch_t *b)
+{
+    json_t *rej = json_array();
+    for (size_t i = 0; rej && i < b->nrejected; i++) {
+        json_t *r = json_pack("{s:I, s:s}", "index", (json_int_t)b->rejected[i].index, "error",
+                              b->rejected[i].error);
+        if (!r || json_array_append_new(rej, r) != 0) {
+            json_decref(rej);
+            rej = NULL;
+        }
+    }
+    if (!rej) {
+        api_error(resp, 503, "out of memory, retry later");
+        return;
+    }
+    api_resp_json(resp, 200,
+                  json_pack("{s:b, s:I, s:I, s:o}", "success", 1, "accepted", (json_int_t)accepted,
+                            "duplicates", (json_int_t)duplicates, "rejected", rej));
+}
+
+/* Runs on the storage writer thread once the request's events are durable (or failed). */
+static void committed(commit_req_t *req, void *arg)
+{
+    struct pending *p = arg;
+    api_resp_t resp;
+    (void)req;
+
+    if (p->req.status != COMMIT_OK) {
+        /* Nothing of this request was kept: the client must retry all of it. */
+        api_error_commit(&resp, p->req.status);
+    } else {
+        size_t accepted = 0, duplicates = 0;
+        for (size_t i = 0; i < p->req.n; i++) {
+            if (p->events[i].result == COMMIT_DUPLICATE)
+                duplicates++;
+            else
+                accepted++;
+        }
+        success(&resp, accepted, duplicates, &p->batch);
+    }
+    p->done(&resp, p->arg);
+    free(resp.body);
+    batch_clear(&p->batch);
+    free(p);
+}
+
+static int submit(api_t *api, const api_req_t *req, batch_t *b, api_resp_t *resp, api_done_fn done,
+                  void *arg)
+{
+    struct pending *p = calloc(1, sizeof(*p) + b->nevents * sizeof(p->events[0]));
+    if (!p) {
+        api_error_commit(resp, COMMIT_NOMEM);
+        return API_DONE;
+    }
+    for (size_t i = 0; i < b->nevents; i++) {
+        commit_event_t *e = &p->events[i];
+        memcpy(e->key, b->events[i].key, sizeof(e->key));
+        e->received_ms = req->now_ms;
+        e->data = b->events[i].data;
+        e->len = (uint32_t)b->events[i].len;
+    }
+    p->req.events = p->events;
+    p->req.n = b->nevents;
+    p->req.done = committed;
+    p->req.arg = p;
+    p->done = done;
+    p->arg = arg;
+    p->batch = *b;
+    memset(b, 0, sizeof(*b));
+
+    int rc = commit_submit(api->commit, &p->req);
+    if (rc != COMMIT_OK) {
+        /* Not queued, so the callback will not run: answer and free here. */
+        api_error_commit(resp, rc);
+        batch_clear(&p->batch);
+        free(p);
+        return API_DONE;
+    }
+    /* From here the writer thread owns p and may already have freed it. */
+    return API_PENDING;
+}
+
+int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_resp_t *resp,
+               api_done_fn done, void *arg)
+{
+    const api_write_key_t *wk = NULL;
+    json_t *root = NULL;
+    batch_t b = {0};
+    batch_error_t err = {{0}};
+    int rc = API_DONE;
+
+    if (!api_content_type_ok(req->content_type)) {
+        api_error(resp, 400, "unsupported Content-Type");
+        return API_DONE;
+    }
+    if (req->body_len > API_MAX_REQUEST_BYTES) {
+        api_error(resp, 400, "request body too large (max 512000 bytes)");
+        return API_DONE;
+    }
+    if (api_header_auth(api, req->authorization, &wk, resp) != 0)
+        return API_DONE;
+    if (batch_parse(req->body, req->body_len, &root, &err) != BATCH_OK) {
+        api_error(resp, 400, err.text);
+        goto out;
+    }
+    if (!wk) {
+        size_t klen = 0;
+        const char *k = batch_write_key(root, &klen);
+        if (!k) {
+            api_error(resp, 401, "missing write key");
+            goto out;
+        }
+        wk = auth_lookup(api->keys, api->nkeys, k, klen);
+        if (!wk) {
+            api_error(resp, 401, "unknown write key");
+            goto out;
+        }
+    }
+
+    batch_options_t o = {
+        .single_type = single_type,
+        .source = wk->source,
+        .secret = commit_secret(api->commit),
+        .now_ms = req->now_ms,
+    };
+    int brc = batch_build(root, &o, &b, &err);
+    if (brc == BATCH_BAD_REQUEST) {
+        api_error(resp, 400, err.text);
+        goto out;
+    }
+    if (brc != BATCH_OK) {
+        api_error_commit(resp, COMMIT_NOMEM);
+        goto out;
+    }
+    /* The parsed tree is no longer needed: the events are serialised; drop it before waiting. */
+    json_decref(root);
+    root = NULL;
+
+    atomic_fetch_add_explicit(&api->rejected, b.nrejected, memory_order_relaxed);
+    if (single_type && b.nrejected > 0) {
+        api_error(resp, 400, b.rejected[0].error);
+        goto out;
+    }
+    if (b.nevents == 0) {
+        success(resp, 0, 0, &b);
+        goto out;
+    }
+    rc = submit(api, req, &b, resp, done, arg);
+out:
+    json_decref(root);
+    batch_clear(&b);
+    return rc;
+}

@@ -1,0 +1,52 @@
+/* internal: the api_t struct and helpers shared by the api/ files; not for use outside api/. */
+#ifndef INGESTD_API_INTERNAL_H
+#define INGESTD_API_INTERNAL_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+
+#include "api/api.h"
+
+#define API_STATUS_SLOTS 600 /* counters for statuses 0..599 */
+
+struct api {
+    api_write_key_t *keys; /* deep copies, freed by api_free */
+    size_t nkeys;
+    commit_t *commit;
+    int64_t window_ms;
+    uint64_t max_keys;
+    int64_t started_ms; /* CLOCK_MONOTONIC at api_new, for uptime */
+    atomic_uint_fast64_t rejected;
+    atomic_uint_fast64_t by_status[API_STATUS_SLOTS];
+};
+
+/* Fills *resp with `json` (compact) and `status`. Steals the reference. Returns 0 or -1 (then *resp
+ * holds a 500 when possible). */
+int api_resp_json(api_resp_t *resp, int status, json_t *json);
+
+/* Maps a commit status (COMMIT_UNAVAILABLE, COMMIT_CLOSED, ...) to an HTTP error in *resp. */
+void api_error_commit(api_resp_t *resp, int commit_status);
+
+/* The ingest routes: auth, parse, validate, submit. `single_type` NULL for batch/import. */
+int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_resp_t *resp,
+               api_done_fn done, void *arg);
+
+/* Whether a Content-Type (NULL allowed) is one the ingest routes read as JSON. */
+int api_content_type_ok(const char *content_type);
+
+/*
+ * Checks a key given in the Authorization header. Returns 0 with *found (NULL
+ * when the header gives no key: the body's writeKey decides), or -1 with a
+ * 401 (malformed header, unknown key) or 503 (no memory) in *resp.
+ */
+int api_header_auth(api_t *api, const char *authorization, const api_write_key_t **found,
+                    api_resp_t *resp);
+
+/* GET /stats and GET /metrics. `now_ms` is wall-clock time for the effective window. */
+void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp);
+void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp);
+
+/* Milliseconds of CLOCK_MONOTONIC. */
+int64_t api_monotonic_ms(void);
+
+#endif

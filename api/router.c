@@ -1,0 +1,169 @@
+/* router: api_t lifetime, route table, method checks (404/405 with Allow) and dispatch. */
+#include "api/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum kind { INGEST, STATS, METRICS, HEALTHZ };
+
+struct route {
+    const char *path;
+    enum kind kind;
+    const char *type; /* event type for single-event routes, NULL for batch/import */
+};
+
+static const struct route ROUTES[] = {
+    {"/v1/batch", INGEST, NULL},    {"/v1/import", INGEST, NULL},
+    {"/v1/track", INGEST, "track"}, {"/v1/identify", INGEST, "identify"},
+    {"/v1/page", INGEST, "page"},   {"/v1/screen", INGEST, "screen"},
+    {"/v1/group", INGEST, "group"}, {"/v1/alias", INGEST, "alias"},
+    {"/stats", STATS, NULL},        {"/metrics", METRICS, NULL},
+    {"/healthz", HEALTHZ, NULL},
+};
+
+int64_t api_monotonic_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void free_keys(api_write_key_t *keys, size_t n)
+{
+    for (size_t i = 0; keys && i < n; i++) {
+        free((char *)keys[i].key);
+        free((char *)keys[i].source);
+    }
+    free(keys);
+}
+
+int api_new(const api_options_t *opts, api_t **out)
+{
+    api_t *api = NULL;
+
+    *out = NULL;
+    if (!opts || !opts->commit || (opts->nkeys > 0 && !opts->keys))
+        return -1;
+    api = calloc(1, sizeof(*api));
+    if (!api)
+        return -1;
+    api->keys = calloc(opts->nkeys ? opts->nkeys : 1, sizeof(*api->keys));
+    if (!api->keys)
+        goto fail;
+    for (size_t i = 0; i < opts->nkeys; i++) {
+        const api_write_key_t *k = &opts->keys[i];
+        if (!k->key || !*k->key)
+            goto fail;
+        api->keys[i].key = strdup(k->key);
+        api->keys[i].source = strdup(k->source && *k->source ? k->source : "default");
+        api->nkeys = i + 1;
+        if (!api->keys[i].key || !api->keys[i].source)
+            goto fail;
+    }
+    api->commit = opts->commit;
+    api->window_ms = opts->window_ms;
+    api->max_keys = opts->max_keys;
+    api->started_ms = api_monotonic_ms();
+    atomic_init(&api->rejected, 0);
+    for (size_t i = 0; i < API_STATUS_SLOTS; i++)
+        atomic_init(&api->by_status[i], 0);
+    *out = api;
+    return 0;
+fail:
+    api_free(api);
+    return -1;
+}
+
+void api_free(api_t *api)
+{
+    if (!api)
+        return;
+    free_keys(api->keys, api->nkeys);
+    free(api);
+}
+
+void api_count_response(api_t *api, int status)
+{
+    if (!api)
+        return;
+    /* Out-of-range statuses are folded into slot 0 rather than dropped, so totals still add up. */
+    size_t slot = status > 0 && status < API_STATUS_SLOTS ? (size_t)status : 0;
+    atomic_fetch_add_explicit(&api->by_status[slot], 1, memory_order_relaxed);
+}
+
+/* Finds the route of `path`, ignoring a query string and one trailing slash. */
+static const struct route *find_route(const char *path)
+{
+    if (!path)
+        return NULL;
+    size_t len = strcspn(path, "?");
+    if (len > 1 && path[len - 1] == '/')
+        len--;
+    for (size_t i = 0; i < sizeof(ROUTES) / sizeof(ROUTES[0]); i++)
+        if (strlen(ROUTES[i].path) == len && memcmp(ROUTES[i].path, path, len) == 0)
+            return &ROUTES[i];
+    return NULL;
+}
+
+/* 404 / 405 for the request line; NULL route means *resp was filled. */
+static const struct route *route_or_error(const api_req_t *req, api_resp_t *resp)
+{
+    const struct route *r = find_route(req->path);
+    const char *m = req->method ? req->method : "";
+    if (!r) {
+        api_error(resp, 404, "not found");
+        return NULL;
+    }
+    if (r->kind == INGEST && strcmp(m, "POST") != 0) {
+        api_error(resp, 405, "method not allowed");
+        resp->allow = "POST";
+        return NULL;
+    }
+    if (r->kind != INGEST && strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0) {
+        api_error(resp, 405, "method not allowed");
+        resp->allow = "GET, HEAD";
+        return NULL;
+    }
+    return r;
+}
+
+int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
+{
+    const struct route *r = route_or_error(req, resp);
+    if (!r)
+        return API_DONE;
+    if (r->kind != INGEST)
+        return API_CONTINUE;
+    if (!api_content_type_ok(req->content_type)) {
+        api_error(resp, 400, "unsupported Content-Type");
+        return API_DONE;
+    }
+    /* A key in the header is checked now; without one the body's writeKey decides later. */
+    const api_write_key_t *found = NULL;
+    if (api_header_auth(api, req->authorization, &found, resp) != 0)
+        return API_DONE;
+    return API_CONTINUE;
+}
+
+int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg)
+{
+    const struct route *r = route_or_error(req, resp);
+    if (!r)
+        return API_DONE;
+    switch (r->kind) {
+    case INGEST:
+        return api_ingest(api, req, r->type, resp, done, arg);
+    case STATS:
+        api_stats(api, req->now_ms, resp);
+        return API_DONE;
+    case METRICS:
+        api_metrics(api, req->now_ms, resp);
+        return API_DONE;
+    case HEALTHZ:
+        api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+        return API_DONE;
+    }
+    api_error(resp, 500, "internal error");
+    return API_DONE;
+}

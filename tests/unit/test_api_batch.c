@@ -1,0 +1,435 @@
+/*
+ * Unit tests for api/batch: validation and normalisation. Most cases are data
+ * files (tests/data/batch/valid/ and invalid/, one JSON file per case, each run
+ * as its own cmocka test); limits and randomness are tested in code below.
+ *
+ * A case file: {"route": "batch"|"import"|"track"|..., "now": ISO time,
+ *   "source"?: name (default "default"), "body": JSON | "body_text": raw text,
+ *   valid/: "events": [expected normalised event...], "rejected": [{"index","error"}...]
+ *   invalid/: "error": exact whole-request error, or "error_prefix": its start}
+ * Assigned messageIds come from a counter: 00000000-0000-4000-8000-000000000001, ...
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "api/api.h"
+#include "api/batch.h"
+#include "api/timestamp.h"
+
+static const uint8_t SECRET[KEYHASH_SECRET_LEN] = {1, 2,  3,  4,  5,  6,  7,  8,
+                                                   9, 10, 11, 12, 13, 14, 15, 16};
+#define NOW_MS 1795332722123LL /* 2026-11-22T07:32:02.123Z */
+
+static void counter_uuid(char out[BATCH_UUID_LEN + 1], void *arg)
+{
+    unsigned *n = arg;
+    snprintf(out, BATCH_UUID_LEN + 1, "00000000-0000-4000-8000-%012u", ++*n);
+}
+
+/* Runs parse + build like the api does; returns the status and fills *b / err. */
+static int run(const char *route, const char *source, int64_t now, const char *body, size_t len,
+               batch_t *b, batch_error_t *err, unsigned *uuid_counter)
+{
+    json_t *root = NULL;
+    memset(b, 0, sizeof(*b));
+    int rc = batch_parse(body, len, &root, err);
+    if (rc != BATCH_OK)
+        return rc;
+    batch_options_t o = {
+        .single_type =
+            (!route || !strcmp(route, "batch") || !strcmp(route, "import")) ? NULL : route,
+        .source = source,
+        .secret = SECRET,
+        .now_ms = now,
+        .uuid = uuid_counter ? counter_uuid : NULL,
+        .uuid_arg = uuid_counter,
+    };
+    rc = batch_build(root, &o, b, err);
+    json_decref(root);
+    return rc;
+}
+
+/* Every produced event: one compact line, and its key is keyhash(secret, source, messageId). */
+static json_t *check_event_bytes(const batch_event_t *e, const char *source)
+{
+    json_error_t jerr;
+    uint8_t key[KEYHASH_LEN];
+    assert_non_null(e->data);
+    assert_int_equal(strlen(e->data), e->len);
+    assert_null(memchr(e->data, '\n', e->len));
+    assert_true(e->len <= API_MAX_EVENT_BYTES);
+    json_t *j = json_loadb(e->data, e->len, 0, &jerr);
+    if (!j)
+        fail_msg("event is not JSON: %s", jerr.text);
+    json_t *mid = json_object_get(j, "messageId");
+    assert_true(json_is_string(mid));
+    keyhash(SECRET, source, strlen(source), json_string_value(mid), json_string_length(mid), key);
+    assert_memory_equal(key, e->key, KEYHASH_LEN);
+    assert_string_equal(json_string_value(json_object_get(j, "source")), source);
+    assert_null(json_object_get(j, "writeKey"));
+    return j;
+}
+
+struct data_case {
+    char path[1024];
+    char name[256];
+    int valid;
+};
+
+static void run_case(void **state)
+{
+    const struct data_case *c = *state;
+    json_error_t jerr;
+    json_t *spec = json_load_file(c->path, 0, &jerr);
+    if (!spec)
+        fail_msg("%s: %s (line %d)", c->path, jerr.text, jerr.line);
+
+    const char *route = json_string_value(json_object_get(spec, "route"));
+    const char *now_s = json_string_value(json_object_get(spec, "now"));
+    const char *source = json_string_value(json_object_get(spec, "source"));
+    int64_t now = NOW_MS;
+    if (now_s)
+        assert_int_equal(timestamp_parse(now_s, strlen(now_s), &now), 0);
+    if (!source)
+        source = "default";
+
+    char *body;
+    json_t *text = json_object_get(spec, "body_text");
+    if (text)
+        body = strdup(json_string_value(text));
+    else
+        body = json_dumps(json_object_get(spec, "body"), JSON_COMPACT | JSON_ENCODE_ANY);
+    assert_non_null(body);
+
+    batch_t b;
+    batch_error_t err = {{0}};
+    unsigned counter = 0;
+    int rc = run(route, source, now, body, strlen(body), &b, &err, &counter);
+
+    if (!c->valid) {
+        if (rc != BATCH_BAD_REQUEST)
+            fail_msg("%s: expected a whole-request error, got rc %d", c->name, rc);
+        assert_int_equal(b.nevents, 0);
+        assert_int_equal(b.nrejected, 0);
+        const char *want = json_string_value(json_object_get(spec, "error"));
+        const char *prefix = json_string_value(json_object_get(spec, "error_prefix"));
+        assert_true(want || prefix);
+        if (want && strcmp(err.text, want) != 0)
+            fail_msg("%s: error \"%s\" want \"%s\"", c->name, err.text, want);
+        if (prefix && strncmp(err.text, prefix, strlen(prefix)) != 0)
+            fail_msg("%s: error \"%s\" want prefix \"%s\"", c->name, err.text, prefix);
+        goto out;
+    }
+
+    if (rc != BATCH_OK)
+        fail_msg("%s: rc %d (%s)", c->name, rc, err.text);
+    json_t *want_ev = json_object_get(spec, "events");
+    json_t *want_rej = json_object_get(spec, "rejected");
+    assert_true(json_is_array(want_ev));
+    if (b.nevents != json_array_size(want_ev))
+        fail_msg("%s: %zu events, want %zu", c->name, b.nevents, json_array_size(want_ev));
+    for (size_t i = 0; i < b.nevents; i++) {
+        json_t *got = check_event_bytes(&b.events[i], source);
+        json_t *want = json_deep_copy(json_array_get(want_ev, i));
+        json_t *idx = json_object_get(want, "$index"); /* optional position check */
+        if (idx) {
+            assert_int_equal(b.events[i].index, json_integer_value(idx));
+            json_object_del(want, "$index");
+        }
+        if (!json_equal(got, want)) {
+            char *w = json_dumps(want, JSON_COMPACT);
+            fail_msg("%s: event %zu\n got: %s\nwant: %s", c->name, i, b.events[i].data, w);
+        }
+        json_decref(want);
+        json_decref(got);
+    }
+    size_t nrej = want_rej ? json_array_size(want_rej) : 0;
+    if (b.nrejected != nrej)
+        fail_msg("%s: %zu rejected, want %zu (first: %s)", c->name, b.nrejected, nrej,
+                 b.nrejected ? b.rejected[0].error : "-");
+    for (size_t i = 0; i < nrej; i++) {
+        json_t *w = json_array_get(want_rej, i);
+        assert_int_equal(b.rejected[i].index, json_integer_value(json_object_get(w, "index")));
+        const char *we = json_string_value(json_object_get(w, "error"));
+        if (strcmp(b.rejected[i].error, we) != 0)
+            fail_msg("%s: rejected[%zu] \"%s\" want \"%s\"", c->name, i, b.rejected[i].error, we);
+    }
+out:
+    batch_clear(&b);
+    free(body);
+    json_decref(spec);
+}
+
+/* ---- cases in code: limits, UUIDs, number formatting ---- */
+
+static char *make_batch(size_t n)
+{
+    size_t cap = n * 64 + 64, len = 0;
+    char *s = malloc(cap);
+    assert_non_null(s);
+    len += (size_t)sprintf(s + len, "{\"batch\":[");
+    for (size_t i = 0; i < n; i++)
+        len += (size_t)sprintf(s + len, "%s{\"type\":\"identify\",\"userId\":\"u%zu\"}",
+                               i ? "," : "", i);
+    sprintf(s + len, "]}");
+    return s;
+}
+
+static void test_batch_cap(void **state)
+{
+    batch_t b;
+    batch_error_t err = {{0}};
+    (void)state;
+    char *s = make_batch(API_MAX_BATCH_EVENTS);
+    assert_int_equal(run("batch", "default", NOW_MS, s, strlen(s), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, API_MAX_BATCH_EVENTS);
+    assert_int_equal(b.nrejected, 0);
+    batch_clear(&b);
+    assert_null(b.events);
+    free(s);
+
+    s = make_batch(API_MAX_BATCH_EVENTS + 1);
+    assert_int_equal(run("batch", "default", NOW_MS, s, strlen(s), &b, &err, NULL),
+                     BATCH_BAD_REQUEST);
+    assert_string_equal(err.text, "too many events in batch (max 2500)");
+    assert_int_equal(b.nevents, 0);
+    free(s);
+}
+
+/* A batch of [small, padded, small] where the padded event normalises to `size` bytes exactly. */
+static char *padded_batch(size_t pad)
+{
+    char *s = malloc(pad + 512);
+    assert_non_null(s);
+    int n = sprintf(s, "{\"batch\":[{\"type\":\"track\",\"event\":\"a\",\"userId\":\"u\","
+                       "\"messageId\":\"m1\"},{\"type\":\"track\",\"event\":\"a\",\"userId\":"
+                       "\"u\",\"messageId\":\"m2\",\"properties\":{\"pad\":\"");
+    memset(s + n, 'x', pad);
+    sprintf(s + n + pad, "\"}},{\"type\":\"track\",\"event\":\"a\",\"userId\":\"u\","
+                         "\"messageId\":\"m3\"}]}");
+    return s;
+}
+
+static void test_event_cap(void **state)
+{
+    batch_t b;
+    batch_error_t err = {{0}};
+    (void)state;
+    /* Measure the normalised size with a small pad, then aim at the boundary exactly. */
+    char *s = padded_batch(10);
+    assert_int_equal(run("batch", "web", NOW_MS, s, strlen(s), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, 3);
+    size_t base = b.events[1].len - 10;
+    batch_clear(&b);
+    free(s);
+
+    s = padded_batch(API_MAX_EVENT_BYTES - base);
+    assert_int_equal(run("batch", "web", NOW_MS, s, strlen(s), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, 3);
+    assert_int_equal(b.events[1].len, API_MAX_EVENT_BYTES);
+    batch_clear(&b);
+    free(s);
+
+    s = padded_batch(API_MAX_EVENT_BYTES - base + 1);
+    assert_int_equal(run("batch", "web", NOW_MS, s, strlen(s), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, 2); /* the neighbours survive */
+    assert_int_equal(b.events[0].index, 0);
+    assert_int_equal(b.events[1].index, 2);
+    assert_int_equal(b.nrejected, 1);
+    assert_int_equal(b.rejected[0].index, 1);
+    assert_string_equal(b.rejected[0].error, "event too large");
+    batch_clear(&b);
+    free(s);
+}
+
+static int is_hex(char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+}
+
+static void assert_uuid_v4(const char *s)
+{
+    assert_int_equal(strlen(s), BATCH_UUID_LEN);
+    for (int i = 0; i < BATCH_UUID_LEN; i++) {
+        if (i == 8 || i == 13 || i == 18 || i == 23)
+            assert_int_equal(s[i], '-');
+        else if (!is_hex(s[i]))
+            fail_msg("not lowercase hex at %d: %s", i, s);
+    }
+    assert_int_equal(s[14], '4');           /* version 4 */
+    assert_non_null(strchr("89ab", s[19])); /* RFC 4122 variant */
+}
+
+static void test_assigned_uuid_v4(void **state)
+{
+    batch_t b;
+    batch_error_t err = {{0}};
+    json_error_t jerr;
+    char seen[3][BATCH_UUID_LEN + 1];
+    (void)state;
+    const char *body = "{\"batch\":[{\"type\":\"identify\",\"userId\":\"a\"},"
+                       "{\"type\":\"identify\",\"userId\":\"b\"},"
+                       "{\"type\":\"identify\",\"userId\":\"c\",\"messageId\":\"given\"},"
+                       "{\"type\":\"identify\",\"userId\":\"d\"}]}";
+    /* No uuid function: the real libuuid generator. */
+    assert_int_equal(run("batch", "default", NOW_MS, body, strlen(body), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, 4);
+    for (size_t i = 0, k = 0; i < 4; i++) {
+        json_t *j = json_loadb(b.events[i].data, b.events[i].len, 0, &jerr);
+        assert_non_null(j);
+        const char *mid = json_string_value(json_object_get(j, "messageId"));
+        if (i == 2) {
+            assert_string_equal(mid, "given");
+        } else {
+            assert_uuid_v4(mid);
+            strcpy(seen[k++], mid);
+        }
+        json_decref(j);
+    }
+    assert_string_not_equal(seen[0], seen[1]);
+    assert_string_not_equal(seen[1], seen[2]);
+    batch_clear(&b);
+
+    char direct[BATCH_UUID_LEN + 1];
+    batch_uuid_v4(direct, NULL);
+    assert_uuid_v4(direct);
+}
+
+static void test_numbers_kept(void **state)
+{
+    batch_t b;
+    batch_error_t err = {{0}};
+    json_error_t jerr;
+    (void)state;
+    /* Reals come out as the shortest text (15..17 digits) that reads back to the same double,
+     * so a price typed as 19.99 is not logged as 19.989999999999998. */
+    const char *body = "{\"type\":\"track\",\"event\":\"Order\",\"userId\":\"u\","
+                       "\"properties\":{\"revenue\":19.99,\"tax\":0.1,\"n\":3,\"big\":"
+                       "9007199254740993,\"e\":1.5e300}}";
+    assert_int_equal(run("track", "default", NOW_MS, body, strlen(body), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, 1);
+    const char *d = b.events[0].data;
+    assert_non_null(strstr(d, "\"properties\":{\"revenue\":19.99,\"tax\":0.1,\"n\":3,"
+                              "\"big\":9007199254740993,\"e\":1.5e300}"));
+    batch_clear(&b);
+
+    /* A value that needs 17 digits raises the precision of its event: still exact. */
+    body = "{\"type\":\"track\",\"event\":\"Order\",\"userId\":\"u\","
+           "\"properties\":{\"revenue\":19.99,\"third\":0.30000000000000004}}";
+    assert_int_equal(run("track", "default", NOW_MS, body, strlen(body), &b, &err, NULL), BATCH_OK);
+    json_t *j = json_loadb(b.events[0].data, b.events[0].len, 0, &jerr);
+    assert_non_null(j);
+    json_t *p = json_object_get(j, "properties");
+    assert_true(json_real_value(json_object_get(p, "revenue")) == 19.99);
+    assert_true(json_real_value(json_object_get(p, "third")) == 0.1 + 0.2);
+    assert_true(json_real_value(json_object_get(p, "third")) != 0.3);
+    json_decref(j);
+    batch_clear(&b);
+}
+
+static void test_invalid_utf8(void **state)
+{
+    batch_t b;
+    batch_error_t err = {{0}};
+    (void)state;
+    const char body[] = "{\"batch\":[{\"type\":\"identify\",\"userId\":\"\xff\xfe\"}]}";
+    assert_int_equal(run("batch", "default", NOW_MS, body, sizeof(body) - 1, &b, &err, NULL),
+                     BATCH_BAD_REQUEST);
+    assert_true(strncmp(err.text, "invalid JSON", 12) == 0);
+    /* The client's bytes are not echoed back. */
+    assert_null(strchr(err.text, '\xff'));
+    /* A body with an embedded NUL byte (not \u0000) ends the JSON: trailing garbage. */
+    const char nul[] = "{\"batch\":[]}\0{}";
+    assert_int_equal(run("batch", "default", NOW_MS, nul, sizeof(nul) - 1, &b, &err, NULL),
+                     BATCH_BAD_REQUEST);
+    assert_true(strncmp(err.text, "invalid JSON", 12) == 0);
+    assert_int_equal(batch_parse(NULL, 0, &(json_t *){NULL}, &err), BATCH_BAD_REQUEST);
+    assert_string_equal(err.text, "body is empty");
+}
+
+static void test_write_key(void **state)
+{
+    json_t *root;
+    size_t len = 0;
+    batch_error_t err;
+    (void)state;
+    const char *body = "{\"writeKey\":\"k1\",\"batch\":[]}";
+    assert_int_equal(batch_parse(body, strlen(body), &root, &err), BATCH_OK);
+    assert_string_equal(batch_write_key(root, &len), "k1");
+    assert_int_equal(len, 2);
+    json_decref(root);
+    body = "{\"writeKey\":7}";
+    assert_int_equal(batch_parse(body, strlen(body), &root, &err), BATCH_OK);
+    assert_null(batch_write_key(root, &len));
+    json_decref(root);
+    body = "{\"batch\":[{\"writeKey\":\"inner\"}]}"; /* only the top level counts */
+    assert_int_equal(batch_parse(body, strlen(body), &root, &err), BATCH_OK);
+    assert_null(batch_write_key(root, &len));
+    json_decref(root);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const struct data_case *)a)->name, ((const struct data_case *)b)->name);
+}
+
+/* Collects the case files of one folder into cases[*n...]. */
+static void collect(const char *sub, int valid, struct data_case *cases, size_t cap, size_t *n)
+{
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/batch/%s", TEST_DATA_DIR, sub);
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "cannot open %s\n", dir);
+        exit(1);
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) && *n < cap) {
+        size_t l = strlen(e->d_name);
+        if (l < 6 || strcmp(e->d_name + l - 5, ".json") != 0)
+            continue;
+        struct data_case *c = &cases[(*n)++];
+        snprintf(c->path, sizeof(c->path), "%s/%s", dir, e->d_name);
+        snprintf(c->name, sizeof(c->name), "%s/%.200s", sub, e->d_name);
+        c->valid = valid;
+    }
+    closedir(d);
+}
+
+int main(void)
+{
+    static struct data_case cases[256];
+    static struct CMUnitTest data_tests[256];
+    size_t n = 0;
+
+    collect("valid", 1, cases, 256, &n);
+    collect("invalid", 0, cases, 256, &n);
+    qsort(cases, n, sizeof(cases[0]), by_name);
+    if (n < 20) {
+        fprintf(stderr, "only %zu batch case files found under %s\n", n, TEST_DATA_DIR);
+        return 1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        data_tests[i].name = cases[i].name;
+        data_tests[i].test_func = run_case;
+        data_tests[i].initial_state = &cases[i];
+    }
+
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_batch_cap),        cmocka_unit_test(test_event_cap),
+        cmocka_unit_test(test_assigned_uuid_v4), cmocka_unit_test(test_numbers_kept),
+        cmocka_unit_test(test_invalid_utf8),     cmocka_unit_test(test_write_key),
+    };
+    int failed = cmocka_run_group_tests_name("batch limits", tests, NULL, NULL);
+    failed += _cmocka_run_group_tests("batch data cases", data_tests, n, NULL, NULL);
+    return failed;
+}
