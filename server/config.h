@@ -11,9 +11,9 @@
 #define CONFIG_MAX_WRITE_KEYS 256
 
 typedef struct config {
-    char listen_host[256];  /* --listen HOST:PORT (INGESTD_LISTEN), default 127.0.0.1:8080 */
+    char listen_host[256]; /* --listen HOST:PORT (INGESTD_LISTEN), default 127.0.0.1:8080 */
     uint16_t listen_port;
-    char data_dir[4096];    /* --data (INGESTD_DATA), default ./data */
+    char data_dir[4096];                               /* --data (INGESTD_DATA), default ./data */
     api_write_key_t write_keys[CONFIG_MAX_WRITE_KEYS]; /* --write-key KEY[:SOURCE], repeatable;
                                                           INGESTD_WRITE_KEY comma-separated */
     size_t nwrite_keys;
@@ -23,9 +23,9 @@ typedef struct config {
     uint64_t map_size;      /* --map-size (INGESTD_MAP_SIZE), initial LMDB map, default 1 GiB */
     unsigned threads;       /* --threads (INGESTD_THREADS), HTTP threads, default: CPUs */
     unsigned max_connections; /* --max-connections (INGESTD_MAX_CONNECTIONS), default 1024 */
-    unsigned timeout_s;     /* --timeout (INGESTD_TIMEOUT), idle connection timeout, default 30 */
-    size_t max_batch_events; /* --commit-max-events (INGESTD_COMMIT_MAX_EVENTS), default 50000 */
-    int log_level;          /* --log-level (INGESTD_LOG_LEVEL), default info */
+    unsigned timeout_s;       /* --timeout (INGESTD_TIMEOUT), idle connection timeout, default 30 */
+    size_t max_batch_events;  /* --commit-max-events (INGESTD_COMMIT_MAX_EVENTS), default 50000 */
+    int log_level;            /* --log-level (INGESTD_LOG_LEVEL), default info */
     /* storage for strings the write_keys point into */
     char key_storage[CONFIG_MAX_WRITE_KEYS][512];
 } config_t;

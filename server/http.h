@@ -13,7 +13,11 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
 /* Stops accepting new connections (in-flight requests go on). */
 void http_quiesce(http_t *h);
 
-/* Waits up to timeout_ms for every in-flight request to be answered; returns how many remain. */
+/*
+ * Waits up to timeout_ms for every in-flight request to be answered; returns how many remain.
+ * On return no api_handle() call is running and none will start (later ones get 503), so
+ * storage may be closed next. Requests that reach the server after http_quiesce get 503.
+ */
 unsigned http_drain(http_t *h, int timeout_ms);
 
 /* Stops the daemon and frees; NULL is a no-op. */

@@ -1,0 +1,706 @@
+/* config: the `serve` settings table and the parser, --help and start-up log it drives. */
+#include "server/config.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "server/logging.h"
+
+#define MS_PER_S   INT64_C(1000)
+#define MS_PER_DAY (86400 * MS_PER_S)
+#define KIB        UINT64_C(1024)
+#define MIB        (1024 * KIB)
+#define GIB        (1024 * MIB)
+#define TIB        (1024 * GIB)
+
+enum kind {
+    K_LISTEN,   /* HOST:PORT into listen_host / listen_port */
+    K_PATH,     /* a string field */
+    K_KEYS,     /* KEY[:SOURCE] list into write_keys */
+    K_DURATION, /* milliseconds into an int64 field */
+    K_SECONDS,  /* a duration stored as whole seconds */
+    K_SIZE,     /* bytes, with k/M/G/T suffixes */
+    K_COUNT,    /* a plain unsigned number */
+    K_LEVEL,    /* a log level name */
+};
+
+struct setting {
+    const char *name; /* flag without the leading "--" */
+    const char *env;  /* environment variable */
+    const char *def;  /* default as the user would type it; NULL: computed */
+    enum kind kind;
+    uint64_t min, max;   /* bounds of the parsed value (ms, bytes, seconds or count) */
+    size_t off, width;   /* the field in config_t */
+    const char *metavar; /* for --help */
+    const char *help;
+};
+
+#define FIELD(f) offsetof(config_t, f), sizeof(((config_t *)0)->f)
+
+/* The one table: parsing, validation, --help and config_log all walk it. */
+static const struct setting settings[] = {
+    {"listen", "INGESTD_LISTEN", "127.0.0.1:8080", K_LISTEN, 0, 65535, FIELD(listen_port),
+     "HOST:PORT", "address to listen on; port 0 picks a free port; IPv6 as [::1]:8080"},
+    {"data", "INGESTD_DATA", "./data", K_PATH, 1, sizeof(((config_t *)0)->data_dir) - 1,
+     FIELD(data_dir), "DIR", "data directory (LOCK, secret, store/, log/); created if missing"},
+    {"write-key", "INGESTD_WRITE_KEY", NULL, K_KEYS, 1, CONFIG_MAX_WRITE_KEYS, FIELD(nwrite_keys),
+     "KEY[:SOURCE]",
+     "a write key and the source stamped on its events (default \"default\"); repeatable, "
+     "and the variable takes a comma-separated list; at least one is required"},
+    {"window", "INGESTD_WINDOW", "24h", K_DURATION, (uint64_t)MS_PER_S,
+     (uint64_t)(365 * MS_PER_DAY), FIELD(window_ms), "DURATION",
+     "de-duplication window by age: 90s, 15m, 24h, 28d (1s..365d)"},
+    {"max-keys", "INGESTD_MAX_KEYS", "100000000", K_COUNT, 0, UINT64_C(1000000000000),
+     FIELD(max_keys), "N", "de-duplication window by size: keys kept at most; 0: no size bound"},
+    {"segment-bytes", "INGESTD_SEGMENT_BYTES", "64MiB", K_SIZE, 4 * KIB, 64 * GIB,
+     FIELD(segment_bytes), "SIZE",
+     "roll the event log to a new segment at this size (4KiB..64GiB)"},
+    {"map-size", "INGESTD_MAP_SIZE", "1GiB", K_SIZE, MIB, 16 * TIB, FIELD(map_size), "SIZE",
+     "initial LMDB map size, grown on demand (1MiB..16TiB)"},
+    {"threads", "INGESTD_THREADS", NULL, K_COUNT, 1, 64, FIELD(threads), "N",
+     "HTTP worker threads (1..64)"},
+    {"max-connections", "INGESTD_MAX_CONNECTIONS", "1024", K_COUNT, 1, 1000000,
+     FIELD(max_connections), "N", "concurrent client connections at most"},
+    {"timeout", "INGESTD_TIMEOUT", "30s", K_SECONDS, 1, 3600, FIELD(timeout_s), "DURATION",
+     "close a connection idle this long (1s..1h)"},
+    {"commit-max-events", "INGESTD_COMMIT_MAX_EVENTS", "50000", K_COUNT, 1, 10000000,
+     FIELD(max_batch_events), "N", "events per group commit (LMDB transaction + fsync) at most"},
+    {"log-level", "INGESTD_LOG_LEVEL", "info", K_LEVEL, 0, 0, FIELD(log_level), "LEVEL",
+     "error, warn, info or debug"},
+};
+
+#define NSETTINGS (sizeof settings / sizeof settings[0])
+
+static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (errbuf == NULL || errlen == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static unsigned cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+    if (n < 1)
+        return 1;
+    return n > 64 ? 64 : (unsigned)n;
+}
+
+/* Strict decimal: digits only, no sign, no blanks, no overflow. */
+static int parse_u64(const char *s, const char **end, uint64_t *v)
+{
+    uint64_t n = 0;
+    const char *p = s;
+
+    if (!isdigit((unsigned char)*p))
+        return -1;
+    for (; isdigit((unsigned char)*p); p++) {
+        unsigned d = (unsigned)(*p - '0');
+        if (n > (UINT64_MAX - d) / 10)
+            return -1;
+        n = n * 10 + d;
+    }
+    *end = p;
+    *v = n;
+    return 0;
+}
+
+int config_parse_duration(const char *s, int64_t *ms)
+{
+    static const struct {
+        const char *suffix;
+        int64_t ms;
+    } units[] = {{"", MS_PER_S},
+                 {"s", MS_PER_S},
+                 {"m", 60 * MS_PER_S},
+                 {"h", 3600 * MS_PER_S},
+                 {"d", MS_PER_DAY}};
+    const char *end;
+    uint64_t n;
+
+    if (s == NULL || parse_u64(s, &end, &n) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].suffix) != 0)
+            continue;
+        if (n > (uint64_t)(INT64_MAX / units[i].ms))
+            return -1;
+        *ms = (int64_t)n * units[i].ms;
+        return 0;
+    }
+    return -1;
+}
+
+int config_parse_size(const char *s, uint64_t *bytes)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t mult;
+    } units[] = {{"", 1},      {"b", 1},    {"k", KIB},   {"kb", KIB}, {"kib", KIB},
+                 {"m", MIB},   {"mb", MIB}, {"mib", MIB}, {"g", GIB},  {"gb", GIB},
+                 {"gib", GIB}, {"t", TIB},  {"tb", TIB},  {"tib", TIB}};
+    const char *end;
+    uint64_t n;
+
+    if (s == NULL || parse_u64(s, &end, &n) != 0)
+        return -1;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcasecmp(end, units[i].suffix) != 0)
+            continue;
+        if (n > UINT64_MAX / units[i].mult)
+            return -1;
+        *bytes = n * units[i].mult;
+        return 0;
+    }
+    return -1;
+}
+
+/* Renders ms in the largest unit that divides it: 2419200000 -> "28d", 5400000 -> "90m". */
+static void fmt_duration(char *buf, size_t len, int64_t ms)
+{
+    /* 24h stays "24h"; whole multiples of two days and more read better as days. */
+    if (ms % MS_PER_DAY == 0 && ms / MS_PER_DAY >= 2)
+        snprintf(buf, len, "%" PRId64 "d", ms / MS_PER_DAY);
+    else if (ms % (3600 * MS_PER_S) == 0)
+        snprintf(buf, len, "%" PRId64 "h", ms / (3600 * MS_PER_S));
+    else if (ms % (60 * MS_PER_S) == 0)
+        snprintf(buf, len, "%" PRId64 "m", ms / (60 * MS_PER_S));
+    else if (ms % MS_PER_S == 0)
+        snprintf(buf, len, "%" PRId64 "s", ms / MS_PER_S);
+    else
+        snprintf(buf, len, "%" PRId64 "ms", ms);
+}
+
+static void fmt_size(char *buf, size_t len, uint64_t b)
+{
+    if (b != 0 && b % TIB == 0)
+        snprintf(buf, len, "%" PRIu64 "TiB", b / TIB);
+    else if (b != 0 && b % GIB == 0)
+        snprintf(buf, len, "%" PRIu64 "GiB", b / GIB);
+    else if (b != 0 && b % MIB == 0)
+        snprintf(buf, len, "%" PRIu64 "MiB", b / MIB);
+    else if (b != 0 && b % KIB == 0)
+        snprintf(buf, len, "%" PRIu64 "KiB", b / KIB);
+    else
+        snprintf(buf, len, "%" PRIu64, b);
+}
+
+static void put_uint(config_t *cfg, const struct setting *st, uint64_t v)
+{
+    char *p = (char *)cfg + st->off;
+
+    switch (st->width) {
+    case sizeof(uint16_t): {
+        uint16_t x = (uint16_t)v;
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    case sizeof(uint32_t): {
+        uint32_t x = (uint32_t)v;
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    default: {
+        uint64_t x = v;
+        memcpy(p, &x, sizeof x);
+        break;
+    }
+    }
+}
+
+static uint64_t get_uint(const config_t *cfg, const struct setting *st)
+{
+    const char *p = (const char *)cfg + st->off;
+
+    switch (st->width) {
+    case sizeof(uint16_t): {
+        uint16_t x;
+        memcpy(&x, p, sizeof x);
+        return x;
+    }
+    case sizeof(uint32_t): {
+        uint32_t x;
+        memcpy(&x, p, sizeof x);
+        return x;
+    }
+    default: {
+        uint64_t x;
+        memcpy(&x, p, sizeof x);
+        return x;
+    }
+    }
+}
+
+/* "HOST:PORT" or "[V6]:PORT"; the host is stored without brackets. */
+static int parse_listen(config_t *cfg, const struct setting *st, const char *v, const char *origin,
+                        char *errbuf, size_t errlen)
+{
+    const char *host, *colon, *port_s, *end;
+    size_t hlen;
+    uint64_t port;
+
+    if (v[0] == '[') {
+        const char *rb = strchr(v, ']');
+        if (rb == NULL || rb[1] != ':') {
+            set_err(errbuf, errlen, "invalid %s \"%s\": expected [IPV6]:PORT", origin, v);
+            return -1;
+        }
+        host = v + 1;
+        hlen = (size_t)(rb - host);
+        port_s = rb + 2;
+    } else {
+        colon = strrchr(v, ':');
+        if (colon == NULL) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": expected HOST:PORT", origin, v);
+            return -1;
+        }
+        if (memchr(v, ':', (size_t)(colon - v)) != NULL) {
+            set_err(errbuf, errlen,
+                    "invalid %s \"%s\": put an IPv6 address in brackets, e.g. [::1]:8080", origin,
+                    v);
+            return -1;
+        }
+        host = v;
+        hlen = (size_t)(colon - v);
+        port_s = colon + 1;
+    }
+    if (hlen == 0 || hlen >= sizeof cfg->listen_host) {
+        set_err(errbuf, errlen, "invalid %s \"%s\": the host is empty or too long", origin, v);
+        return -1;
+    }
+    if (parse_u64(port_s, &end, &port) != 0 || *end != '\0' || port < st->min || port > st->max) {
+        set_err(errbuf, errlen, "invalid %s \"%s\": the port must be a number 0..65535", origin, v);
+        return -1;
+    }
+    memcpy(cfg->listen_host, host, hlen);
+    cfg->listen_host[hlen] = '\0';
+    if (memchr(host, ':', hlen) != NULL) {
+        unsigned char a6[16];
+        if (inet_pton(AF_INET6, cfg->listen_host, a6) != 1) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": not an IPv6 address", origin, v);
+            return -1;
+        }
+    }
+    for (size_t i = 0; i < hlen; i++) {
+        if (isspace((unsigned char)host[i]) || iscntrl((unsigned char)host[i])) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": blank in the host", origin, v);
+            return -1;
+        }
+    }
+    cfg->listen_port = (uint16_t)port;
+    return 0;
+}
+
+/* Adds the comma-separated KEY[:SOURCE] items of `v`. */
+static int add_keys(config_t *cfg, const char *v, const char *origin, char *errbuf, size_t errlen)
+{
+    const char *p = v;
+
+    for (;;) {
+        const char *comma = strchr(p, ',');
+        const char *e = comma != NULL ? comma : p + strlen(p);
+        const char *b = p;
+
+        while (b < e && isspace((unsigned char)*b))
+            b++;
+        while (e > b && isspace((unsigned char)e[-1]))
+            e--;
+        if (b == e) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
+            return -1;
+        }
+        const char *sep = memchr(b, ':', (size_t)(e - b));
+        size_t klen = (size_t)((sep != NULL ? sep : e) - b);
+        const char *src = sep != NULL ? sep + 1 : "default";
+        size_t slen = sep != NULL ? (size_t)(e - src) : strlen("default");
+
+        if (klen == 0) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
+            return -1;
+        }
+        if (slen == 0) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": empty source after ':'", origin, v);
+            return -1;
+        }
+        for (const char *c = b; c < e; c++) {
+            if (isspace((unsigned char)*c) || iscntrl((unsigned char)*c)) {
+                set_err(errbuf, errlen, "invalid %s: blank or control character in a write key",
+                        origin);
+                return -1;
+            }
+        }
+        if (klen + slen + 2 > sizeof cfg->key_storage[0]) {
+            set_err(errbuf, errlen, "invalid %s: write key or source too long (max %zu bytes)",
+                    origin, sizeof cfg->key_storage[0] - 2);
+            return -1;
+        }
+        if (cfg->nwrite_keys == CONFIG_MAX_WRITE_KEYS) {
+            set_err(errbuf, errlen, "invalid %s: more than %d write keys", origin,
+                    CONFIG_MAX_WRITE_KEYS);
+            return -1;
+        }
+        for (size_t i = 0; i < cfg->nwrite_keys; i++) {
+            const char *k = cfg->write_keys[i].key;
+            if (strlen(k) == klen && memcmp(k, b, klen) == 0) {
+                /* Two sources for one key would make the source ambiguous. */
+                set_err(errbuf, errlen, "invalid %s: the same write key is given twice", origin);
+                return -1;
+            }
+        }
+        char *slot = cfg->key_storage[cfg->nwrite_keys];
+        memcpy(slot, b, klen);
+        slot[klen] = '\0';
+        memcpy(slot + klen + 1, src, slen);
+        slot[klen + 1 + slen] = '\0';
+        cfg->write_keys[cfg->nwrite_keys].key = slot;
+        cfg->write_keys[cfg->nwrite_keys].source = slot + klen + 1;
+        cfg->nwrite_keys++;
+
+        if (comma == NULL)
+            return 0;
+        p = comma + 1;
+    }
+}
+
+/* Parses one value of setting `st`; `origin` names the flag or variable for errors. */
+static int apply(config_t *cfg, const struct setting *st, const char *v, const char *origin,
+                 char *errbuf, size_t errlen)
+{
+    uint64_t u = 0;
+    int64_t ms = 0;
+    const char *end;
+    char lo[32], hi[32];
+
+    switch (st->kind) {
+    case K_LISTEN:
+        return parse_listen(cfg, st, v, origin, errbuf, errlen);
+    case K_PATH: {
+        size_t n = strlen(v);
+        if (n < st->min || n > st->max) {
+            set_err(errbuf, errlen, "invalid %s: the path is empty or too long", origin);
+            return -1;
+        }
+        memcpy((char *)cfg + st->off, v, n + 1);
+        return 0;
+    }
+    case K_KEYS:
+        return add_keys(cfg, v, origin, errbuf, errlen);
+    case K_LEVEL: {
+        int lvl = logging_parse_level(v);
+        if (lvl < 0) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": expected one of error, warn, info, debug",
+                    origin, v);
+            return -1;
+        }
+        cfg->log_level = lvl;
+        return 0;
+    }
+    case K_DURATION:
+    case K_SECONDS:
+        if (config_parse_duration(v, &ms) != 0) {
+            set_err(errbuf, errlen,
+                    "invalid %s \"%s\": expected a duration such as 90s, 15m, 24h or 28d", origin,
+                    v);
+            return -1;
+        }
+        u = st->kind == K_SECONDS ? (uint64_t)(ms / MS_PER_S) : (uint64_t)ms;
+        if (u < st->min || u > st->max) {
+            uint64_t f = st->kind == K_SECONDS ? (uint64_t)MS_PER_S : 1;
+            fmt_duration(lo, sizeof lo, (int64_t)(st->min * f));
+            fmt_duration(hi, sizeof hi, (int64_t)(st->max * f));
+            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v, lo,
+                    hi);
+            return -1;
+        }
+        put_uint(cfg, st, u);
+        return 0;
+    case K_SIZE:
+        if (config_parse_size(v, &u) != 0) {
+            set_err(errbuf, errlen,
+                    "invalid %s \"%s\": expected a size such as 1048576, 64k, 64MiB or 1G", origin,
+                    v);
+            return -1;
+        }
+        if (u < st->min || u > st->max) {
+            fmt_size(lo, sizeof lo, st->min);
+            fmt_size(hi, sizeof hi, st->max);
+            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v, lo,
+                    hi);
+            return -1;
+        }
+        put_uint(cfg, st, u);
+        return 0;
+    case K_COUNT:
+        if (parse_u64(v, &end, &u) != 0 || *end != '\0') {
+            set_err(errbuf, errlen, "invalid %s \"%s\": expected a whole number", origin, v);
+            return -1;
+        }
+        if (u < st->min || u > st->max) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %" PRIu64 " and %" PRIu64,
+                    origin, v, st->min, st->max);
+            return -1;
+        }
+        put_uint(cfg, st, u);
+        return 0;
+    }
+    return -1;
+}
+
+static const char *env_get(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+
+    for (char **e = envp; e != NULL && *e != NULL; e++) {
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e + n + 1;
+    }
+    return NULL;
+}
+
+static const struct setting *find_flag(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        if (strlen(settings[i].name) == len && strncmp(settings[i].name, name, len) == 0)
+            return &settings[i];
+    }
+    return NULL;
+}
+
+int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
+                 size_t errlen)
+{
+    /* Flag values by setting; --write-key may repeat, so it keeps them all. */
+    const char *flagval[NSETTINGS] = {0};
+    const char **keyvals = NULL;
+    size_t nkeyvals = 0;
+    int rc = 2;
+
+    memset(cfg, 0, sizeof *cfg);
+    if (errbuf != NULL && errlen > 0)
+        errbuf[0] = '\0';
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            config_usage(out);
+            return 1;
+        }
+    }
+
+    keyvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *keyvals);
+    if (keyvals == NULL) {
+        set_err(errbuf, errlen, "out of memory");
+        return 2;
+    }
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        const char *name, *eq, *val;
+        const struct setting *st;
+
+        if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
+            set_err(errbuf, errlen, "unexpected argument \"%s\" (see ingestd serve --help)", arg);
+            goto out;
+        }
+        name = arg + 2;
+        eq = strchr(name, '=');
+        st = find_flag(name, eq != NULL ? (size_t)(eq - name) : strlen(name));
+        if (st == NULL) {
+            set_err(errbuf, errlen, "unknown flag %.*s (see ingestd serve --help)",
+                    (int)(eq != NULL ? (size_t)(eq - arg) : strlen(arg)), arg);
+            goto out;
+        }
+        if (eq != NULL) {
+            val = eq + 1;
+        } else if (i + 1 < argc) {
+            val = argv[++i];
+        } else {
+            set_err(errbuf, errlen, "flag --%s needs a value (%s)", st->name, st->metavar);
+            goto out;
+        }
+        if (st->kind == K_KEYS)
+            keyvals[nkeyvals++] = val;
+        else
+            flagval[st - settings] = val; /* the last one wins, as with most tools */
+    }
+
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const struct setting *st = &settings[i];
+        const char *env = env_get(envp, st->env);
+        char flagname[64];
+
+        snprintf(flagname, sizeof flagname, "--%s", st->name);
+        if (env != NULL && env[0] == '\0')
+            env = NULL; /* an empty variable counts as unset */
+
+        if (st->kind == K_KEYS) {
+            if (nkeyvals > 0) {
+                for (size_t k = 0; k < nkeyvals; k++) {
+                    if (apply(cfg, st, keyvals[k], flagname, errbuf, errlen) != 0)
+                        goto out;
+                }
+            } else if (env != NULL) {
+                if (apply(cfg, st, env, st->env, errbuf, errlen) != 0)
+                    goto out;
+            }
+            continue;
+        }
+        if (flagval[i] != NULL) {
+            if (apply(cfg, st, flagval[i], flagname, errbuf, errlen) != 0)
+                goto out;
+        } else if (env != NULL) {
+            if (apply(cfg, st, env, st->env, errbuf, errlen) != 0)
+                goto out;
+        } else if (st->def != NULL) {
+            if (apply(cfg, st, st->def, "default", errbuf, errlen) != 0)
+                goto out; /* a bad default is a bug; the message says which */
+        } else {
+            put_uint(cfg, st, cpu_count()); /* threads */
+        }
+    }
+
+    if (cfg->nwrite_keys == 0) {
+        set_err(errbuf, errlen,
+                "no write key: give --write-key KEY[:SOURCE] or set INGESTD_WRITE_KEY "
+                "(comma-separated)");
+        goto out;
+    }
+    rc = 0;
+
+out:
+    free(keyvals);
+    return rc;
+}
+
+/* Shows a key by its first characters only, and never more than half of it. */
+static void mask_key(char *buf, size_t len, const char *key)
+{
+    size_t n = strlen(key) / 2;
+
+    if (n > 3)
+        n = 3;
+    snprintf(buf, len, "%.*s\xe2\x80\xa6", (int)n, key);
+}
+
+static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, size_t len)
+{
+    switch (st->kind) {
+    case K_LISTEN:
+        if (strchr(cfg->listen_host, ':') != NULL)
+            snprintf(buf, len, "[%s]:%u", cfg->listen_host, (unsigned)cfg->listen_port);
+        else
+            snprintf(buf, len, "%s:%u", cfg->listen_host, (unsigned)cfg->listen_port);
+        return;
+    case K_PATH:
+        snprintf(buf, len, "%s", (const char *)cfg + st->off);
+        return;
+    case K_KEYS: {
+        size_t used = 0;
+        buf[0] = '\0';
+        for (size_t i = 0; i < cfg->nwrite_keys && used + 1 < len; i++) {
+            char masked[32];
+            mask_key(masked, sizeof masked, cfg->write_keys[i].key);
+            int w = snprintf(buf + used, len - used, "%s%s:%s", i > 0 ? ", " : "", masked,
+                             cfg->write_keys[i].source);
+            if (w < 0)
+                break;
+            used += (size_t)w;
+        }
+        return;
+    }
+    case K_LEVEL: {
+        static const char *const names[] = {"error", "warn", "info", "debug"};
+        int l = cfg->log_level;
+        snprintf(buf, len, "%s", l >= 0 && l <= LOG_LEVEL_DEBUG ? names[l] : "?");
+        return;
+    }
+    case K_DURATION:
+        fmt_duration(buf, len, cfg->window_ms);
+        return;
+    case K_SECONDS:
+        fmt_duration(buf, len, (int64_t)get_uint(cfg, st) * MS_PER_S);
+        return;
+    case K_SIZE:
+        fmt_size(buf, len, get_uint(cfg, st));
+        return;
+    case K_COUNT:
+        snprintf(buf, len, "%" PRIu64, get_uint(cfg, st));
+        return;
+    }
+}
+
+void config_log(const config_t *cfg)
+{
+    char val[2048];
+
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        fmt_value(cfg, &settings[i], val, sizeof val);
+        LOG_INFO("config %s = %s", settings[i].name, val);
+    }
+}
+
+/* Prints `text` word-wrapped at `width` columns, each line indented by `indent`. */
+static void wrap(FILE *out, const char *text, int indent, int width)
+{
+    const char *p = text;
+
+    while (*p != '\0') {
+        int room = width - indent;
+        int n = (int)strlen(p);
+        if (n > room) {
+            n = room;
+            while (n > 0 && p[n] != ' ')
+                n--;
+            if (n == 0)
+                n = room; /* one long word: cut it */
+        }
+        fprintf(out, "%*s%.*s\n", indent, "", n, p);
+        p += n;
+        while (*p == ' ')
+            p++;
+    }
+}
+
+void config_usage(FILE *out)
+{
+    fprintf(out, "Usage: ingestd serve [--flag value | --flag=value]...\n"
+                 "\n"
+                 "Runs the HTTP event intake in the foreground; logs go to stderr, SIGTERM or\n"
+                 "SIGINT stop it after in-flight commits. Every flag has an environment\n"
+                 "variable; a flag wins over its variable.\n"
+                 "\n"
+                 "Flags:\n");
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        const struct setting *st = &settings[i];
+        char head[64], def[64];
+
+        snprintf(head, sizeof head, "--%s %s", st->name, st->metavar);
+        if (st->def != NULL)
+            snprintf(def, sizeof def, "%s", st->def);
+        else if (st->kind == K_KEYS)
+            snprintf(def, sizeof def, "none (required)");
+        else
+            snprintf(def, sizeof def, "number of CPUs (%u here)", cpu_count());
+        fprintf(out, "  %s\n", head);
+        wrap(out, st->help, 6, 78);
+        fprintf(out, "      env %s; default %s\n", st->env, def);
+    }
+    fprintf(out, "  -h, --help\n      show this help and exit\n");
+    fprintf(out, "\nDurations: 90s, 15m, 24h, 28d (plain numbers are seconds).\n"
+                 "Sizes: 1048576, 64k, 64MiB, 1G (powers of 1024).\n");
+}

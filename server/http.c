@@ -1,0 +1,628 @@
+/* http: libmicrohttpd glue; reads bodies, calls api/, parks connections until the commit answers.
+ */
+#include "server/http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <microhttpd.h>
+
+#include "server/gzip.h"
+#include "server/logging.h"
+
+/*
+ * Once a chunked upload passes the cap we stop buffering but keep reading:
+ * libmicrohttpd 0.9.75 only lets a response be queued on the first call
+ * (before the body) or the final one (after it), never in between. This
+ * bounds how much we are willing to read and throw away before we simply
+ * close the connection instead.
+ */
+#define DISCARD_MAX ((size_t)8 * API_MAX_REQUEST_BYTES)
+
+/* How long http_stop waits for parked requests to be answered before giving up. */
+#define STOP_WAIT_MS 5000
+
+struct http {
+    struct MHD_Daemon *daemon;
+    api_t *api;
+    MHD_socket listen_fd; /* handed back by MHD_quiesce_daemon; ours to close after stop */
+    atomic_bool quiesced;
+
+    /* The gate keeps api_handle() calls out once http_drain has returned, so
+     * the caller may close storage while connections are still open. */
+    pthread_rwlock_t gate;
+    bool gate_closed;
+
+    pthread_mutex_t mu; /* guards the two counters; cv signals when they drop */
+    pthread_cond_t cv;
+    unsigned inflight;  /* request contexts alive (first call .. completed callback) */
+    unsigned suspended; /* parked connections whose answer has not arrived yet */
+};
+
+enum encoding { ENC_IDENTITY, ENC_GZIP };
+
+enum phase {
+    PH_BODY,     /* reading the body */
+    PH_DISCARD,  /* body over the cap: reading and dropping the rest */
+    PH_PENDING,  /* api_handle returned API_PENDING; waiting for on_done */
+    PH_ANSWERED, /* a response is queued */
+};
+
+/* Per-request state: allocated on the first handler call, freed in on_completed. */
+struct req {
+    http_t *h;
+    struct MHD_Connection *conn;
+    enum phase phase;
+    enum encoding enc;
+    int64_t now_ms;
+    const char *path; /* MHD's url, or path_copy when a query had to be cut */
+    char *path_copy;
+    char *body; /* raw (maybe compressed) body, NUL-terminated */
+    size_t len, cap;
+    size_t discarded;
+
+    pthread_mutex_t mu; /* orders on_done (writer thread) against suspending */
+    bool done;          /* on_done has run; resp holds the answer */
+    bool parked;        /* MHD_suspend_connection was called */
+    api_resp_t resp;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void counter_add(http_t *h, unsigned *c, int delta)
+{
+    pthread_mutex_lock(&h->mu);
+    *c = (unsigned)((int)*c + delta);
+    if (delta < 0)
+        pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+/* Waits until *c is zero or timeout_ms passes; returns the final value. Holds no lock on return. */
+static unsigned counter_wait_zero(http_t *h, unsigned *c, int timeout_ms)
+{
+    struct timespec deadline;
+    unsigned left;
+
+    clock_gettime(CLOCK_MONOTONIC, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&h->mu);
+    while (*c > 0) {
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &deadline) == ETIMEDOUT)
+            break;
+    }
+    left = *c;
+    pthread_mutex_unlock(&h->mu);
+    return left;
+}
+
+static void too_large(api_resp_t *resp)
+{
+    char msg[96];
+
+    memset(resp, 0, sizeof *resp);
+    snprintf(msg, sizeof msg, "request body too large (max %d bytes)", API_MAX_REQUEST_BYTES);
+    api_error(resp, 400, msg);
+}
+
+/*
+ * Queues `resp` (taking its body) on r's connection and counts it. Must run
+ * in the access handler. Returns what the handler should return.
+ */
+static enum MHD_Result answer(struct req *r, api_resp_t *resp)
+{
+    http_t *h = r->h;
+    struct MHD_Response *mr;
+    enum MHD_Result ret;
+    char retry[16];
+
+    if (resp->body != NULL) {
+        /* MUST_FREE: MHD free()s the body once sent, which is how api_resp_t says it was made. */
+        mr = MHD_create_response_from_buffer(resp->body_len, resp->body, MHD_RESPMEM_MUST_FREE);
+        if (mr == NULL) {
+            free(resp->body);
+            resp->body = NULL;
+            return MHD_NO;
+        }
+        resp->body = NULL;
+    } else {
+        mr = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+        if (mr == NULL)
+            return MHD_NO;
+    }
+    MHD_add_response_header(mr, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            resp->content_type != NULL ? resp->content_type : "application/json");
+    if (resp->retry_after > 0) {
+        snprintf(retry, sizeof retry, "%d", resp->retry_after);
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+    }
+    if (resp->allow != NULL)
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    if (atomic_load(&h->quiesced)) {
+        /* Shutting down: tell keep-alive clients to take their next request elsewhere. */
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
+    ret = MHD_queue_response(r->conn, (unsigned)resp->status, mr);
+    MHD_destroy_response(mr);
+    if (ret == MHD_YES) {
+        api_count_response(h->api, resp->status);
+        r->phase = PH_ANSWERED;
+    }
+    return ret;
+}
+
+static enum MHD_Result answer_error(struct req *r, int status, const char *msg)
+{
+    api_resp_t resp;
+
+    memset(&resp, 0, sizeof resp);
+    api_error(&resp, status, msg);
+    return answer(r, &resp);
+}
+
+/* Runs once per pending request, on the commit writer thread. */
+static void on_done(api_resp_t *resp, void *arg)
+{
+    struct req *r = arg;
+    http_t *h = r->h;
+    struct MHD_Connection *conn = r->conn;
+    bool resume;
+
+    pthread_mutex_lock(&r->mu);
+    r->resp = *resp;
+    resp->body = NULL; /* ours now */
+    r->done = true;
+    resume = r->parked;
+    pthread_mutex_unlock(&r->mu);
+
+    /*
+     * When the handler has not parked the connection yet, it will see `done`
+     * under the lock and answer at once. Otherwise the connection is suspended,
+     * so MHD cannot free it (or r) before this resume; MHD_resume_connection
+     * takes the daemon's lock and wakes the worker through its ITC, which is
+     * what makes it safe from a foreign thread, thread pool or not.
+     */
+    if (resume) {
+        MHD_resume_connection(conn);
+        counter_add(h, &h->suspended, -1);
+    }
+}
+
+static enum encoding parse_encoding(const char *v, bool *ok)
+{
+    *ok = true;
+    if (v == NULL)
+        return ENC_IDENTITY;
+    while (*v == ' ' || *v == '\t')
+        v++;
+    size_t n = strlen(v);
+    while (n > 0 && (v[n - 1] == ' ' || v[n - 1] == '\t'))
+        n--;
+    if (n == 0 || (n == 8 && strncasecmp(v, "identity", 8) == 0))
+        return ENC_IDENTITY;
+    if ((n == 4 && strncasecmp(v, "gzip", 4) == 0) ||
+        (n == 6 && strncasecmp(v, "x-gzip", 6) == 0) ||
+        (n == 7 && strncasecmp(v, "deflate", 7) == 0))
+        return ENC_GZIP; /* zlib's header auto-detection covers gzip and zlib ("deflate") */
+    *ok = false;
+    return ENC_IDENTITY;
+}
+
+static void fill_req(const struct req *r, const char *method, api_req_t *areq)
+{
+    memset(areq, 0, sizeof *areq);
+    areq->method = method;
+    areq->path = r->path;
+    areq->authorization =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    areq->content_type =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    areq->now_ms = r->now_ms;
+}
+
+/* First call: headers only. Early answers here make MHD skip the body and close. */
+static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const char *url,
+                                  const char *method, void **con_cls)
+{
+    struct req *r;
+    api_req_t areq;
+    api_resp_t resp;
+    const char *q;
+    bool enc_ok;
+
+    r = calloc(1, sizeof *r);
+    if (r == NULL)
+        return MHD_NO;
+    if (pthread_mutex_init(&r->mu, NULL) != 0) {
+        free(r);
+        return MHD_NO;
+    }
+    r->h = h;
+    r->conn = conn;
+    r->now_ms = now_ms();
+    r->path = url;
+    q = strchr(url, '?');
+    if (q != NULL) {
+        /* MHD normally splits the query off already; this is belt and braces. */
+        r->path_copy = strndup(url, (size_t)(q - url));
+        if (r->path_copy == NULL) {
+            pthread_mutex_destroy(&r->mu);
+            free(r);
+            return MHD_NO;
+        }
+        r->path = r->path_copy;
+    }
+    *con_cls = r;
+    counter_add(h, &h->inflight, +1);
+
+    if (atomic_load(&h->quiesced))
+        return answer_error(r, 503, "server is shutting down, retry later");
+
+    fill_req(r, method, &areq);
+    memset(&resp, 0, sizeof resp);
+    if (api_check_headers(h->api, &areq, &resp) == API_DONE)
+        return answer(r, &resp);
+
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (cl != NULL) {
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(cl, &end, 10);
+        /* MHD has already rejected a malformed Content-Length; be strict anyway. */
+        if (errno != 0 || end == cl || n > API_MAX_REQUEST_BYTES) {
+            too_large(&resp);
+            return answer(r, &resp);
+        }
+        r->cap = (size_t)n; /* a hint for the first allocation */
+    }
+
+    r->enc = parse_encoding(
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING),
+        &enc_ok);
+    if (!enc_ok)
+        return answer_error(r, 400, "unsupported Content-Encoding (use gzip or none)");
+    return MHD_YES;
+}
+
+/* A piece of the body: buffer it, or drop it once past the cap. */
+static enum MHD_Result body_chunk(struct req *r, const char *data, size_t *size)
+{
+    size_t n = *size;
+
+    *size = 0; /* always consumed: MHD would otherwise call again with the same bytes */
+    if (r->phase == PH_BODY && n > API_MAX_REQUEST_BYTES - r->len) {
+        free(r->body);
+        r->body = NULL;
+        r->len = r->cap = 0;
+        r->phase = PH_DISCARD;
+    }
+    if (r->phase == PH_DISCARD) {
+        r->discarded += n;
+        return r->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
+    }
+    if (r->body == NULL || r->len + n > r->cap) {
+        size_t ncap = r->body == NULL && r->cap >= n ? r->cap : 16 * 1024;
+        while (ncap < r->len + n)
+            ncap *= 2;
+        if (ncap > API_MAX_REQUEST_BYTES)
+            ncap = API_MAX_REQUEST_BYTES;
+        char *nb = realloc(r->body, ncap + 1);
+        if (nb == NULL)
+            return MHD_NO;
+        r->body = nb;
+        r->cap = ncap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    r->body[r->len] = '\0';
+    return MHD_YES;
+}
+
+/* Final call: the whole body is here. */
+static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
+{
+    api_req_t areq;
+    api_resp_t resp;
+    char *inflated = NULL;
+    size_t ilen = 0;
+    int outcome;
+
+    if (r->phase == PH_DISCARD) {
+        too_large(&resp);
+        return answer(r, &resp);
+    }
+
+    fill_req(r, method, &areq);
+    areq.body = r->body;
+    areq.body_len = r->len;
+    if (r->enc == ENC_GZIP) {
+        switch (gzip_inflate(r->body, r->len, API_MAX_REQUEST_BYTES, &inflated, &ilen)) {
+        case GZIP_OK:
+            break;
+        case GZIP_TOO_LARGE:
+            too_large(&resp);
+            return answer(r, &resp);
+        case GZIP_NOMEM:
+            return answer_error(r, 503, "server out of memory, retry later");
+        default:
+            return answer_error(r, 400, "invalid gzip body");
+        }
+        areq.body = inflated;
+        areq.body_len = ilen;
+    }
+
+    memset(&resp, 0, sizeof resp);
+    r->phase = PH_PENDING; /* before the call: on_done may run before api_handle returns */
+    pthread_rwlock_rdlock(&h->gate);
+    if (h->gate_closed) {
+        api_error(&resp, 503, "server is shutting down, retry later");
+        outcome = API_DONE;
+    } else {
+        outcome = api_handle(h->api, &areq, &resp, on_done, r);
+    }
+    pthread_rwlock_unlock(&h->gate);
+
+    /* The api copied what it needs; the bodies were only borrowed for the call. */
+    free(inflated);
+    free(r->body);
+    r->body = NULL;
+    r->len = r->cap = 0;
+
+    if (outcome != API_PENDING) {
+        r->phase = PH_BODY;
+        return answer(r, &resp);
+    }
+
+    pthread_mutex_lock(&r->mu);
+    if (r->done) {
+        pthread_mutex_unlock(&r->mu);
+        return answer(r, &r->resp);
+    }
+    /* Suspend under r->mu so on_done either sees `parked` and resumes after
+     * this, or ran before and we answered above: never a resume before a suspend. */
+    counter_add(h, &h->suspended, +1);
+    MHD_suspend_connection(r->conn);
+    r->parked = true;
+    pthread_mutex_unlock(&r->mu);
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    http_t *h = cls;
+    struct req *r = *con_cls;
+
+    (void)version;
+    if (r == NULL)
+        return first_call(h, conn, url, method, con_cls);
+
+    if (r->phase == PH_PENDING) {
+        /* Called again after MHD_resume_connection: on_done has filled r->resp. */
+        pthread_mutex_lock(&r->mu);
+        bool done = r->done;
+        pthread_mutex_unlock(&r->mu);
+        if (!done)
+            return MHD_YES; /* spurious; stay pending */
+        return answer(r, &r->resp);
+    }
+    if (r->phase == PH_ANSWERED)
+        return MHD_YES;
+    if (*upload_data_size > 0)
+        return body_chunk(r, upload_data, upload_data_size);
+    return final_call(h, r, method);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    http_t *h = cls;
+    struct req *r = *con_cls;
+
+    (void)conn;
+    if (r == NULL)
+        return;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        LOG_DEBUG("http: %s request ended early (code %d)", r->path, (int)toe);
+    *con_cls = NULL;
+    free(r->resp.body);
+    free(r->body);
+    free(r->path_copy);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+    counter_add(h, &h->inflight, -1);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[1024];
+
+    (void)cls;
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    LOG_WARN("http: %s", msg);
+}
+
+/* Fills `ss` for cfg's host and port; sets *v6. Returns 0 or -1. */
+static int resolve(const config_t *cfg, struct sockaddr_storage *ss, bool *v6, char *errbuf,
+                   size_t errlen)
+{
+    memset(ss, 0, sizeof *ss);
+    *v6 = false;
+    if (strchr(cfg->listen_host, ':') != NULL) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+        if (inet_pton(AF_INET6, cfg->listen_host, &s6->sin6_addr) != 1)
+            goto bad;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons(cfg->listen_port);
+        *v6 = true;
+        return 0;
+    }
+    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
+    if (inet_pton(AF_INET, cfg->listen_host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons(cfg->listen_port);
+        return 0;
+    }
+    /* A name such as "localhost": take its first address. */
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(cfg->listen_host, NULL, &hints, &ai) != 0 || ai == NULL)
+        goto bad;
+    memcpy(ss, ai->ai_addr, ai->ai_addrlen);
+    if (ai->ai_family == AF_INET6) {
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons(cfg->listen_port);
+        *v6 = true;
+    } else {
+        ((struct sockaddr_in *)ss)->sin_port = htons(cfg->listen_port);
+    }
+    freeaddrinfo(ai);
+    return 0;
+bad:
+    snprintf(errbuf, errlen, "cannot resolve listen host \"%s\"", cfg->listen_host);
+    return -1;
+}
+
+int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
+{
+    http_t *h = NULL;
+    struct sockaddr_storage ss;
+    pthread_condattr_t ca;
+    bool v6;
+    unsigned flags;
+    const union MHD_DaemonInfo *info;
+
+    *out = NULL;
+    if (resolve(cfg, &ss, &v6, errbuf, errlen) != 0)
+        return -1;
+
+    h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    h->api = api;
+    h->listen_fd = MHD_INVALID_SOCKET;
+    atomic_init(&h->quiesced, false);
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_rwlock_init(&h->gate, NULL);
+    /* Monotonic, so a clock step during shutdown cannot stretch the drain. */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
+
+    flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+            MHD_USE_ERROR_LOG;
+    if (v6)
+        flags |= MHD_USE_IPv6;
+
+    /* MHD treats a pool of one as an error-prone special case; one thread is just no pool. */
+    unsigned pool = cfg->threads > 1 ? cfg->threads : 0;
+    errno = 0;
+    h->daemon = MHD_start_daemon(
+        flags, cfg->listen_port, NULL, NULL, on_request, h,
+        /* The logger goes first, or MHD prints what it logs before it to stderr itself. */
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_THREAD_POOL_SIZE, pool,
+        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        cfg->timeout_s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, h, MHD_OPTION_END);
+    if (h->daemon == NULL) {
+        int e = errno;
+        snprintf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s", v6 ? "[" : "", cfg->listen_host,
+                 v6 ? "]" : "", (unsigned)cfg->listen_port, e != 0 ? ": " : "",
+                 e != 0 ? strerror(e) : "");
+        goto fail;
+    }
+
+    info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    LOG_INFO("listening on http://%s%s%s:%u", v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "",
+             info != NULL ? (unsigned)info->port : (unsigned)cfg->listen_port);
+    *out = h;
+    return 0;
+
+fail:
+    pthread_rwlock_destroy(&h->gate);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+    return -1;
+}
+
+void http_quiesce(http_t *h)
+{
+    if (h == NULL || atomic_exchange(&h->quiesced, true))
+        return;
+    /* Needs MHD_USE_ITC, which MHD_ALLOW_SUSPEND_RESUME includes. */
+    h->listen_fd = MHD_quiesce_daemon(h->daemon);
+    if (h->listen_fd == MHD_INVALID_SOCKET)
+        LOG_WARN("http: could not stop accepting connections (quiesce failed)");
+}
+
+unsigned http_drain(http_t *h, int timeout_ms)
+{
+    unsigned left;
+
+    if (h == NULL)
+        return 0;
+    left = counter_wait_zero(h, &h->inflight, timeout_ms < 0 ? 0 : timeout_ms);
+    /* Requests still uploading get a 503 instead of reaching a closing store.
+     * Taking the write lock also waits out any api_handle() in progress. */
+    pthread_rwlock_wrlock(&h->gate);
+    h->gate_closed = true;
+    pthread_rwlock_unlock(&h->gate);
+    return left;
+}
+
+void http_stop(http_t *h)
+{
+    if (h == NULL)
+        return;
+    /*
+     * MHD_stop_daemon aborts the process if a connection is still suspended.
+     * Every parked request is resumed by its done callback, which commit_close
+     * guarantees; wait for the stragglers rather than race them.
+     */
+    unsigned parked = counter_wait_zero(h, &h->suspended, STOP_WAIT_MS);
+    if (parked > 0) {
+        LOG_ERROR("http: %u requests still wait for storage; leaving the daemon running", parked);
+        return; /* leaked on purpose: the process is about to exit */
+    }
+    MHD_stop_daemon(h->daemon);
+    if (h->listen_fd != MHD_INVALID_SOCKET)
+        close(h->listen_fd);
+    pthread_rwlock_destroy(&h->gate);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+}

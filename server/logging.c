@@ -1,0 +1,75 @@
+/* logging: timestamped, level-tagged lines on stderr, one write(2) each. */
+#include "server/logging.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+int logging_level = LOG_LEVEL_INFO;
+
+static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+
+int logging_parse_level(const char *name)
+{
+    if (name == NULL)
+        return -1;
+    for (int i = 0; i < (int)(sizeof level_names / sizeof level_names[0]); i++) {
+        if (strcasecmp(name, level_names[i]) == 0)
+            return i;
+    }
+    if (strcasecmp(name, "warning") == 0)
+        return LOG_LEVEL_WARN;
+    return -1;
+}
+
+void logging_write(int level, const char *fmt, ...)
+{
+    /* Lines longer than this are cut: a log line must stay one atomic write, and
+     * a pipe only guarantees atomicity up to PIPE_BUF anyway. */
+    char line[4096];
+    struct timespec ts;
+    struct tm tm;
+    int saved_errno = errno; /* callers often log and then inspect errno */
+    size_t n;
+    va_list ap;
+
+    if (level < LOG_LEVEL_ERROR)
+        level = LOG_LEVEL_ERROR;
+    if (level > LOG_LEVEL_DEBUG)
+        level = LOG_LEVEL_DEBUG;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ %s ", ts.tv_nsec / 1000000L,
+                          level_names[level]);
+
+    va_start(ap, fmt);
+    int w = vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
+    va_end(ap);
+    if (w < 0)
+        w = 0;
+    size_t end = n + (size_t)w;
+    if (end > sizeof line - 2)
+        end = sizeof line - 2; /* truncated; keep room for the newline */
+
+    /* One message is one line, whatever the caller formatted into it (e.g. a
+     * client-supplied string or an MHD message with its own newline). */
+    while (end > n && (line[end - 1] == '\n' || line[end - 1] == '\r'))
+        end--;
+    for (size_t i = n; i < end; i++) {
+        if (line[i] == '\n' || line[i] == '\r')
+            line[i] = ' ';
+    }
+    line[end++] = '\n';
+
+    ssize_t r;
+    do {
+        r = write(STDERR_FILENO, line, end);
+    } while (r < 0 && errno == EINTR);
+    errno = saved_errno;
+}

@@ -1,0 +1,173 @@
+/* main: the ingestd binary; wires config, storage, api and http together per subcommand. */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/api.h"
+#include "server/cli_log.h"
+#include "server/config.h"
+#include "server/http.h"
+#include "server/logging.h"
+#include "storage/commit.h"
+
+#ifndef INGESTD_VERSION
+#define INGESTD_VERSION "0.0.0"
+#endif
+
+/* How long in-flight requests get to finish after SIGTERM before storage closes. */
+#define DRAIN_MS 10000
+
+extern char **environ;
+
+static void usage(FILE *out)
+{
+    fprintf(out, "Usage: ingestd COMMAND [ARGS]\n"
+                 "\n"
+                 "Commands:\n"
+                 "  serve [FLAGS]\n"
+                 "      run the HTTP event intake in the foreground (see ingestd serve --help)\n"
+                 "  log cat --data DIR [--from OFFSET] [--follow]\n"
+                 "      print acknowledged events as NDJSON, in log order\n"
+                 "  version\n"
+                 "      print the version\n"
+                 "  help\n"
+                 "      show this help\n");
+}
+
+static int serve(int argc, char **argv)
+{
+    config_t *cfg = NULL;
+    commit_t *commit = NULL;
+    api_t *api = NULL;
+    http_t *http = NULL;
+    sigset_t sigs;
+    char err[512];
+    int sig = 0, ret = 1;
+
+    /*
+     * Block the stop signals before any thread exists, so every thread
+     * inherits the mask and only sigwait() below ever sees them.
+     */
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    cfg = calloc(1, sizeof *cfg); /* ~130 KB of key storage: not for the stack */
+    if (cfg == NULL) {
+        fprintf(stderr, "ingestd: out of memory\n");
+        return 1;
+    }
+    switch (config_parse(cfg, argc, argv, environ, stdout, err, sizeof err)) {
+    case 0:
+        break;
+    case 1:
+        ret = 0; /* --help */
+        goto out;
+    default:
+        fprintf(stderr, "ingestd serve: %s\n", err);
+        ret = 2;
+        goto out;
+    }
+    logging_level = cfg->log_level;
+    LOG_INFO("ingestd %s starting", INGESTD_VERSION);
+    config_log(cfg);
+
+    commit_options_t copts = {
+        .data_dir = cfg->data_dir,
+        .window_ms = cfg->window_ms,
+        .max_keys = cfg->max_keys,
+        .segment_bytes = cfg->segment_bytes,
+        .map_size = cfg->map_size,
+        .max_batch_events = cfg->max_batch_events,
+    };
+    err[0] = '\0';
+    int rc = commit_open(&copts, &commit, err, sizeof err);
+    if (rc != COMMIT_OK) {
+        LOG_ERROR("cannot open data dir %s: %s", cfg->data_dir,
+                  err[0] != '\0' ? err : commit_strerror(rc));
+        goto out;
+    }
+
+    api_options_t aopts = {
+        .keys = cfg->write_keys,
+        .nkeys = cfg->nwrite_keys,
+        .commit = commit,
+        .window_ms = cfg->window_ms,
+        .max_keys = cfg->max_keys,
+    };
+    if (api_new(&aopts, &api) != 0) {
+        LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");
+        goto out;
+    }
+
+    err[0] = '\0';
+    if (http_start(cfg, api, &http, err, sizeof err) != 0) {
+        LOG_ERROR("%s", err);
+        goto out;
+    }
+    LOG_INFO("ready");
+
+    for (;;) {
+        if (sigwait(&sigs, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            LOG_INFO("SIGHUP ignored: configuration is read once at start");
+            continue;
+        }
+        break;
+    }
+    LOG_INFO("received %s; stopping", strsignal(sig));
+
+    /* Order matters: stop new connections, let in-flight requests finish, flush
+     * and answer every queued commit (which resumes parked connections), and
+     * only then tear the daemon down. */
+    http_quiesce(http);
+    unsigned left = http_drain(http, DRAIN_MS);
+    if (left > 0)
+        LOG_WARN("%u requests still in flight after %d ms; closing storage anyway", left, DRAIN_MS);
+    commit_close(commit);
+    commit = NULL;
+    http_stop(http);
+    http = NULL;
+    LOG_INFO("stopped");
+    ret = 0;
+
+out:
+    /* On the error paths: nothing is listening yet or any more. */
+    http_stop(http);
+    commit_close(commit);
+    api_free(api);
+    free(cfg);
+    return ret;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+
+    if (strcmp(cmd, "serve") == 0)
+        return serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "log") == 0)
+        return cli_log_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
+        printf("ingestd %s\n", INGESTD_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    fprintf(stderr, "ingestd: unknown command \"%s\"\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

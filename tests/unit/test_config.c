@@ -1,0 +1,480 @@
+/* test_config: the `serve` settings table, flags, environment, bounds, --help, masking. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "server/config.h"
+#include "server/logging.h"
+
+#define MAXARGS 64
+
+static config_t cfg; /* ~130 KB: kept off the stack */
+static char err[512];
+
+/* Parses "serve" + a NULL-terminated list of args, over `env` (NULL-terminated, may be NULL). */
+static int parse_env(char **env, ...)
+{
+    char *argv[MAXARGS];
+    int argc = 0;
+    va_list ap;
+    char *empty_env[] = {NULL};
+
+    argv[argc++] = (char *)"serve";
+    va_start(ap, env);
+    for (char *a = va_arg(ap, char *); a != NULL; a = va_arg(ap, char *))
+        argv[argc++] = a;
+    va_end(ap);
+    argv[argc] = NULL;
+    memset(err, 'x', sizeof err);
+    err[sizeof err - 1] = '\0';
+
+    FILE *out = fopen("/dev/null", "w");
+    assert_non_null(out);
+    int rc = config_parse(&cfg, argc, argv, env != NULL ? env : empty_env, out, err, sizeof err);
+    fclose(out);
+    if (rc == 2) {
+        /* One line, something to say. */
+        assert_true(strlen(err) > 10);
+        assert_null(strchr(err, '\n'));
+    }
+    return rc;
+}
+
+#define PARSE(...)          parse_env(NULL, __VA_ARGS__, (char *)NULL)
+#define PARSE_ENV(env, ...) parse_env(env, __VA_ARGS__, (char *)NULL)
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k1"), 0);
+    assert_string_equal(cfg.listen_host, "127.0.0.1");
+    assert_int_equal(cfg.listen_port, 8080);
+    assert_string_equal(cfg.data_dir, "./data");
+    assert_int_equal(cfg.nwrite_keys, 1);
+    assert_string_equal(cfg.write_keys[0].key, "k1");
+    assert_string_equal(cfg.write_keys[0].source, "default");
+    assert_int_equal(cfg.window_ms, 24LL * 3600 * 1000);
+    assert_int_equal(cfg.max_keys, 100000000);
+    assert_int_equal(cfg.segment_bytes, 64ULL << 20);
+    assert_int_equal(cfg.map_size, 1ULL << 30);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    assert_int_equal(cfg.threads, cpus < 1 ? 1 : cpus > 64 ? 64 : cpus);
+    assert_int_equal(cfg.max_connections, 1024);
+    assert_int_equal(cfg.timeout_s, 30);
+    assert_int_equal(cfg.max_batch_events, 50000);
+    assert_int_equal(cfg.log_level, LOG_LEVEL_INFO);
+}
+
+static void check_all_flags(void)
+{
+    assert_string_equal(cfg.listen_host, "0.0.0.0");
+    assert_int_equal(cfg.listen_port, 9090);
+    assert_string_equal(cfg.data_dir, "/tmp/ingestd-data");
+    assert_int_equal(cfg.nwrite_keys, 2);
+    assert_string_equal(cfg.write_keys[0].key, "wk1");
+    assert_string_equal(cfg.write_keys[0].source, "web");
+    assert_string_equal(cfg.write_keys[1].key, "wk2");
+    assert_string_equal(cfg.write_keys[1].source, "default");
+    assert_int_equal(cfg.window_ms, 15LL * 60 * 1000);
+    assert_int_equal(cfg.max_keys, 5000);
+    assert_int_equal(cfg.segment_bytes, 1ULL << 20);
+    assert_int_equal(cfg.map_size, 256ULL << 20);
+    assert_int_equal(cfg.threads, 3);
+    assert_int_equal(cfg.max_connections, 77);
+    assert_int_equal(cfg.timeout_s, 120);
+    assert_int_equal(cfg.max_batch_events, 1234);
+    assert_int_equal(cfg.log_level, LOG_LEVEL_DEBUG);
+}
+
+static void test_every_flag_separate_value(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--listen", "0.0.0.0:9090", "--data", "/tmp/ingestd-data", "--write-key",
+                           "wk1:web", "--write-key", "wk2", "--window", "15m", "--max-keys", "5000",
+                           "--segment-bytes", "1MiB", "--map-size", "256m", "--threads", "3",
+                           "--max-connections", "77", "--timeout", "2m", "--commit-max-events",
+                           "1234", "--log-level", "debug"),
+                     0);
+    check_all_flags();
+}
+
+static void test_every_flag_equals_form(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--listen=0.0.0.0:9090", "--data=/tmp/ingestd-data",
+                           "--write-key=wk1:web", "--write-key=wk2", "--window=15m",
+                           "--max-keys=5000", "--segment-bytes=1048576", "--map-size=256MiB",
+                           "--threads=3", "--max-connections=77", "--timeout=120",
+                           "--commit-max-events=1234", "--log-level=DEBUG"),
+                     0);
+    check_all_flags();
+}
+
+static void test_every_env(void **state)
+{
+    (void)state;
+    char *env[] = {"PATH=/usr/bin",
+                   "INGESTD_LISTEN=0.0.0.0:9090",
+                   "INGESTD_DATA=/tmp/ingestd-data",
+                   "INGESTD_WRITE_KEY=wk1:web,wk2",
+                   "INGESTD_WINDOW=900s",
+                   "INGESTD_MAX_KEYS=5000",
+                   "INGESTD_SEGMENT_BYTES=1M",
+                   "INGESTD_MAP_SIZE=262144k",
+                   "INGESTD_THREADS=3",
+                   "INGESTD_MAX_CONNECTIONS=77",
+                   "INGESTD_TIMEOUT=2m",
+                   "INGESTD_COMMIT_MAX_EVENTS=1234",
+                   "INGESTD_LOG_LEVEL=debug",
+                   NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    check_all_flags();
+}
+
+static void test_flag_wins_over_env(void **state)
+{
+    (void)state;
+    char *env[] = {"INGESTD_WINDOW=15m", "INGESTD_WRITE_KEY=envkey:envsrc", "INGESTD_THREADS=2",
+                   "INGESTD_LISTEN=127.0.0.1:1", NULL};
+
+    assert_int_equal(PARSE_ENV(env, "--window", "90s", "--write-key", "flagkey"), 0);
+    assert_int_equal(cfg.window_ms, 90000);
+    /* --write-key replaces the variable's list rather than adding to it. */
+    assert_int_equal(cfg.nwrite_keys, 1);
+    assert_string_equal(cfg.write_keys[0].key, "flagkey");
+    /* What no flag sets still comes from the environment. */
+    assert_int_equal(cfg.threads, 2);
+    assert_int_equal(cfg.listen_port, 1);
+
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_int_equal(cfg.window_ms, 15 * 60 * 1000);
+    assert_string_equal(cfg.write_keys[0].key, "envkey");
+    assert_string_equal(cfg.write_keys[0].source, "envsrc");
+
+    /* A bad variable is an error even though a flag would have been fine elsewhere. */
+    char *bad[] = {"INGESTD_WINDOW=forever", "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(bad, (char *)NULL), 2);
+    assert_non_null(strstr(err, "INGESTD_WINDOW"));
+    /* ...unless the flag overrides it: the variable is then not looked at. */
+    assert_int_equal(PARSE_ENV(bad, "--window", "1h"), 0);
+    assert_int_equal(cfg.window_ms, 3600 * 1000);
+    /* Last flag wins. */
+    assert_int_equal(PARSE("--write-key", "k", "--window", "1h", "--window", "2h"), 0);
+    assert_int_equal(cfg.window_ms, 2 * 3600 * 1000);
+}
+
+static void test_write_keys(void **state)
+{
+    (void)state;
+    char *env[] = {"INGESTD_WRITE_KEY= a:web , b ,c:ios", NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_int_equal(cfg.nwrite_keys, 3);
+    assert_string_equal(cfg.write_keys[0].key, "a");
+    assert_string_equal(cfg.write_keys[0].source, "web");
+    assert_string_equal(cfg.write_keys[1].key, "b");
+    assert_string_equal(cfg.write_keys[1].source, "default");
+    assert_string_equal(cfg.write_keys[2].key, "c");
+    assert_string_equal(cfg.write_keys[2].source, "ios");
+
+    /* A flag may carry a list too; the source is everything after the first ':'. */
+    assert_int_equal(PARSE("--write-key", "x:s1,y", "--write-key", "z:a:b"), 0);
+    assert_int_equal(cfg.nwrite_keys, 3);
+    assert_string_equal(cfg.write_keys[2].key, "z");
+    assert_string_equal(cfg.write_keys[2].source, "a:b");
+
+    assert_int_equal(PARSE("--write-key", "k:"), 2);
+    assert_non_null(strstr(err, "source"));
+    assert_int_equal(PARSE("--write-key", ":web"), 2);
+    assert_int_equal(PARSE("--write-key", ""), 2);
+    assert_int_equal(PARSE("--write-key", "a,,b"), 2);
+    assert_int_equal(PARSE("--write-key", "a,"), 2);
+    assert_int_equal(PARSE("--write-key", "a b"), 2);
+    assert_int_equal(PARSE("--write-key", "dup:x", "--write-key", "dup:y"), 2);
+    assert_non_null(strstr(err, "twice"));
+
+    /* The table's limit on keys. */
+    char many[CONFIG_MAX_WRITE_KEYS * 8 + 16];
+    size_t used = 0;
+    for (int i = 0; i <= CONFIG_MAX_WRITE_KEYS; i++)
+        used += (size_t)snprintf(many + used, sizeof many - used, "%sk%d", i ? "," : "", i);
+    assert_int_equal(PARSE("--write-key", many), 2);
+    char *last = strrchr(many, ',');
+    *last = '\0';
+    assert_int_equal(PARSE("--write-key", many), 0);
+    assert_int_equal(cfg.nwrite_keys, CONFIG_MAX_WRITE_KEYS);
+    assert_string_equal(cfg.write_keys[CONFIG_MAX_WRITE_KEYS - 1].key, "k255");
+
+    /* Each key must fit its storage slot. */
+    char longkey[600];
+    memset(longkey, 'q', sizeof longkey - 1);
+    longkey[sizeof longkey - 1] = '\0';
+    assert_int_equal(PARSE("--write-key", longkey), 2);
+}
+
+static void test_missing_write_key(void **state)
+{
+    (void)state;
+    assert_int_equal(parse_env(NULL, (char *)NULL), 2);
+    assert_non_null(strstr(err, "write key"));
+    char *env[] = {"INGESTD_WRITE_KEY=", NULL};
+    assert_int_equal(parse_env(env, "--window", "1h", (char *)NULL), 2);
+    assert_non_null(strstr(err, "write key"));
+}
+
+static void test_durations(void **state)
+{
+    (void)state;
+    int64_t ms = -1;
+    assert_int_equal(config_parse_duration("90s", &ms), 0);
+    assert_int_equal(ms, 90000);
+    assert_int_equal(config_parse_duration("15m", &ms), 0);
+    assert_int_equal(ms, 900000);
+    assert_int_equal(config_parse_duration("24h", &ms), 0);
+    assert_int_equal(ms, 86400000);
+    assert_int_equal(config_parse_duration("28d", &ms), 0);
+    assert_int_equal(ms, 28LL * 86400000);
+    assert_int_equal(config_parse_duration("3600", &ms), 0);
+    assert_int_equal(ms, 3600000);
+    assert_int_equal(config_parse_duration("0s", &ms), 0);
+    assert_int_equal(ms, 0);
+
+    const char *bad[] = {"",
+                         "s",
+                         "h1",
+                         "-1s",
+                         "+1s",
+                         "1.5h",
+                         "1 h",
+                         " 1h",
+                         "1h ",
+                         "10x",
+                         "1hh",
+                         "1H",
+                         "1d2h",
+                         "0x10",
+                         "9223372036854776s",
+                         "99999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ms = 42;
+        if (config_parse_duration(bad[i], &ms) != -1)
+            fail_msg("duration \"%s\" should be rejected", bad[i]);
+    }
+    assert_int_equal(config_parse_duration(NULL, &ms), -1);
+}
+
+static void test_sizes(void **state)
+{
+    (void)state;
+    uint64_t b = 0;
+    const struct {
+        const char *s;
+        uint64_t v;
+    } good[] = {{"1048576", 1048576}, {"64k", 64 << 10},  {"64KiB", 64 << 10},
+                {"64MiB", 64 << 20},  {"64mb", 64 << 20}, {"1G", 1ULL << 30},
+                {"2t", 2ULL << 40},   {"512b", 512},      {"0", 0}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        assert_int_equal(config_parse_size(good[i].s, &b), 0);
+        assert_int_equal(b, good[i].v);
+    }
+    const char *bad[] = {
+        "", "k", "1.5G", "-1", "12q", "1 M", "1MiBs", "20000000000000000000", "17179869184T"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (config_parse_size(bad[i], &b) != -1)
+            fail_msg("size \"%s\" should be rejected", bad[i]);
+    }
+}
+
+static void test_bounds(void **state)
+{
+    (void)state;
+#define OK(...)  assert_int_equal(PARSE("--write-key", "k", __VA_ARGS__), 0)
+#define BAD(...) assert_int_equal(PARSE("--write-key", "k", __VA_ARGS__), 2)
+    OK("--window", "1s");
+    OK("--window", "365d");
+    BAD("--window", "0s");
+    BAD("--window", "366d");
+    BAD("--window", "forever");
+    assert_non_null(strstr(err, "--window"));
+    OK("--threads", "1");
+    OK("--threads", "64");
+    BAD("--threads", "0");
+    BAD("--threads", "65");
+    BAD("--threads", "-1");
+    BAD("--threads", "4k");
+    OK("--listen", "127.0.0.1:0");
+    assert_int_equal(cfg.listen_port, 0);
+    OK("--listen", "127.0.0.1:65535");
+    BAD("--listen", "127.0.0.1:65536");
+    BAD("--listen", "127.0.0.1:");
+    BAD("--listen", "127.0.0.1:http");
+    BAD("--listen", "127.0.0.1");
+    BAD("--listen", ":8080");
+    BAD("--listen", "::1:8080");
+    BAD("--listen", "[::1]");
+    BAD("--listen", "[zz::1]:80");
+    OK("--listen", "[::1]:8081");
+    assert_string_equal(cfg.listen_host, "::1");
+    assert_int_equal(cfg.listen_port, 8081);
+    OK("--listen", "localhost:9");
+    assert_string_equal(cfg.listen_host, "localhost");
+    OK("--max-keys", "0"); /* no size bound */
+    assert_int_equal(cfg.max_keys, 0);
+    BAD("--max-keys", "1000000000001");
+    BAD("--max-connections", "0");
+    OK("--timeout", "1");
+    BAD("--timeout", "0");
+    BAD("--timeout", "2h");
+    BAD("--segment-bytes", "1k");
+    OK("--segment-bytes", "4k");
+    BAD("--map-size", "1k");
+    BAD("--commit-max-events", "0");
+    BAD("--log-level", "loud");
+    OK("--log-level", "warn");
+    assert_int_equal(cfg.log_level, LOG_LEVEL_WARN);
+    OK("--log-level", "error");
+    assert_int_equal(cfg.log_level, LOG_LEVEL_ERROR);
+    BAD("--data", "");
+#undef OK
+#undef BAD
+}
+
+static void test_unknown_and_malformed_args(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k", "--bogus", "1"), 2);
+    assert_non_null(strstr(err, "--bogus"));
+    assert_int_equal(PARSE("--write-key", "k", "--bogus=1"), 2);
+    assert_non_null(strstr(err, "--bogus"));
+    assert_null(strstr(err, "=1"));
+    assert_int_equal(PARSE("--write-key", "k", "stray"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "-w", "x"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--window"), 2); /* value missing */
+    assert_non_null(strstr(err, "--window"));
+    assert_int_equal(PARSE("--write-key"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--windows", "1h"), 2); /* no prefix matching */
+}
+
+static void test_help(void **state)
+{
+    (void)state;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    char *argv[] = {"serve", "--window", "nonsense", "--help", NULL};
+    char *env[] = {NULL};
+
+    assert_non_null(out);
+    /* --help wins over everything else, including a missing write key and bad values. */
+    assert_int_equal(config_parse(&cfg, 4, argv, env, out, err, sizeof err), 1);
+    fclose(out);
+    const char *flags[] = {
+        "--listen",          "--data",          "--write-key",         "--window",
+        "--max-keys",        "--segment-bytes", "--map-size",          "--threads",
+        "--max-connections", "--timeout",       "--commit-max-events", "--log-level"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        if (strstr(buf, flags[i]) == NULL)
+            fail_msg("--help lacks %s", flags[i]);
+    }
+    const char *envs[] = {"INGESTD_LISTEN",
+                          "INGESTD_DATA",
+                          "INGESTD_WRITE_KEY",
+                          "INGESTD_WINDOW",
+                          "INGESTD_MAX_KEYS",
+                          "INGESTD_SEGMENT_BYTES",
+                          "INGESTD_MAP_SIZE",
+                          "INGESTD_THREADS",
+                          "INGESTD_MAX_CONNECTIONS",
+                          "INGESTD_TIMEOUT",
+                          "INGESTD_COMMIT_MAX_EVENTS",
+                          "INGESTD_LOG_LEVEL"};
+    for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
+        if (strstr(buf, envs[i]) == NULL)
+            fail_msg("--help lacks %s", envs[i]);
+    }
+    assert_non_null(strstr(buf, "127.0.0.1:8080")); /* defaults are shown */
+    assert_non_null(strstr(buf, "24h"));
+    free(buf);
+
+    char *argv2[] = {"serve", "-h", NULL};
+    out = fopen("/dev/null", "w");
+    assert_int_equal(config_parse(&cfg, 2, argv2, env, out, err, sizeof err), 1);
+    fclose(out);
+}
+
+/* Runs config_log with stderr captured; returns the text (caller frees). */
+static char *capture_config_log(void)
+{
+    char path[] = "/tmp/test_config_log_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    config_log(&cfg);
+    dup2(saved, 2);
+    close(saved);
+
+    off_t n = lseek(fd, 0, SEEK_END);
+    char *buf = calloc(1, (size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(pread(fd, buf, (size_t)n, 0), n);
+    close(fd);
+    return buf;
+}
+
+static void test_config_log_masks_keys(void **state)
+{
+    (void)state;
+    int saved_level = logging_level;
+    logging_level = LOG_LEVEL_INFO;
+    assert_int_equal(PARSE("--write-key", "supersecretkey:web", "--write-key", "ab", "--window",
+                           "28d", "--listen", "[::1]:0"),
+                     0);
+    char *log = capture_config_log();
+    logging_level = saved_level;
+
+    assert_null(strstr(log, "supersecretkey"));
+    assert_null(strstr(log, "supe"));
+    assert_non_null(strstr(log, "sup\xe2\x80\xa6:web"));
+    /* A short key shows at most half of itself. */
+    assert_non_null(strstr(log, "a\xe2\x80\xa6:default"));
+    assert_null(strstr(log, "ab\xe2\x80\xa6"));
+    assert_non_null(strstr(log, "window = 28d"));
+    assert_non_null(strstr(log, "listen = [::1]:0"));
+    /* One line per setting, each with a timestamp and level. */
+    size_t lines = 0;
+    for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
+        lines++;
+    assert_int_equal(lines, 12);
+    assert_non_null(strstr(log, "Z INFO config "));
+    free(log);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_every_flag_separate_value),
+        cmocka_unit_test(test_every_flag_equals_form),
+        cmocka_unit_test(test_every_env),
+        cmocka_unit_test(test_flag_wins_over_env),
+        cmocka_unit_test(test_write_keys),
+        cmocka_unit_test(test_missing_write_key),
+        cmocka_unit_test(test_durations),
+        cmocka_unit_test(test_sizes),
+        cmocka_unit_test(test_bounds),
+        cmocka_unit_test(test_unknown_and_malformed_args),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_config_log_masks_keys),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
