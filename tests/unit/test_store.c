@@ -1,0 +1,632 @@
+/* test_store.c: the LMDB dedupe store: insert/duplicate, abort, eviction, info, secret, map growth.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "storage/store.h"
+
+typedef struct {
+    char dir[64]; /* mkdtemp dir holding the LMDB environment; removed in teardown */
+} fx_t;
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int setup(void **state)
+{
+    fx_t *fx = calloc(1, sizeof(*fx));
+    if (!fx)
+        return -1;
+    snprintf(fx->dir, sizeof(fx->dir), "/tmp/ingestd-test-store-XXXXXX");
+    if (!mkdtemp(fx->dir)) {
+        free(fx);
+        return -1;
+    }
+    *state = fx;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx_t *fx = *state;
+    int rc = nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(fx);
+    return rc;
+}
+
+/* A distinct 16-byte key per integer. */
+static void mkkey(uint64_t i, uint8_t key[KEYHASH_LEN])
+{
+    for (int b = 0; b < 8; b++)
+        key[b] = (uint8_t)(i >> (8 * b));
+    for (int b = 8; b < KEYHASH_LEN; b++)
+        key[b] = (uint8_t)(0xa5 ^ b ^ (i * 7));
+}
+
+static store_t *open_store(const fx_t *fx, uint64_t map_size)
+{
+    store_options_t o = {.map_size = map_size};
+    store_t *st = NULL;
+    assert_int_equal(store_open(fx->dir, &o, &st), STORE_OK);
+    assert_non_null(st);
+    return st;
+}
+
+static void insert(store_t *st, uint64_t i, int64_t received_ms, bool want_dup)
+{
+    uint8_t key[KEYHASH_LEN];
+    bool dup = !want_dup;
+    mkkey(i, key);
+    assert_int_equal(store_insert(st, key, received_ms, i, &dup), STORE_OK);
+    assert_int_equal(dup, want_dup);
+}
+
+static bool contains(store_t *st, uint64_t i)
+{
+    uint8_t key[KEYHASH_LEN];
+    bool present = false;
+    mkkey(i, key);
+    assert_int_equal(store_contains(st, key, &present), STORE_OK);
+    return present;
+}
+
+/* Commits keys first..first+n-1 with receivedAt base + 100 * i, in one transaction. */
+static void insert_committed(store_t *st, uint64_t first, uint64_t n, int64_t base)
+{
+    assert_int_equal(store_begin(st), STORE_OK);
+    for (uint64_t i = first; i < first + n; i++)
+        insert(st, i, base + 100 * (int64_t)i, false);
+    assert_int_equal(store_commit(st), STORE_OK);
+}
+
+static void test_insert_and_duplicate(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 1, 1000, false);
+    /* The same key again inside the same transaction. */
+    insert(st, 1, 1001, true);
+    insert(st, 2, 1002, false);
+    assert_true(contains(st, 1));
+    assert_true(contains(st, 2));
+    assert_false(contains(st, 3));
+    assert_int_equal(store_commit(st), STORE_OK);
+
+    assert_true(contains(st, 1));
+    assert_true(contains(st, 2));
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 1, 2000, true);
+    insert(st, 2, 2000, true);
+    insert(st, 3, 2000, false);
+    assert_int_equal(store_commit(st), STORE_OK);
+
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 3);
+    /* Duplicates take no sequence number. */
+    assert_int_equal(si.next_seq, 3);
+    assert_int_equal(si.oldest_received_ms, 1000);
+    store_close(st);
+
+    /* Durable across reopen. */
+    st = open_store(fx, 0);
+    assert_true(contains(st, 1));
+    assert_true(contains(st, 3));
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 3, 3000, true);
+    store_abort(st);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.next_seq, 3);
+    store_close(st);
+}
+
+static void test_abort_discards(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+
+    insert_committed(st, 0, 2, 0);
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_set_applied(st, 2), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 10, 5000, false);
+    insert(st, 11, 5000, false);
+    assert_int_equal(store_set_applied(st, 99), STORE_OK);
+    /* Inside the transaction, info shows its pending sequence. */
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.next_seq, 4);
+    assert_int_equal(si.keys, 4);
+    store_abort(st);
+
+    assert_false(contains(st, 10));
+    assert_false(contains(st, 11));
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 2);
+    assert_int_equal(si.applied, 2);
+    assert_int_equal(si.next_seq, 2);
+
+    /* The aborted keys are new again and the sequence continues from the committed one. */
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 10, 6000, false);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.next_seq, 3);
+    assert_int_equal(si.keys, 3);
+    /* abort without a transaction is harmless. */
+    store_abort(st);
+    store_close(st);
+}
+
+static void test_info(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 0);
+    assert_int_equal(si.next_seq, 0);
+    assert_int_equal(si.applied, 0);
+    assert_int_equal(si.oldest_received_ms, 0);
+    assert_int_equal(si.map_size, 1ull << 30); /* the documented default */
+    assert_true(si.used_bytes > 0);
+    assert_true(si.used_bytes <= si.map_size);
+
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 7, 3000, false);
+    insert(st, 8, 1000, false); /* later sequence, older receivedAt */
+    insert(st, 9, 2000, false);
+    assert_int_equal(store_set_applied(st, 42), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 3);
+    assert_int_equal(si.next_seq, 3);
+    assert_int_equal(si.applied, 42);
+    /* "Oldest" is the first in sequence (insertion) order. */
+    assert_int_equal(si.oldest_received_ms, 3000);
+    store_close(st);
+
+    st = open_store(fx, 0);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 3);
+    assert_int_equal(si.next_seq, 3);
+    assert_int_equal(si.applied, 42);
+    store_close(st);
+}
+
+/* Evicts in its own transaction; returns the counters. */
+static void evict(store_t *st, int64_t older_than, uint64_t max_keys, size_t steps, uint64_t *age,
+                  uint64_t *size)
+{
+    *age = 0;
+    *size = 0;
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_evict(st, older_than, max_keys, steps, age, size), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+}
+
+static void test_evict_by_age(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+    uint64_t age, size;
+
+    insert_committed(st, 1, 10, 0); /* receivedAt 100 .. 1000 */
+    evict(st, 550, 0, 100, &age, &size);
+    assert_int_equal(age, 5);
+    assert_int_equal(size, 0);
+    for (uint64_t i = 1; i <= 10; i++)
+        assert_int_equal(contains(st, i), i > 5);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 5);
+    assert_int_equal(si.oldest_received_ms, 600);
+    /* Eviction takes no sequence numbers. */
+    assert_int_equal(si.next_seq, 10);
+
+    /* Nothing older than the bound: no-op. */
+    evict(st, 600, 0, 100, &age, &size);
+    assert_int_equal(age, 0);
+    assert_int_equal(size, 0);
+
+    /* An evicted key is new again and becomes the youngest. */
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 1, 5000, false);
+    assert_int_equal(store_commit(st), STORE_OK);
+    evict(st, 1001, 0, 100, &age, &size);
+    assert_int_equal(age, 5);
+    assert_true(contains(st, 1));
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 1);
+    assert_int_equal(si.oldest_received_ms, 5000);
+
+    /* Everything old: the store empties and reports no oldest key. */
+    evict(st, INT64_MAX, 0, 100, &age, &size);
+    assert_int_equal(age, 1);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 0);
+    assert_int_equal(si.oldest_received_ms, 0);
+    evict(st, INT64_MAX, 0, 100, &age, &size);
+    assert_int_equal(age, 0);
+    store_close(st);
+}
+
+static void test_evict_bounded_steps(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+    uint64_t age, size;
+
+    insert_committed(st, 1, 10, 0);
+    evict(st, INT64_MAX, 0, 3, &age, &size);
+    assert_int_equal(age, 3);
+    assert_int_equal(size, 0);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 7);
+    assert_int_equal(si.oldest_received_ms, 400);
+    assert_false(contains(st, 3));
+    assert_true(contains(st, 4));
+
+    evict(st, INT64_MAX, 0, 0, &age, &size);
+    assert_int_equal(age, 0);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 7);
+
+    evict(st, INT64_MIN, 2, 4, &age, &size);
+    assert_int_equal(size, 4);
+    assert_int_equal(age, 0);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 3);
+
+    /* Counters accumulate into the caller's totals. */
+    age = 10;
+    size = 20;
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_evict(st, INT64_MIN, 2, 100, &age, &size), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(age, 10);
+    assert_int_equal(size, 21);
+    store_close(st);
+}
+
+static void test_evict_by_size(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+    uint64_t age, size;
+
+    insert_committed(st, 1, 10, 0);
+    evict(st, INT64_MIN, 4, 100, &age, &size);
+    assert_int_equal(size, 6);
+    assert_int_equal(age, 0);
+    for (uint64_t i = 1; i <= 10; i++)
+        assert_int_equal(contains(st, i), i > 6); /* the four newest stay */
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 4);
+    assert_int_equal(si.oldest_received_ms, 700);
+
+    /* At the bound: nothing to do. */
+    evict(st, INT64_MIN, 4, 100, &age, &size);
+    assert_int_equal(size, 0);
+    store_close(st);
+}
+
+static void test_evict_both_reasons(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+    uint64_t age, size;
+
+    insert_committed(st, 1, 10, 0);
+    /* 100 and 200 are too old; then 8 keys remain for a bound of 5. */
+    evict(st, 250, 5, 100, &age, &size);
+    assert_int_equal(age, 2);
+    assert_int_equal(size, 3);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 5);
+    assert_int_equal(si.oldest_received_ms, 600);
+    store_close(st);
+}
+
+/* Eviction inside the same transaction as inserts (how the commit writer uses it). */
+static void test_evict_in_insert_txn(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+    uint64_t age = 0, size = 0;
+
+    insert_committed(st, 1, 3, 0);
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 4, 400, false);
+    insert(st, 5, 500, false);
+    assert_int_equal(store_evict(st, INT64_MIN, 2, 100, &age, &size), STORE_OK);
+    assert_int_equal(size, 3);
+    /* A key evicted in this transaction is new again. */
+    insert(st, 1, 600, false);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 3);
+    assert_int_equal(si.next_seq, 6);
+    assert_int_equal(si.oldest_received_ms, 400);
+    assert_true(contains(st, 1));
+    assert_false(contains(st, 2));
+    store_close(st);
+}
+
+static void test_secret(void **state)
+{
+    fx_t *fx = *state;
+    uint8_t s1[KEYHASH_SECRET_LEN], s2[KEYHASH_SECRET_LEN], other[KEYHASH_SECRET_LEN];
+    store_t *st = open_store(fx, 0);
+
+    memset(other, 0x42, sizeof(other));
+    assert_int_equal(store_secret(st, NULL, s1), STORE_OK);
+    assert_int_equal(store_secret(st, NULL, s2), STORE_OK);
+    assert_memory_equal(s1, s2, sizeof(s1));
+    /* Once stored, a supplied secret does not replace it. */
+    assert_int_equal(store_secret(st, other, s2), STORE_OK);
+    assert_memory_equal(s1, s2, sizeof(s1));
+    store_close(st);
+
+    st = open_store(fx, 0);
+    memset(s2, 0, sizeof(s2));
+    assert_int_equal(store_secret(st, NULL, s2), STORE_OK);
+    assert_memory_equal(s1, s2, sizeof(s1));
+    store_close(st);
+}
+
+static void test_secret_in(void **state)
+{
+    fx_t *fx = *state;
+    uint8_t in[KEYHASH_SECRET_LEN], out[KEYHASH_SECRET_LEN];
+    store_t *st = open_store(fx, 0);
+
+    for (int i = 0; i < KEYHASH_SECRET_LEN; i++)
+        in[i] = (uint8_t)(0xf0 + i);
+    assert_int_equal(store_secret(st, in, out), STORE_OK);
+    assert_memory_equal(in, out, sizeof(in));
+    store_close(st);
+
+    st = open_store(fx, 0);
+    memset(out, 0, sizeof(out));
+    assert_int_equal(store_secret(st, NULL, out), STORE_OK);
+    assert_memory_equal(in, out, sizeof(in));
+    store_close(st);
+}
+
+static void test_map_growth(void **state)
+{
+    fx_t *fx = *state;
+    const uint64_t map = 256 * 1024;
+    const uint64_t total = 20000;
+    store_t *st = open_store(fx, map);
+    store_info_t si;
+    uint64_t committed = 0;
+    int grows = 0, fulls = 0;
+
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.map_size, map);
+    /* Batches of 2,000: the first few fit, then the map fills and has to grow. */
+    while (committed < total) {
+        uint64_t n = 2000;
+        int rc = store_begin(st);
+        assert_int_equal(rc, STORE_OK);
+        for (uint64_t i = committed; i < committed + n && rc == STORE_OK; i++) {
+            uint8_t key[KEYHASH_LEN];
+            bool dup = true;
+            mkkey(i, key);
+            rc = store_insert(st, key, (int64_t)i, i, &dup);
+            if (rc == STORE_OK)
+                assert_false(dup);
+        }
+        if (rc == STORE_OK)
+            rc = store_set_applied(st, committed + n);
+        if (rc == STORE_OK)
+            rc = store_commit(st);
+        else
+            store_abort(st);
+        if (rc == STORE_FULL) {
+            fulls++;
+            /* Nothing of the failed transaction is visible. */
+            assert_int_equal(store_get_info(st, &si), STORE_OK);
+            assert_int_equal(si.keys, committed);
+            assert_int_equal(si.next_seq, committed);
+            assert_false(contains(st, committed));
+            uint64_t before = si.map_size;
+            assert_int_equal(store_grow(st), STORE_OK);
+            grows++;
+            assert_true(grows < 16);
+            assert_int_equal(store_get_info(st, &si), STORE_OK);
+            assert_int_equal(si.map_size, 2 * before);
+            continue; /* redo the same batch */
+        }
+        assert_int_equal(rc, STORE_OK);
+        committed += n;
+    }
+    assert_true(fulls > 0);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, total);
+    assert_int_equal(si.next_seq, total);
+    assert_int_equal(si.applied, total);
+    assert_true(si.map_size >= 2 * map);
+    assert_true(si.used_bytes <= si.map_size);
+    for (uint64_t i = 0; i < total; i++)
+        assert_true(contains(st, i));
+    store_close(st);
+
+    /* Reopening with the small size again still holds everything (LMDB adopts the file size). */
+    st = open_store(fx, map);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, total);
+    assert_true(contains(st, total - 1));
+    store_close(st);
+}
+
+static void test_read_only_missing_dir(void **state)
+{
+    fx_t *fx = *state;
+    store_options_t ro = {.read_only = true};
+    store_t *st = NULL;
+    char path[128];
+
+    snprintf(path, sizeof(path), "%s/missing", fx->dir);
+    int rc = store_open(path, &ro, &st);
+    assert_int_equal(rc, STORE_NOTFOUND);
+    assert_null(st);
+    assert_string_equal(store_strerror(rc), "not found");
+
+    /* An existing directory without an environment: nothing to read either. */
+    rc = store_open(fx->dir, &ro, &st);
+    assert_int_equal(rc, STORE_NOTFOUND);
+    assert_null(st);
+}
+
+static void test_read_only_sees_committed(void **state)
+{
+    fx_t *fx = *state;
+    store_options_t ro = {.read_only = true};
+    store_t *st = open_store(fx, 0), *rst = NULL;
+    store_info_t si;
+    uint8_t secret[KEYHASH_SECRET_LEN], rsecret[KEYHASH_SECRET_LEN];
+
+    assert_int_equal(store_secret(st, NULL, secret), STORE_OK);
+    insert_committed(st, 1, 5, 0);
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_set_applied(st, 5), STORE_OK);
+    insert(st, 6, 600, false); /* never committed */
+    store_abort(st);
+    store_close(st);
+
+    assert_int_equal(store_open(fx->dir, &ro, &rst), STORE_OK);
+    for (uint64_t i = 1; i <= 5; i++)
+        assert_true(contains(rst, i));
+    assert_false(contains(rst, 6));
+    assert_int_equal(store_get_info(rst, &si), STORE_OK);
+    assert_int_equal(si.keys, 5);
+    assert_int_equal(si.next_seq, 5);
+    assert_int_equal(si.applied, 0);
+    assert_int_equal(si.oldest_received_ms, 100);
+    assert_int_equal(store_secret(rst, NULL, rsecret), STORE_OK);
+    assert_memory_equal(secret, rsecret, sizeof(secret));
+    /* No writes through a read-only handle. */
+    assert_int_not_equal(store_begin(rst), STORE_OK);
+    store_close(rst);
+}
+
+static void test_read_only_without_secret(void **state)
+{
+    fx_t *fx = *state;
+    store_options_t ro = {.read_only = true};
+    store_t *st = open_store(fx, 0);
+    uint8_t s[KEYHASH_SECRET_LEN];
+    store_close(st);
+    assert_int_equal(store_open(fx->dir, &ro, &st), STORE_OK);
+    assert_int_equal(store_secret(st, NULL, s), STORE_NOTFOUND);
+    store_close(st);
+}
+
+/* `log cat` reads while the server writes: a reader in another process sees every commit. */
+static void test_read_only_other_process(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    insert_committed(st, 1, 3, 0);
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        store_options_t ro = {.read_only = true};
+        store_t *rst = NULL;
+        store_info_t si;
+        uint8_t key[KEYHASH_LEN];
+        bool present = false;
+        int ok = store_open(fx->dir, &ro, &rst) == STORE_OK;
+        mkkey(3, key);
+        ok = ok && store_contains(rst, key, &present) == STORE_OK && present;
+        ok = ok && store_get_info(rst, &si) == STORE_OK && si.keys == 3;
+        store_close(rst);
+        _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    store_close(st);
+}
+
+static void test_misuse(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    int cleared = -1;
+
+    assert_int_equal(store_begin(st), STORE_OK);
+    /* One transaction at a time; no growing under a transaction. */
+    assert_int_not_equal(store_begin(st), STORE_OK);
+    assert_int_not_equal(store_grow(st), STORE_OK);
+    store_abort(st);
+    assert_int_equal(store_reader_check(st, &cleared), STORE_OK);
+    assert_int_equal(cleared, 0);
+    assert_non_null(store_detail(st));
+    store_close(st);
+    store_close(NULL);
+
+    const int codes[] = {STORE_OK,      STORE_FULL, STORE_EIO,   STORE_CORRUPT, STORE_NOMEM,
+                         STORE_VERSION, STORE_BUSY, STORE_ERROR, STORE_NOTFOUND};
+    for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
+        assert_non_null(store_strerror(codes[i]));
+        for (size_t j = 0; j < i; j++)
+            assert_string_not_equal(store_strerror(codes[i]), store_strerror(codes[j]));
+    }
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_insert_and_duplicate),
+        T(test_abort_discards),
+        T(test_info),
+        T(test_evict_by_age),
+        T(test_evict_bounded_steps),
+        T(test_evict_by_size),
+        T(test_evict_both_reasons),
+        T(test_evict_in_insert_txn),
+        T(test_secret),
+        T(test_secret_in),
+        T(test_map_growth),
+        T(test_read_only_missing_dir),
+        T(test_read_only_sees_committed),
+        T(test_read_only_without_secret),
+        T(test_read_only_other_process),
+        T(test_misuse),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
