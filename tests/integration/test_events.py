@@ -1,0 +1,230 @@
+"""Event validation and normalisation: messageId, receivedAt, source, sentAt, timestamp correction."""
+
+import datetime
+import unittest
+
+from harness import (ISO_MS_UTC_RE, UUID4_RE, ServerTestCase, iso_ms, log_cat, new_id,
+                     parse_iso, track)
+
+UTC = datetime.timezone.utc
+
+
+def now():
+    return datetime.datetime.now(UTC)
+
+
+class Events(ServerTestCase):
+    KEYS = ("evkey:my-source",)
+
+    def send(self, events, **top):
+        r = self.srv.batch(events, **top)
+        self.assertEqual(r.status, 200, r)
+        return r.json
+
+    def logged(self, mid):
+        found = [e for e in log_cat(self.srv.data_dir) if e.get("messageId") == mid]
+        self.assertEqual(len(found), 1, "messageId %s logged %d times" % (mid, len(found)))
+        return found[0]
+
+    # ---- validation ----------------------------------------------------
+
+    def check_rejected(self, event):
+        body = self.send([event])
+        self.assertEqual(body["accepted"], 0, body)
+        self.assertEqual([i["index"] for i in body["rejected"]], [0], body)
+        return body["rejected"][0]["error"]
+
+    def check_accepted(self, event):
+        body = self.send([event])
+        self.assertEqual((body["accepted"], body["rejected"]), (1, []), body)
+
+    def test_rejections(self):
+        cases = {
+            "no type": {"event": "E", "userId": "u"},
+            "unknown type": {"type": "purchase", "userId": "u"},
+            "type not a string": {"type": 1, "userId": "u"},
+            "no user": {"type": "track", "event": "E"},
+            "empty userId": {"type": "track", "event": "E", "userId": ""},
+            "empty anonymousId": {"type": "track", "event": "E", "anonymousId": ""},
+            "userId object": {"type": "identify", "userId": {"a": 1}},
+            "track no event": {"type": "track", "userId": "u"},
+            "track empty event": {"type": "track", "userId": "u", "event": ""},
+            "track event number": {"type": "track", "userId": "u", "event": 5},
+            "group no groupId": {"type": "group", "userId": "u"},
+            "alias no previousId": {"type": "alias", "userId": "u"},
+            "alias no userId": {"type": "alias", "anonymousId": "a", "previousId": "p"},
+            "empty messageId": track(mid=""),
+            "messageId number": track(mid=123),
+            "messageId too long": track(mid="x" * 257),
+            "bad timestamp": track(timestamp="2024-13-45"),
+            "timestamp words": track(timestamp="yesterday"),
+            "timestamp number": track(timestamp=1700000000),
+            "date only": track(timestamp="2024-01-01"),
+            "bad sentAt": track(sentAt="soon"),
+            "bad originalTimestamp": track(originalTimestamp="then"),
+        }
+        for name, ev in cases.items():
+            with self.subTest(case=name):
+                err = self.check_rejected(ev)
+                self.assertTrue(err and err == err.strip(), err)
+
+    def test_acceptances(self):
+        cases = {
+            "numeric userId": track(uid=42),
+            "anonymousId only": {"type": "page", "anonymousId": "a-1"},
+            "numeric anonymousId": {"type": "screen", "anonymousId": 7},
+            "group numeric groupId": {"type": "group", "userId": "u", "groupId": 99},
+            "alias": {"type": "alias", "userId": "u", "previousId": "p"},
+            "messageId 256 bytes": track(mid="m" * 256),
+            "timestamp Z": track(timestamp="2024-01-01T00:00:00Z"),
+            "timestamp fraction": track(timestamp="2024-01-01T00:00:00.123456Z"),
+            "timestamp +hh:mm": track(timestamp="2024-01-01T01:00:00+01:00"),
+            "timestamp -hhmm": track(timestamp="2023-12-31T19:00:00-0500"),
+        }
+        for name, ev in cases.items():
+            with self.subTest(case=name):
+                if ev.get("messageId") is None:
+                    ev["messageId"] = new_id()
+                self.check_accepted(ev)
+
+    # ---- normalisation -------------------------------------------------
+
+    def test_message_id_assigned_uuid4(self):
+        uid = new_id("user")
+        before = len(log_cat(self.srv.data_dir))
+        self.send([track(uid=uid), track(uid=uid)])
+        mine = [e for e in log_cat(self.srv.data_dir)[before:] if e.get("userId") == uid]
+        self.assertEqual(len(mine), 2)
+        for e in mine:
+            self.assertRegex(e["messageId"], UUID4_RE)
+        self.assertNotEqual(mine[0]["messageId"], mine[1]["messageId"])
+
+    def test_message_id_assigned_single_route(self):
+        uid = new_id("user")
+        r = self.srv.post("/v1/identify", {"userId": uid}, key="evkey")
+        self.assertOk(r, accepted=1)
+        mine = [e for e in log_cat(self.srv.data_dir) if e.get("userId") == uid]
+        self.assertEqual(len(mine), 1)
+        self.assertRegex(mine[0]["messageId"], UUID4_RE)
+
+    def test_received_at_and_source(self):
+        mid = new_id()
+        t0 = now()
+        self.send([track(mid=mid, source="client-lies")])
+        t1 = now()
+        e = self.logged(mid)
+        self.assertRegex(e["receivedAt"], ISO_MS_UTC_RE)
+        rec = parse_iso(e["receivedAt"])
+        self.assertGreaterEqual(rec, t0 - datetime.timedelta(seconds=1))
+        self.assertLessEqual(rec, t1 + datetime.timedelta(seconds=1))
+        self.assertEqual(e["source"], "my-source", "the key's source overwrites the client's")
+
+    def test_client_fields_kept(self):
+        mid = new_id()
+        props = {"revenue": 9.99, "items": [1, 2, {"a": None}], "nested": {"ok": True},
+                 "unicode": "caf\u00e9 \u2603"}
+        self.send([track(mid=mid, properties=props, context={"ip": "10.0.0.1"},
+                         customTopLevel="x")])
+        e = self.logged(mid)
+        self.assertEqual(e["properties"], props)
+        self.assertEqual(e["context"]["ip"], "10.0.0.1")
+        self.assertEqual(e["customTopLevel"], "x")
+        self.assertEqual(e["event"], "Test Event")
+        self.assertEqual(e["type"], "track")
+
+    def test_no_timestamp_gets_received_at(self):
+        mid = new_id()
+        self.send([track(mid=mid)])
+        e = self.logged(mid)
+        self.assertEqual(e["timestamp"], e["receivedAt"])
+        self.assertNotIn("originalTimestamp", e)
+
+    def test_timestamp_corrected_by_sent_at_skew(self):
+        # The client clock runs 1 hour ahead; the event happened 5 s before it was sent.
+        skew = datetime.timedelta(hours=1)
+        age = datetime.timedelta(seconds=5)
+        client_now = now() + skew
+        ts = iso_ms(client_now - age)
+        sent = iso_ms(client_now)
+        mid = new_id()
+        self.send([track(mid=mid, timestamp=ts, sentAt=sent)])
+        e = self.logged(mid)
+        self.assertEqual(e["originalTimestamp"], ts, "originalTimestamp is the client's value")
+        self.assertEqual(e["sentAt"], sent, "sentAt kept as sent")
+        self.assertRegex(e["timestamp"], ISO_MS_UTC_RE)
+        want = parse_iso(e["receivedAt"]) - age
+        got = parse_iso(e["timestamp"])
+        self.assertLessEqual(abs((got - want).total_seconds()), 0.002,
+                             "timestamp %s, want receivedAt - 5s = %s" % (got, want))
+
+    def test_timestamp_corrected_by_batch_sent_at(self):
+        skew = datetime.timedelta(minutes=-30)  # client clock 30 minutes behind
+        age = datetime.timedelta(milliseconds=2500)
+        client_now = now() + skew
+        ts = iso_ms(client_now - age)
+        sent = iso_ms(client_now)
+        mid = new_id()
+        self.send([track(mid=mid, timestamp=ts)], sentAt=sent)
+        e = self.logged(mid)
+        self.assertEqual(e["originalTimestamp"], ts)
+        self.assertEqual(e["sentAt"], sent, "the batch's sentAt is copied into the event")
+        got = parse_iso(e["timestamp"])
+        want = parse_iso(e["receivedAt"]) - age
+        self.assertLessEqual(abs((got - want).total_seconds()), 0.002)
+
+    def test_event_sent_at_wins_over_batch(self):
+        client_now = now()
+        ev_sent = iso_ms(client_now)
+        batch_sent = iso_ms(client_now + datetime.timedelta(hours=5))
+        ts = iso_ms(client_now - datetime.timedelta(seconds=1))
+        mid = new_id()
+        self.send([track(mid=mid, timestamp=ts, sentAt=ev_sent)], sentAt=batch_sent)
+        e = self.logged(mid)
+        self.assertEqual(e["sentAt"], ev_sent)
+        got = parse_iso(e["timestamp"])
+        want = parse_iso(e["receivedAt"]) - datetime.timedelta(seconds=1)
+        self.assertLessEqual(abs((got - want).total_seconds()), 0.002)
+
+    def test_timestamp_without_sent_at_normalised(self):
+        mid = new_id()
+        self.send([track(mid=mid, timestamp="2024-01-01T01:00:00+01:00")])
+        e = self.logged(mid)
+        self.assertEqual(e["originalTimestamp"], "2024-01-01T01:00:00+01:00")
+        self.assertEqual(e["timestamp"], "2024-01-01T00:00:00.000Z")
+        self.assertNotIn("sentAt", e)
+
+    def test_single_route_timestamp_correction(self):
+        age = datetime.timedelta(seconds=3)
+        client_now = now() + datetime.timedelta(days=2)
+        ts, sent = iso_ms(client_now - age), iso_ms(client_now)
+        mid = new_id()
+        r = self.srv.post("/v1/track", {"event": "E", "userId": "u", "messageId": mid,
+                                        "timestamp": ts, "sentAt": sent}, key="evkey")
+        self.assertOk(r, accepted=1)
+        e = self.logged(mid)
+        got = parse_iso(e["timestamp"])
+        want = parse_iso(e["receivedAt"]) - age
+        self.assertLessEqual(abs((got - want).total_seconds()), 0.002)
+
+    def test_batch_context_and_integrations_merged(self):
+        m1, m2 = new_id(), new_id()
+        self.send([track(mid=m1, context={"ip": "5.6.7.8"}, integrations={"Mixpanel": False}),
+                   track(mid=m2)],
+                  context={"ip": "1.2.3.4", "library": {"name": "analytics.js"}},
+                  integrations={"All": True, "Mixpanel": True})
+        e1, e2 = self.logged(m1), self.logged(m2)
+        self.assertEqual(e1["context"]["ip"], "5.6.7.8", "the event's own value wins")
+        self.assertEqual(e1["context"]["library"], {"name": "analytics.js"})
+        self.assertEqual(e2["context"], {"ip": "1.2.3.4", "library": {"name": "analytics.js"}})
+        self.assertEqual(e1["integrations"], {"All": True, "Mixpanel": False})
+        self.assertEqual(e2["integrations"], {"All": True, "Mixpanel": True})
+
+    def test_logged_event_is_compact_single_line(self):
+        mid = new_id()
+        self.send([track(mid=mid, properties={"text": "line1\nline2"})])
+        e = self.logged(mid)
+        self.assertEqual(e["properties"]["text"], "line1\nline2")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
