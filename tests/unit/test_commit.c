@@ -11,54 +11,29 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "storage/commit.h"
 #include "storage/keyhash.h"
 #include "storage/log.h"
+#include "testutil.h"
 
 #define SOURCE "test-src"
 
-typedef struct {
-    char base[64];  /* mkdtemp dir, removed in teardown */
-    char data[128]; /* base/data: the data dir (commit_open creates it) */
-} fx_t;
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+/* fx->dir = base/data: the data dir (commit_open creates it); teardown removes base. */
+typedef tu_fixture_t fx_t;
 
 static int setup(void **state)
 {
-    fx_t *fx = calloc(1, sizeof(*fx));
-    if (!fx)
-        return -1;
-    snprintf(fx->base, sizeof(fx->base), "/tmp/ingestd-test-commit-XXXXXX");
-    if (!mkdtemp(fx->base)) {
-        free(fx);
-        return -1;
-    }
-    snprintf(fx->data, sizeof(fx->data), "%s/data", fx->base);
-    *state = fx;
-    return 0;
+    return tu_fixture_setup(state, "commit", "data");
 }
 
 static int teardown(void **state)
 {
-    fx_t *fx = *state;
-    int rc = nftw(fx->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(fx);
-    return rc;
+    return tu_fixture_teardown(state);
 }
 
 /*
@@ -95,17 +70,10 @@ int mdb_txn_commit(MDB_txn *txn)
     return real_commit()(txn);
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static commit_options_t default_opts(const fx_t *fx)
 {
     commit_options_t o = {
-        .data_dir = fx->data,
+        .data_dir = fx->dir,
         .window_ms = 3600 * 1000,
         .max_keys = 0,
         .segment_bytes = 1 << 20,
@@ -127,53 +95,11 @@ static commit_t *open_commit(const commit_options_t *o)
     return c;
 }
 
-/* ---- awaiting done callbacks: a counter under a mutex, no sleeps ---- */
-
-typedef struct {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    size_t pending;
-    size_t calls;
-} waiter_t;
-
-static void waiter_init(waiter_t *w)
-{
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    w->pending = 0;
-    w->calls = 0;
-}
-
-static void waiter_destroy(waiter_t *w)
-{
-    pthread_mutex_destroy(&w->mu);
-    pthread_cond_destroy(&w->cv);
-}
-
+/* Every request's done callback counts down a waiter (testutil.h): no sleeps. */
 static void on_done(commit_req_t *req, void *arg)
 {
-    waiter_t *w = arg;
     (void)req;
-    pthread_mutex_lock(&w->mu);
-    w->pending--;
-    w->calls++;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-}
-
-static void waiter_add(waiter_t *w, size_t n)
-{
-    pthread_mutex_lock(&w->mu);
-    w->pending += n;
-    pthread_mutex_unlock(&w->mu);
-}
-
-static void waiter_wait(waiter_t *w)
-{
-    pthread_mutex_lock(&w->mu);
-    while (w->pending > 0)
-        pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
+    tu_waiter_done(arg);
 }
 
 /* ---- events ---- */
@@ -191,7 +117,7 @@ typedef struct {
 } req_t;
 
 static void req_init(req_t *r, const uint8_t *secret, const unsigned *ids, size_t n,
-                     int64_t received_ms, waiter_t *w)
+                     int64_t received_ms, tu_waiter_t *w)
 {
     memset(r, 0, sizeof(*r));
     r->ev = calloc(n ? n : 1, sizeof(*r->ev));
@@ -222,18 +148,24 @@ static void req_free(req_t *r)
     free(r->payload);
 }
 
-/* Submits one request of the given ids and waits for its done callback. */
+/* Submits one request of the given ids, waits for its done callback, returns its status. */
+static int submit_status(commit_t *c, req_t *r, const unsigned *ids, size_t n, int64_t received_ms)
+{
+    tu_waiter_t w;
+    tu_waiter_init(&w);
+    req_init(r, commit_secret(c), ids, n, received_ms, &w);
+    tu_waiter_add(&w, 1);
+    assert_int_equal(commit_submit(c, &r->req), COMMIT_OK);
+    tu_waiter_wait(&w);
+    assert_int_equal(w.calls, 1);
+    tu_waiter_destroy(&w);
+    return r->req.status;
+}
+
+/* submit_status() for a request that must succeed. */
 static void submit_wait(commit_t *c, req_t *r, const unsigned *ids, size_t n, int64_t received_ms)
 {
-    waiter_t w;
-    waiter_init(&w);
-    req_init(r, commit_secret(c), ids, n, received_ms, &w);
-    waiter_add(&w, 1);
-    assert_int_equal(commit_submit(c, &r->req), COMMIT_OK);
-    waiter_wait(&w);
-    assert_int_equal(w.calls, 1);
-    assert_int_equal(r->req.status, COMMIT_OK);
-    waiter_destroy(&w);
+    assert_int_equal(submit_status(c, r, ids, n, received_ms), COMMIT_OK);
 }
 
 /* Submits ids, expects every event to get `want` (COMMIT_ACCEPTED / COMMIT_DUPLICATE). */
@@ -246,6 +178,7 @@ static void submit_expect(commit_t *c, const unsigned *ids, size_t n, int64_t re
     req_free(&r);
 }
 
+/* Submits ids first..first+n-1, each expected to get `want`. */
 static void submit_range(commit_t *c, unsigned first, unsigned n, int64_t received_ms, int want)
 {
     unsigned *ids = calloc(n ? n : 1, sizeof(*ids));
@@ -256,10 +189,20 @@ static void submit_range(commit_t *c, unsigned first, unsigned n, int64_t receiv
     free(ids);
 }
 
+/* Submits the single id, which must be accepted at log offset `offset`. */
+static void submit_one_accepted(commit_t *c, unsigned id, int64_t received_ms, uint64_t offset)
+{
+    req_t r;
+    submit_wait(c, &r, &id, 1, received_ms);
+    assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
+    assert_int_equal(r.ev[0].offset, offset);
+    req_free(&r);
+}
+
 /* Reads the whole log: payload of each offset into out[offset] (malloc'ed strings). */
 static uint64_t read_log(const fx_t *fx, char ***out, uint8_t (**keys)[16])
 {
-    char dir[256];
+    char dir[512];
     log_reader_t *r = NULL;
     log_record_t rec;
     uint64_t n = 0, cap = 16;
@@ -268,7 +211,7 @@ static uint64_t read_log(const fx_t *fx, char ***out, uint8_t (**keys)[16])
     int rc;
     assert_non_null(v);
     assert_non_null(k);
-    snprintf(dir, sizeof(dir), "%s/log", fx->data);
+    snprintf(dir, sizeof(dir), "%s/log", fx->dir);
     assert_int_equal(log_reader_open(dir, 0, &r), LOG_OK);
     while ((rc = log_reader_next(r, UINT64_MAX, &rec)) == LOG_OK) {
         assert_int_equal(rec.offset, n);
@@ -301,6 +244,15 @@ static void free_log(char **v, uint64_t n)
     free(v);
 }
 
+/* The log holds exactly n records. */
+static void expect_log_records(const fx_t *fx, uint64_t n)
+{
+    char **logv = NULL;
+    uint64_t got = read_log(fx, &logv, NULL);
+    assert_int_equal(got, n);
+    free_log(logv, got);
+}
+
 /* ---- tests ---- */
 
 #define NTHREADS   4
@@ -325,20 +277,20 @@ static unsigned id_of(int t, int r, int e)
 static void *worker(void *arg)
 {
     worker_t *wk = arg;
-    waiter_t w;
-    int64_t now = now_ms();
-    waiter_init(&w);
+    tu_waiter_t w;
+    int64_t now = tu_now_ms();
+    tu_waiter_init(&w);
     for (int r = 0; r < NREQS; r++) {
         for (int e = 0; e < REQ_EVENTS; e++)
             wk->ids[r][e] = id_of(wk->t, r, e);
         req_init(&wk->reqs[r], commit_secret(wk->c), wk->ids[r], REQ_EVENTS, now, &w);
-        waiter_add(&w, 1);
+        tu_waiter_add(&w, 1);
         wk->submit_rc[r] = commit_submit(wk->c, &wk->reqs[r].req);
         if (wk->submit_rc[r] != COMMIT_OK)
             on_done(&wk->reqs[r].req, &w); /* not queued: balance the count */
     }
-    waiter_wait(&w);
-    waiter_destroy(&w);
+    tu_waiter_wait(&w);
+    tu_waiter_destroy(&w);
     return NULL;
 }
 
@@ -453,7 +405,7 @@ static void test_concurrent_exactly_once(void **state)
     for (unsigned id = 0; id < ID_SPACE; id++)
         if (seen_per_id[id])
             ids[n++] = id;
-    submit_expect(c, ids, n, now_ms(), COMMIT_DUPLICATE);
+    submit_expect(c, ids, n, tu_now_ms(), COMMIT_DUPLICATE);
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 0);
     assert_int_equal(s.duplicates, n);
@@ -478,7 +430,7 @@ static void test_duplicate_within_request(void **state)
     req_t r;
     commit_stats_t s;
 
-    submit_wait(c, &r, ids, 6, now_ms());
+    submit_wait(c, &r, ids, 6, tu_now_ms());
     for (size_t i = 0; i < 6; i++)
         assert_int_equal(r.ev[i].result, want[i]);
     assert_int_equal(r.ev[0].offset, 0);
@@ -495,14 +447,14 @@ static void test_duplicate_within_request(void **state)
     assert_int_equal(s.fsyncs, 1);
 
     /* A request of duplicates only appends nothing (and needs no fsync). */
-    submit_expect(c, ids, 2, now_ms(), COMMIT_DUPLICATE);
+    submit_expect(c, ids, 2, tu_now_ms(), COMMIT_DUPLICATE);
     commit_get_stats(c, &s);
     assert_int_equal(s.batches, 2);
     assert_int_equal(s.fsyncs, 1);
     assert_int_equal(s.log_next_offset, 3);
 
     /* An empty request is answered too. */
-    submit_expect(c, NULL, 0, now_ms(), COMMIT_ACCEPTED);
+    submit_expect(c, NULL, 0, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 }
 
@@ -513,14 +465,14 @@ static void test_close_answers_queued(void **state)
     commit_t *c = open_commit(&o);
     enum { NR = 20 };
     req_t reqs[NR];
-    waiter_t w;
-    int64_t now = now_ms();
+    tu_waiter_t w;
+    int64_t now = tu_now_ms();
 
-    waiter_init(&w);
+    tu_waiter_init(&w);
     for (unsigned i = 0; i < NR; i++) {
         unsigned ids[3] = {i, i + 1000, i};
         req_init(&reqs[i], commit_secret(c), ids, 3, now, &w);
-        waiter_add(&w, 1);
+        tu_waiter_add(&w, 1);
         assert_int_equal(commit_submit(c, &reqs[i].req), COMMIT_OK);
     }
     /* No waiting: close itself must finish everything queued. */
@@ -534,12 +486,9 @@ static void test_close_answers_queued(void **state)
         assert_int_equal(reqs[i].ev[2].result, COMMIT_DUPLICATE);
         req_free(&reqs[i]);
     }
-    waiter_destroy(&w);
+    tu_waiter_destroy(&w);
 
-    char **logv = NULL;
-    uint64_t n = read_log(fx, &logv, NULL);
-    assert_int_equal(n, 2 * NR);
-    free_log(logv, n);
+    expect_log_records(fx, 2 * NR);
 }
 
 static void test_lock(void **state)
@@ -554,11 +503,11 @@ static void test_lock(void **state)
     assert_null(c2);
     assert_non_null(strstr(err, "in use"));
     /* The failed open did not disturb the first one. */
-    submit_range(c, 0, 3, now_ms(), COMMIT_ACCEPTED);
+    submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
     /* Released on close. */
     c = open_commit(&o);
-    submit_range(c, 0, 3, now_ms(), COMMIT_DUPLICATE);
+    submit_range(c, 0, 3, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
 
@@ -643,7 +592,7 @@ static void test_window_kept(void **state)
     commit_options_t o = default_opts(fx); /* one hour */
     commit_t *c = open_commit(&o);
     commit_stats_t s;
-    int64_t t = now_ms() - 60 * 1000; /* a minute ago: inside the window */
+    int64_t t = tu_now_ms() - 60 * 1000; /* a minute ago: inside the window */
 
     submit_range(c, 0, 5, t, COMMIT_ACCEPTED);
     submit_range(c, 0, 5, t, COMMIT_DUPLICATE);
@@ -661,7 +610,7 @@ static void test_window_by_size(void **state)
     o.max_keys = 10;
     commit_t *c = open_commit(&o);
     commit_stats_t s;
-    int64_t now = now_ms();
+    int64_t now = tu_now_ms();
 
     /* 100 distinct keys in ten requests of ten. */
     for (unsigned i = 0; i < 10; i++)
@@ -684,36 +633,18 @@ static void test_window_by_size(void **state)
     commit_close(c);
 }
 
-static void copy_file(const char *from, const char *to)
-{
-    char buf[65536];
-    int in = open(from, O_RDONLY), out;
-    ssize_t n;
-    assert_true(in >= 0);
-    out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    assert_true(out >= 0);
-    while ((n = read(in, buf, sizeof(buf))) > 0)
-        assert_int_equal(write(out, buf, (size_t)n), n);
-    assert_int_equal(n, 0);
-    close(in);
-    close(out);
-}
-
 /* Copies the LMDB files of DIR/store to/from DIR/../store-copy. */
 static void copy_store(const fx_t *fx, bool to_copy)
 {
     const char *files[] = {"data.mdb", "lock.mdb"};
-    char a[512], b[512], copydir[256];
+    char a[512], b[512], copydir[300];
     snprintf(copydir, sizeof(copydir), "%s/store-copy", fx->base);
     if (to_copy)
         assert_true(mkdir(copydir, 0755) == 0);
     for (size_t i = 0; i < 2; i++) {
-        snprintf(a, sizeof(a), "%s/store/%s", fx->data, files[i]);
+        snprintf(a, sizeof(a), "%s/store/%s", fx->dir, files[i]);
         snprintf(b, sizeof(b), "%s/%s", copydir, files[i]);
-        if (to_copy)
-            copy_file(a, b);
-        else
-            copy_file(b, a);
+        assert_int_equal(to_copy ? tu_copy_file(a, b) : tu_copy_file(b, a), 0);
     }
 }
 
@@ -723,7 +654,7 @@ static void test_replay_lagging_store(void **state)
     commit_options_t o = default_opts(fx);
     commit_t *c = open_commit(&o);
     commit_stats_t s;
-    int64_t now = now_ms();
+    int64_t now = tu_now_ms();
 
     submit_range(c, 0, 5, now, COMMIT_ACCEPTED); /* N = 5 */
     commit_close(c);
@@ -746,12 +677,7 @@ static void test_replay_lagging_store(void **state)
     submit_range(c, 200, 4, now, COMMIT_DUPLICATE);
     submit_range(c, 0, 5, now, COMMIT_DUPLICATE);
     /* New events continue after the replayed ones. */
-    req_t r;
-    const unsigned id = 300;
-    submit_wait(c, &r, &id, 1, now);
-    assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
-    assert_int_equal(r.ev[0].offset, 12);
-    req_free(&r);
+    submit_one_accepted(c, 300, now, 12);
     commit_close(c);
 
     /* Replay is done once: the next open has nothing left to apply. */
@@ -761,10 +687,7 @@ static void test_replay_lagging_store(void **state)
     assert_int_equal(s.keys, 13);
     commit_close(c);
 
-    char **logv = NULL;
-    uint64_t n = read_log(fx, &logv, NULL);
-    assert_int_equal(n, 13);
-    free_log(logv, n);
+    expect_log_records(fx, 13);
 }
 
 /* A lost store (e.g. deleted by an operator) is rebuilt from the log with the same secret. */
@@ -775,14 +698,14 @@ static void test_rebuild_missing_store(void **state)
     commit_t *c = open_commit(&o);
     commit_stats_t s;
     uint8_t secret[KEYHASH_SECRET_LEN];
-    char path[256];
+    char path[512];
 
     memcpy(secret, commit_secret(c), sizeof(secret));
-    submit_range(c, 0, 6, now_ms(), COMMIT_ACCEPTED);
+    submit_range(c, 0, 6, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
     const char *files[] = {"data.mdb", "lock.mdb"};
     for (size_t i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/store/%s", fx->data, files[i]);
+        snprintf(path, sizeof(path), "%s/store/%s", fx->dir, files[i]);
         assert_int_equal(unlink(path), 0);
     }
     c = open_commit(&o);
@@ -790,18 +713,26 @@ static void test_rebuild_missing_store(void **state)
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 6);
     assert_int_equal(s.keys, 6);
-    submit_range(c, 0, 6, now_ms(), COMMIT_DUPLICATE);
+    submit_range(c, 0, 6, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
+}
+
+/* The file at path holds exactly the n bytes of want. */
+static void expect_file_bytes(const char *path, const void *want, size_t n)
+{
+    char *got = NULL;
+    size_t len = 0;
+    assert_int_equal(tu_read_file(path, &got, &len), 0);
+    assert_int_equal(len, n);
+    assert_memory_equal(got, want, n);
+    free(got);
 }
 
 static void write_secret(const fx_t *fx, const void *bytes, size_t n)
 {
-    char path[256];
-    snprintf(path, sizeof(path), "%s/secret", fx->data);
-    int fd = open(path, O_WRONLY | O_TRUNC);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, bytes, n), (ssize_t)n);
-    close(fd);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/secret", fx->dir);
+    assert_int_equal(tu_write_file(path, bytes, n), 0);
 }
 
 static void test_secret_file(void **state)
@@ -810,23 +741,19 @@ static void test_secret_file(void **state)
     commit_options_t o = default_opts(fx);
     commit_t *c = open_commit(&o), *c2 = NULL;
     uint8_t secret[KEYHASH_SECRET_LEN], other[KEYHASH_SECRET_LEN];
-    char path[256], err[512] = "";
+    char path[512], err[512] = "";
     struct stat st;
 
     memcpy(secret, commit_secret(c), sizeof(secret));
-    submit_range(c, 0, 2, now_ms(), COMMIT_ACCEPTED);
+    submit_range(c, 0, 2, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 
     /* DIR/secret holds the same 16 bytes, private to the owner. */
-    snprintf(path, sizeof(path), "%s/secret", fx->data);
+    snprintf(path, sizeof(path), "%s/secret", fx->dir);
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_size, KEYHASH_SECRET_LEN);
     assert_int_equal(st.st_mode & 0777, 0600);
-    int fd = open(path, O_RDONLY);
-    assert_true(fd >= 0);
-    assert_int_equal(read(fd, other, sizeof(other)), (ssize_t)sizeof(other));
-    close(fd);
-    assert_memory_equal(other, secret, sizeof(secret));
+    expect_file_bytes(path, secret, sizeof(secret));
 
     /* Another data dir's secret: refused with a reason. */
     memcpy(other, secret, sizeof(other));
@@ -847,7 +774,7 @@ static void test_secret_file(void **state)
     write_secret(fx, secret, sizeof(secret));
     c = open_commit(&o);
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
-    submit_range(c, 0, 2, now_ms(), COMMIT_DUPLICATE);
+    submit_range(c, 0, 2, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 
     /* A deleted secret file is written again from the store's copy. */
@@ -855,22 +782,17 @@ static void test_secret_file(void **state)
     c = open_commit(&o);
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
     commit_close(c);
-    fd = open(path, O_RDONLY);
-    assert_true(fd >= 0);
-    memset(other, 0, sizeof(other));
-    assert_int_equal(read(fd, other, sizeof(other)), (ssize_t)sizeof(other));
-    close(fd);
-    assert_memory_equal(other, secret, sizeof(secret));
+    expect_file_bytes(path, secret, sizeof(secret));
 }
 
 /* Path of the newest segment in DIR/log. */
 static void last_segment(const fx_t *fx, char *out, size_t len)
 {
-    char dir[256];
+    char dir[512];
     DIR *d;
     struct dirent *e;
     char best[256] = "";
-    snprintf(dir, sizeof(dir), "%s/log", fx->data);
+    snprintf(dir, sizeof(dir), "%s/log", fx->dir);
     d = opendir(dir);
     assert_non_null(d);
     while ((e = readdir(d)) != NULL) {
@@ -892,33 +814,22 @@ static void test_torn_tail_at_open(void **state)
     char seg[1024];
     char junk[13];
 
-    submit_range(c, 0, 3, now_ms(), COMMIT_ACCEPTED);
+    submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 
     last_segment(fx, seg, sizeof(seg));
     memset(junk, 0x7f, sizeof(junk));
-    int fd = open(seg, O_WRONLY | O_APPEND);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
-    close(fd);
+    assert_int_equal(tu_append_file(seg, junk, sizeof(junk)), 0);
 
     c = open_commit(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.truncated_at_open, sizeof(junk));
     assert_int_equal(s.log_next_offset, 3);
     assert_int_equal(s.replayed_at_open, 0);
-    req_t r;
-    const unsigned id = 3;
-    submit_wait(c, &r, &id, 1, now_ms());
-    assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
-    assert_int_equal(r.ev[0].offset, 3);
-    req_free(&r);
+    submit_one_accepted(c, 3, tu_now_ms(), 3);
     commit_close(c);
 
-    char **logv = NULL;
-    uint64_t n = read_log(fx, &logv, NULL);
-    assert_int_equal(n, 4);
-    free_log(logv, n);
+    expect_log_records(fx, 4);
 }
 
 /* A tiny LMDB map must grow inside the commit, not fail the requests. */
@@ -929,7 +840,7 @@ static void test_map_grows(void **state)
     o.map_size = 256 * 1024;
     commit_t *c = open_commit(&o);
     commit_stats_t s;
-    int64_t now = now_ms();
+    int64_t now = tu_now_ms();
 
     for (unsigned i = 0; i < 8; i++)
         submit_range(c, i * 2000, 2000, now, COMMIT_ACCEPTED);
@@ -947,10 +858,7 @@ static void test_map_grows(void **state)
     submit_range(c, 15990, 10, now, COMMIT_DUPLICATE);
     commit_close(c);
 
-    char **logv = NULL;
-    uint64_t n = read_log(fx, &logv, NULL);
-    assert_int_equal(n, 16000);
-    free_log(logv, n);
+    expect_log_records(fx, 16000);
 }
 
 /* Counts how often each payload of ids [0, n) occurs in the log. */
@@ -989,26 +897,19 @@ static void test_store_commit_fails_after_log_sync(void **state)
         commit_close(c);
         skip(); /* LMDB linked statically: no interposition */
     }
-    submit_range(c, 0, 3, now_ms(), COMMIT_ACCEPTED);
+    submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
 
     atomic_store(&inject_commit_code, EIO);
     atomic_store(&inject_commit_failures, 1);
-    waiter_t w;
-    waiter_init(&w);
-    req_init(&r, commit_secret(c), ids, 3, now_ms(), &w);
-    waiter_add(&w, 1);
-    assert_int_equal(commit_submit(c, &r.req), COMMIT_OK);
-    waiter_wait(&w);
-    waiter_destroy(&w);
+    assert_int_equal(submit_status(c, &r, ids, 3, tu_now_ms()), COMMIT_UNAVAILABLE);
     assert_int_equal(atomic_load(&inject_commit_failures), 0);
-    assert_int_equal(r.req.status, COMMIT_UNAVAILABLE);
     req_free(&r);
     commit_get_stats(c, &s);
     assert_int_equal(s.failures, 1);
     assert_int_equal(s.accepted, 3);
 
     /* The client retries: accepted now, and in the log exactly once. */
-    submit_range(c, 10, 3, now_ms(), COMMIT_ACCEPTED);
+    submit_range(c, 10, 3, tu_now_ms(), COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 6);
     uint64_t next = s.log_next_offset;
@@ -1042,7 +943,7 @@ static void test_store_full_at_commit_redo(void **state)
     }
     atomic_store(&inject_commit_code, INJECT_MDB_MAP_FULL);
     atomic_store(&inject_commit_failures, 1);
-    submit_wait(c, &r, ids, 4, now_ms());
+    submit_wait(c, &r, ids, 4, tu_now_ms());
     assert_int_equal(atomic_load(&inject_commit_failures), 0);
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(r.ev[i].result, COMMIT_ACCEPTED);
@@ -1069,7 +970,7 @@ static void test_replay_grows_map(void **state)
     commit_t *c = open_commit(&o);
     uint8_t secret[KEYHASH_SECRET_LEN];
     const unsigned n = 12000;
-    char dir[256];
+    char dir[512];
     commit_stats_t s;
 
     memcpy(secret, commit_secret(c), sizeof(secret));
@@ -1078,13 +979,13 @@ static void test_replay_grows_map(void **state)
     /* Write the log directly, as if LMDB had lost everything after the secret. */
     log_options_t lo = {.segment_bytes = 1 << 20};
     log_t *log = NULL;
-    snprintf(dir, sizeof(dir), "%s/log", fx->data);
+    snprintf(dir, sizeof(dir), "%s/log", fx->dir);
     assert_int_equal(log_open(dir, &lo, &log), LOG_OK);
     log_record_t *recs = calloc(n, sizeof(*recs));
     char(*pl)[96] = calloc(n, sizeof(*pl));
     assert_non_null(recs);
     assert_non_null(pl);
-    int64_t now = now_ms();
+    int64_t now = tu_now_ms();
     for (unsigned i = 0; i < n; i++) {
         char mid[32];
         int ml = snprintf(mid, sizeof(mid), "m-%u", i);
@@ -1106,9 +1007,9 @@ static void test_replay_grows_map(void **state)
     assert_int_equal(s.keys, n);
     assert_true(s.map_grows > 0);
     assert_int_equal(s.log_next_offset, n);
-    submit_range(c, 0, 50, now_ms(), COMMIT_DUPLICATE);
-    submit_range(c, n - 50, 50, now_ms(), COMMIT_DUPLICATE);
-    submit_range(c, n, 1, now_ms(), COMMIT_ACCEPTED);
+    submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    submit_range(c, n - 50, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    submit_range(c, n, 1, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 }
 

@@ -11,46 +11,23 @@
 #include <cmocka.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "storage/log.h"
+#include "testutil.h"
 
-typedef struct {
-    char base[64]; /* mkdtemp dir, removed in teardown */
-    char dir[128]; /* base/log: the log directory */
-} fx_t;
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+/* fx->base: the mkdtemp dir, removed in teardown; fx->dir: base/log, the log directory. */
+typedef tu_fixture_t fx_t;
 
 static int setup(void **state)
 {
-    fx_t *fx = calloc(1, sizeof(*fx));
-    if (!fx)
-        return -1;
-    snprintf(fx->base, sizeof(fx->base), "/tmp/ingestd-test-log-XXXXXX");
-    if (!mkdtemp(fx->base)) {
-        free(fx);
-        return -1;
-    }
-    snprintf(fx->dir, sizeof(fx->dir), "%s/log", fx->base);
-    *state = fx;
-    return 0;
+    return tu_fixture_setup(state, "log", "log");
 }
 
 static int teardown(void **state)
 {
-    fx_t *fx = *state;
-    int rc = nftw(fx->base, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(fx);
-    return rc;
+    return tu_fixture_teardown(state);
 }
 
 static void seg_path(const fx_t *fx, uint64_t base, char *out, size_t len)
@@ -160,13 +137,19 @@ static void expect_records(log_reader_t *r, uint64_t from, uint64_t to, uint32_t
     free(want);
 }
 
+/* expect_records(), after which the reader is at the end. */
+static void expect_records_end(log_reader_t *r, uint64_t from, uint64_t to, uint32_t len)
+{
+    log_record_t rec;
+    expect_records(r, from, to, len);
+    assert_int_equal(log_reader_next(r, UINT64_MAX, &rec), LOG_END);
+}
+
 static void read_all(const fx_t *fx, uint64_t from, uint64_t to, uint32_t len)
 {
     log_reader_t *r = NULL;
-    log_record_t rec;
     assert_int_equal(log_reader_open(fx->dir, from, &r), LOG_OK);
-    expect_records(r, from, to, len);
-    assert_int_equal(log_reader_next(r, UINT64_MAX, &rec), LOG_END);
+    expect_records_end(r, from, to, len);
     log_reader_close(r);
 }
 
@@ -177,6 +160,35 @@ static log_t *open_log(const fx_t *fx, uint64_t segment_bytes)
     assert_int_equal(log_open(fx->dir, &o, &log), LOG_OK);
     assert_non_null(log);
     return log;
+}
+
+/* open_log(), then its info into *li. */
+static log_t *open_log_info(const fx_t *fx, uint64_t segment_bytes, log_info_t *li)
+{
+    log_t *log = open_log(fx, segment_bytes);
+    log_get_info(log, li);
+    return log;
+}
+
+/* Reopens the log, whose recovery must cut `truncated` tail bytes and leave next_offset `next`. */
+static log_t *reopen_recovered(const fx_t *fx, uint64_t segment_bytes, uint64_t truncated,
+                               uint64_t next)
+{
+    log_info_t li;
+    log_t *log = open_log_info(fx, segment_bytes, &li);
+    assert_int_equal(li.truncated_bytes, truncated);
+    assert_int_equal(li.next_offset, next);
+    return log;
+}
+
+/* A log of records 0..n-1 (len payload bytes) in one synced, closed segment; its path to seg. */
+static void write_closed_log(const fx_t *fx, size_t n, uint32_t len, char *seg, size_t seg_len)
+{
+    log_t *log = open_log(fx, 1 << 20);
+    append_n(log, 0, n, len);
+    assert_int_equal(log_sync(log), LOG_OK);
+    log_close(log);
+    seg_path(fx, 0, seg, seg_len);
 }
 
 #define REC_BYTES(len) ((uint64_t)LOG_RECORD_HEADER + (len))
@@ -205,8 +217,7 @@ static void test_append_sync_reopen(void **state)
     seg_path(fx, 0, path, sizeof(path));
     assert_int_equal(file_size(path), LOG_SEGMENT_HEADER + 5 * REC_BYTES(100));
 
-    log = open_log(fx, 1 << 20);
-    log_get_info(log, &li);
+    log = open_log_info(fx, 1 << 20, &li);
     assert_int_equal(li.next_offset, 5);
     assert_int_equal(li.segments, 1);
     assert_int_equal(li.truncated_bytes, 0);
@@ -291,8 +302,7 @@ static void test_rotation(void **state)
     read_all(fx, 8, 20, len);
     read_all(fx, 13, 20, len);
 
-    log = open_log(fx, 4096);
-    log_get_info(log, &li);
+    log = open_log_info(fx, 4096, &li);
     assert_int_equal(li.next_offset, 20);
     assert_int_equal(li.segments, nseg);
     assert_int_equal(li.truncated_bytes, 0);
@@ -305,29 +315,19 @@ static void append_garbage(const char *path, size_t n, int byte)
     char buf[256];
     assert_true(n <= sizeof(buf));
     memset(buf, byte, n);
-    int fd = open(path, O_WRONLY | O_APPEND);
-    assert_true(fd >= 0);
-    assert_int_equal(write(fd, buf, n), (ssize_t)n);
-    close(fd);
+    assert_int_equal(tu_append_file(path, buf, n), 0);
 }
 
 static void test_torn_tail_garbage(void **state)
 {
     fx_t *fx = *state;
-    log_info_t li;
     char path[512];
-    log_t *log = open_log(fx, 1 << 20);
-    append_n(log, 0, 3, 64);
-    assert_int_equal(log_sync(log), LOG_OK);
-    log_close(log);
+    log_t *log;
+    write_closed_log(fx, 3, 64, path, sizeof(path));
 
-    seg_path(fx, 0, path, sizeof(path));
     uint64_t good = file_size(path);
     append_garbage(path, 7, 0xab);
-    log = open_log(fx, 1 << 20);
-    log_get_info(log, &li);
-    assert_int_equal(li.truncated_bytes, 7);
-    assert_int_equal(li.next_offset, 3);
+    log = reopen_recovered(fx, 1 << 20, 7, 3);
     assert_int_equal(file_size(path), good);
     /* A full header's worth of garbage too (a bad length or offset, not a short read). */
     append_n(log, 3, 1, 64);
@@ -335,10 +335,7 @@ static void test_torn_tail_garbage(void **state)
     log_close(log);
     good = file_size(path);
     append_garbage(path, 100, 0x5a);
-    log = open_log(fx, 1 << 20);
-    log_get_info(log, &li);
-    assert_int_equal(li.truncated_bytes, 100);
-    assert_int_equal(li.next_offset, 4);
+    log = reopen_recovered(fx, 1 << 20, 100, 4);
     assert_int_equal(file_size(path), good);
     log_close(log);
     read_all(fx, 0, 4, 64);
@@ -347,21 +344,14 @@ static void test_torn_tail_garbage(void **state)
 static void test_torn_tail_truncated_record(void **state)
 {
     fx_t *fx = *state;
-    log_info_t li;
     char path[512];
-    log_t *log = open_log(fx, 1 << 20);
-    append_n(log, 0, 3, 64);
-    assert_int_equal(log_sync(log), LOG_OK);
-    log_close(log);
+    log_t *log;
+    write_closed_log(fx, 3, 64, path, sizeof(path));
 
-    seg_path(fx, 0, path, sizeof(path));
     uint64_t size = file_size(path);
     /* Cut the last record inside its payload. */
     assert_int_equal(truncate(path, (off_t)(size - 5)), 0);
-    log = open_log(fx, 1 << 20);
-    log_get_info(log, &li);
-    assert_int_equal(li.next_offset, 2);
-    assert_int_equal(li.truncated_bytes, REC_BYTES(64) - 5);
+    log = reopen_recovered(fx, 1 << 20, REC_BYTES(64) - 5, 2);
     assert_int_equal(file_size(path), size - REC_BYTES(64));
     /* The next append takes the lost record's offset. */
     append_n(log, 2, 1, 64);
@@ -372,10 +362,7 @@ static void test_torn_tail_truncated_record(void **state)
     /* Cut inside the header of the last record. */
     size = file_size(path);
     assert_int_equal(truncate(path, (off_t)(size - REC_BYTES(64) + 10)), 0);
-    log = open_log(fx, 1 << 20);
-    log_get_info(log, &li);
-    assert_int_equal(li.next_offset, 2);
-    assert_int_equal(li.truncated_bytes, 10);
+    log = reopen_recovered(fx, 1 << 20, 10, 2);
     log_close(log);
     read_all(fx, 0, 2, 64);
 }
@@ -383,14 +370,10 @@ static void test_torn_tail_truncated_record(void **state)
 static void test_torn_tail_flipped_byte(void **state)
 {
     fx_t *fx = *state;
-    log_info_t li;
     char path[512];
-    log_t *log = open_log(fx, 1 << 20);
-    append_n(log, 0, 3, 64);
-    assert_int_equal(log_sync(log), LOG_OK);
-    log_close(log);
+    log_t *log;
+    write_closed_log(fx, 3, 64, path, sizeof(path));
 
-    seg_path(fx, 0, path, sizeof(path));
     uint64_t size = file_size(path);
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
@@ -405,18 +388,14 @@ static void test_torn_tail_flipped_byte(void **state)
     log_reader_t *r = NULL;
     log_record_t rec;
     assert_int_equal(log_reader_open(fx->dir, 0, &r), LOG_OK);
-    expect_records(r, 0, 2, 64);
-    assert_int_equal(log_reader_next(r, UINT64_MAX, &rec), LOG_END);
+    expect_records_end(r, 0, 2, 64);
     /* Below a durable limit the same record is corruption. */
     log_reader_close(r);
     assert_int_equal(log_reader_open(fx->dir, 2, &r), LOG_OK);
     assert_int_equal(log_reader_next(r, 3, &rec), LOG_CORRUPT);
     log_reader_close(r);
 
-    log = open_log(fx, 1 << 20);
-    log_get_info(log, &li);
-    assert_int_equal(li.next_offset, 2);
-    assert_int_equal(li.truncated_bytes, REC_BYTES(64));
+    log = reopen_recovered(fx, 1 << 20, REC_BYTES(64), 2);
     assert_int_equal(file_size(path), size - REC_BYTES(64));
     log_close(log);
     read_all(fx, 0, 2, 64);
@@ -437,10 +416,8 @@ static void test_torn_tail_last_segment_only(void **state)
     seg_path(fx, last_base, path, sizeof(path));
     assert_true(exists(path));
     append_garbage(path, 33, 0xff);
-    log = open_log(fx, 4096);
+    log = reopen_recovered(fx, 4096, 33, 10);
     log_get_info(log, &li);
-    assert_int_equal(li.truncated_bytes, 33);
-    assert_int_equal(li.next_offset, 10);
     assert_int_equal(li.bytes, dir_bytes(fx, &nseg));
     log_close(log);
     read_all(fx, 0, 10, 1000);
@@ -450,20 +427,16 @@ static void test_corrupt_segment_header(void **state)
 {
     fx_t *fx = *state;
     char path[512];
-    log_t *log = open_log(fx, 1 << 20);
+    log_t *log = NULL;
     log_reader_t *r = NULL;
-    append_n(log, 0, 2, 10);
-    assert_int_equal(log_sync(log), LOG_OK);
-    log_close(log);
+    write_closed_log(fx, 2, 10, path, sizeof(path));
 
-    seg_path(fx, 0, path, sizeof(path));
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
     assert_int_equal(pwrite(fd, "XNGDLOG1", 8, 0), 8);
     close(fd);
 
     log_options_t o = {.segment_bytes = 1 << 20};
-    log = NULL;
     assert_int_equal(log_open(fx->dir, &o, &log), LOG_CORRUPT);
     assert_null(log);
     /* Not "repaired" by the failed open: the records are still on disk. */
@@ -496,11 +469,7 @@ static void test_rollback(void **state)
     assert_int_equal(log_sync(log), LOG_OK);
     log_close(log);
 
-    log = open_log(fx, 1 << 20);
-    log_get_info(log, &li);
-    assert_int_equal(li.next_offset, 3);
-    assert_int_equal(li.truncated_bytes, 0);
-    log_close(log);
+    log_close(reopen_recovered(fx, 1 << 20, 0, 3));
     read_all(fx, 0, 3, 80);
 }
 
@@ -539,8 +508,7 @@ static void test_rollback_across_roll(void **state)
     assert_true(exists(path));
     log_close(log);
 
-    log = open_log(fx, 4096);
-    log_get_info(log, &li);
+    log = open_log_info(fx, 4096, &li);
     assert_int_equal(li.next_offset, 5);
     assert_int_equal(li.segments, 2);
     assert_int_equal(li.truncated_bytes, 0);
@@ -569,8 +537,7 @@ static void test_reader_limit(void **state)
     /* A limit of 0 or below the position stops at once too. */
     assert_int_equal(log_reader_next(r, 0, &rec), LOG_END);
     /* Raising the limit continues where it stopped. */
-    expect_records(r, 3, 6, 30);
-    assert_int_equal(log_reader_next(r, UINT64_MAX, &rec), LOG_END);
+    expect_records_end(r, 3, 6, 30);
     log_reader_close(r);
     log_close(log);
 }
@@ -579,26 +546,22 @@ static void test_reader_follows(void **state)
 {
     fx_t *fx = *state;
     log_reader_t *r = NULL;
-    log_record_t rec;
     log_t *log = open_log(fx, 4096);
     append_synced(log, 0, 2, 1000);
 
     assert_int_equal(log_reader_open(fx->dir, 0, &r), LOG_OK);
-    expect_records(r, 0, 2, 1000);
-    assert_int_equal(log_reader_next(r, UINT64_MAX, &rec), LOG_END);
+    expect_records_end(r, 0, 2, 1000);
 
     /* More in the same segment. */
     append_synced(log, 2, 2, 1000);
-    expect_records(r, 2, 4, 1000);
-    assert_int_equal(log_reader_next(r, UINT64_MAX, &rec), LOG_END);
+    expect_records_end(r, 2, 4, 1000);
 
     /* The writer rolls to new segments while the reader waits at the end. */
     append_synced(log, 4, 9, 1000);
     log_info_t li;
     log_get_info(log, &li);
     assert_true(li.segments >= 3);
-    expect_records(r, 4, 13, 1000);
-    assert_int_equal(log_reader_next(r, UINT64_MAX, &rec), LOG_END);
+    expect_records_end(r, 4, 13, 1000);
     log_reader_close(r);
     log_close(log);
 }
@@ -608,7 +571,7 @@ static void test_reader_empty_dir(void **state)
     fx_t *fx = *state;
     log_reader_t *r = NULL, *r1 = NULL;
     log_record_t rec;
-    char missing[256];
+    char missing[320];
 
     /* A directory that does not exist cannot be followed. */
     snprintf(missing, sizeof(missing), "%s/nope", fx->base);

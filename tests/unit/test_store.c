@@ -9,45 +9,23 @@
 #include <string.h>
 
 #include <cmocka.h>
-#include <ftw.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "storage/store.h"
+#include "testutil.h"
 
-typedef struct {
-    char dir[64]; /* mkdtemp dir holding the LMDB environment; removed in teardown */
-} fx_t;
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
-}
+/* fx->base (= fx->dir): the mkdtemp dir holding the LMDB environment; removed in teardown. */
+typedef tu_fixture_t fx_t;
 
 static int setup(void **state)
 {
-    fx_t *fx = calloc(1, sizeof(*fx));
-    if (!fx)
-        return -1;
-    snprintf(fx->dir, sizeof(fx->dir), "/tmp/ingestd-test-store-XXXXXX");
-    if (!mkdtemp(fx->dir)) {
-        free(fx);
-        return -1;
-    }
-    *state = fx;
-    return 0;
+    return tu_fixture_setup(state, "store", NULL);
 }
 
 static int teardown(void **state)
 {
-    fx_t *fx = *state;
-    int rc = nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    free(fx);
-    return rc;
+    return tu_fixture_teardown(state);
 }
 
 /* A distinct 16-byte key per integer. */
@@ -216,15 +194,25 @@ static void test_info(void **state)
     store_close(st);
 }
 
-/* Evicts in its own transaction; returns the counters. */
-static void evict(store_t *st, int64_t older_than, uint64_t max_keys, size_t steps, uint64_t *age,
-                  uint64_t *size)
+/* Evicts in its own transaction and checks how many keys went for age and for size. */
+static void evict(store_t *st, int64_t older_than, uint64_t max_keys, size_t steps,
+                  uint64_t want_age, uint64_t want_size)
 {
-    *age = 0;
-    *size = 0;
+    uint64_t age = 0, size = 0;
     assert_int_equal(store_begin(st), STORE_OK);
-    assert_int_equal(store_evict(st, older_than, max_keys, steps, age, size), STORE_OK);
+    assert_int_equal(store_evict(st, older_than, max_keys, steps, &age, &size), STORE_OK);
     assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(age, want_age);
+    assert_int_equal(size, want_size);
+}
+
+/* The store holds `keys` keys, the oldest received at oldest_ms (0 when empty). */
+static void expect_keys(store_t *st, uint64_t keys, int64_t oldest_ms)
+{
+    store_info_t si;
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, keys);
+    assert_int_equal(si.oldest_received_ms, oldest_ms);
 }
 
 static void test_evict_by_age(void **state)
@@ -232,12 +220,9 @@ static void test_evict_by_age(void **state)
     fx_t *fx = *state;
     store_t *st = open_store(fx, 0);
     store_info_t si;
-    uint64_t age, size;
 
     insert_committed(st, 1, 10, 0); /* receivedAt 100 .. 1000 */
-    evict(st, 550, 0, 100, &age, &size);
-    assert_int_equal(age, 5);
-    assert_int_equal(size, 0);
+    evict(st, 550, 0, 100, 5, 0);
     for (uint64_t i = 1; i <= 10; i++)
         assert_int_equal(contains(st, i), i > 5);
     assert_int_equal(store_get_info(st, &si), STORE_OK);
@@ -247,29 +232,20 @@ static void test_evict_by_age(void **state)
     assert_int_equal(si.next_seq, 10);
 
     /* Nothing older than the bound: no-op. */
-    evict(st, 600, 0, 100, &age, &size);
-    assert_int_equal(age, 0);
-    assert_int_equal(size, 0);
+    evict(st, 600, 0, 100, 0, 0);
 
     /* An evicted key is new again and becomes the youngest. */
     assert_int_equal(store_begin(st), STORE_OK);
     insert(st, 1, 5000, false);
     assert_int_equal(store_commit(st), STORE_OK);
-    evict(st, 1001, 0, 100, &age, &size);
-    assert_int_equal(age, 5);
+    evict(st, 1001, 0, 100, 5, 0);
     assert_true(contains(st, 1));
-    assert_int_equal(store_get_info(st, &si), STORE_OK);
-    assert_int_equal(si.keys, 1);
-    assert_int_equal(si.oldest_received_ms, 5000);
+    expect_keys(st, 1, 5000);
 
     /* Everything old: the store empties and reports no oldest key. */
-    evict(st, INT64_MAX, 0, 100, &age, &size);
-    assert_int_equal(age, 1);
-    assert_int_equal(store_get_info(st, &si), STORE_OK);
-    assert_int_equal(si.keys, 0);
-    assert_int_equal(si.oldest_received_ms, 0);
-    evict(st, INT64_MAX, 0, 100, &age, &size);
-    assert_int_equal(age, 0);
+    evict(st, INT64_MAX, 0, 100, 1, 0);
+    expect_keys(st, 0, 0);
+    evict(st, INT64_MAX, 0, 100, 0, 0);
     store_close(st);
 }
 
@@ -278,32 +254,23 @@ static void test_evict_bounded_steps(void **state)
     fx_t *fx = *state;
     store_t *st = open_store(fx, 0);
     store_info_t si;
-    uint64_t age, size;
 
     insert_committed(st, 1, 10, 0);
-    evict(st, INT64_MAX, 0, 3, &age, &size);
-    assert_int_equal(age, 3);
-    assert_int_equal(size, 0);
-    assert_int_equal(store_get_info(st, &si), STORE_OK);
-    assert_int_equal(si.keys, 7);
-    assert_int_equal(si.oldest_received_ms, 400);
+    evict(st, INT64_MAX, 0, 3, 3, 0);
+    expect_keys(st, 7, 400);
     assert_false(contains(st, 3));
     assert_true(contains(st, 4));
 
-    evict(st, INT64_MAX, 0, 0, &age, &size);
-    assert_int_equal(age, 0);
+    evict(st, INT64_MAX, 0, 0, 0, 0);
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.keys, 7);
 
-    evict(st, INT64_MIN, 2, 4, &age, &size);
-    assert_int_equal(size, 4);
-    assert_int_equal(age, 0);
+    evict(st, INT64_MIN, 2, 4, 0, 4);
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.keys, 3);
 
     /* Counters accumulate into the caller's totals. */
-    age = 10;
-    size = 20;
+    uint64_t age = 10, size = 20;
     assert_int_equal(store_begin(st), STORE_OK);
     assert_int_equal(store_evict(st, INT64_MIN, 2, 100, &age, &size), STORE_OK);
     assert_int_equal(store_commit(st), STORE_OK);
@@ -316,22 +283,15 @@ static void test_evict_by_size(void **state)
 {
     fx_t *fx = *state;
     store_t *st = open_store(fx, 0);
-    store_info_t si;
-    uint64_t age, size;
 
     insert_committed(st, 1, 10, 0);
-    evict(st, INT64_MIN, 4, 100, &age, &size);
-    assert_int_equal(size, 6);
-    assert_int_equal(age, 0);
+    evict(st, INT64_MIN, 4, 100, 0, 6);
     for (uint64_t i = 1; i <= 10; i++)
         assert_int_equal(contains(st, i), i > 6); /* the four newest stay */
-    assert_int_equal(store_get_info(st, &si), STORE_OK);
-    assert_int_equal(si.keys, 4);
-    assert_int_equal(si.oldest_received_ms, 700);
+    expect_keys(st, 4, 700);
 
     /* At the bound: nothing to do. */
-    evict(st, INT64_MIN, 4, 100, &age, &size);
-    assert_int_equal(size, 0);
+    evict(st, INT64_MIN, 4, 100, 0, 0);
     store_close(st);
 }
 
@@ -339,17 +299,11 @@ static void test_evict_both_reasons(void **state)
 {
     fx_t *fx = *state;
     store_t *st = open_store(fx, 0);
-    store_info_t si;
-    uint64_t age, size;
 
     insert_committed(st, 1, 10, 0);
     /* 100 and 200 are too old; then 8 keys remain for a bound of 5. */
-    evict(st, 250, 5, 100, &age, &size);
-    assert_int_equal(age, 2);
-    assert_int_equal(size, 3);
-    assert_int_equal(store_get_info(st, &si), STORE_OK);
-    assert_int_equal(si.keys, 5);
-    assert_int_equal(si.oldest_received_ms, 600);
+    evict(st, 250, 5, 100, 2, 3);
+    expect_keys(st, 5, 600);
     store_close(st);
 }
 
@@ -379,6 +333,16 @@ static void test_evict_in_insert_txn(void **state)
     store_close(st);
 }
 
+/* Reopened, the store still holds the secret `want`. */
+static void expect_secret_after_reopen(const fx_t *fx, const uint8_t want[KEYHASH_SECRET_LEN])
+{
+    uint8_t got[KEYHASH_SECRET_LEN] = {0};
+    store_t *st = open_store(fx, 0);
+    assert_int_equal(store_secret(st, NULL, got), STORE_OK);
+    assert_memory_equal(want, got, sizeof(got));
+    store_close(st);
+}
+
 static void test_secret(void **state)
 {
     fx_t *fx = *state;
@@ -394,11 +358,7 @@ static void test_secret(void **state)
     assert_memory_equal(s1, s2, sizeof(s1));
     store_close(st);
 
-    st = open_store(fx, 0);
-    memset(s2, 0, sizeof(s2));
-    assert_int_equal(store_secret(st, NULL, s2), STORE_OK);
-    assert_memory_equal(s1, s2, sizeof(s1));
-    store_close(st);
+    expect_secret_after_reopen(fx, s1);
 }
 
 static void test_secret_in(void **state)
@@ -413,11 +373,7 @@ static void test_secret_in(void **state)
     assert_memory_equal(in, out, sizeof(in));
     store_close(st);
 
-    st = open_store(fx, 0);
-    memset(out, 0, sizeof(out));
-    assert_int_equal(store_secret(st, NULL, out), STORE_OK);
-    assert_memory_equal(in, out, sizeof(in));
-    store_close(st);
+    expect_secret_after_reopen(fx, in);
 }
 
 static void test_map_growth(void **state)
@@ -493,7 +449,7 @@ static void test_read_only_missing_dir(void **state)
     fx_t *fx = *state;
     store_options_t ro = {.read_only = true};
     store_t *st = NULL;
-    char path[128];
+    char path[320];
 
     snprintf(path, sizeof(path), "%s/missing", fx->dir);
     int rc = store_open(path, &ro, &st);
