@@ -22,7 +22,9 @@
 #define MAX_GROW_RETRIES  16
 #define MIN_EVICT_STEPS   1024
 #define REPLAY_CHUNK      10000
+#define REPLAY_EVICT      4 /* eviction steps per replayed record: more than the one it adds */
 #define READER_CHECK_MS   10000
+#define RECOVER_EVERY_MS  1000
 
 struct commit {
     commit_options_t opts;
@@ -41,10 +43,14 @@ struct commit {
     bool closing;
     commit_stats_t stats; /* under mu */
 
-    /* Writer-thread only. */
+    /* Writer-thread only (and commit_open/commit_close before/after it runs). */
     log_record_t *recs;
     size_t recs_cap;
     int64_t last_reader_check;
+    bool failed;             /* store/log are closed or unusable: being re-established */
+    bool discard;            /* re-open the log cutting off everything from discard_from: */
+    uint64_t discard_from;   /* the end of its last successful sync */
+    int64_t last_recover_ms; /* monotonic time of the last re-establishing attempt */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -71,6 +77,21 @@ static void errf(char *buf, size_t len, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, len, fmt, ap);
     va_end(ap);
+}
+
+static void notify(commit_t *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void notify(commit_t *c, int level, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    if (!c->opts.notify)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    c->opts.notify(c->opts.notify_arg, level, msg);
 }
 
 static char *join(const char *dir, const char *name)
@@ -176,13 +197,48 @@ out:
     return rc;
 }
 
+/*
+ * Replays records into LMDB up to `end`, REPLAY_CHUNK per transaction, from
+ * where `r` stands. Eviction runs as the records go by, on their own
+ * receivedAt, so a key that aged out and was accepted again is remembered
+ * from its latest record (store_upsert), as it was while serving.
+ */
+static int replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint64_t *pos, int *lrc)
+{
+    uint64_t age = 0, size = 0;
+    int rc = store_begin(c->store);
+    *lrc = LOG_OK;
+    if (rc != STORE_OK)
+        return rc;
+    for (uint64_t n = 0; rc == STORE_OK && n < REPLAY_CHUNK && *pos < end; n++) {
+        log_record_t rec;
+        *lrc = log_reader_next(r, end, &rec);
+        if (*lrc != LOG_OK) {
+            store_abort(c->store);
+            return STORE_ERROR;
+        }
+        rc = store_upsert(c->store, rec.key, rec.received_ms, rec.offset);
+        if (rc == STORE_OK)
+            rc = store_evict(c->store, rec.received_ms - c->opts.window_ms, c->opts.max_keys,
+                             REPLAY_EVICT, &age, &size);
+        (*pos)++;
+    }
+    if (rc == STORE_OK)
+        rc = store_set_applied(c->store, *pos);
+    if (rc == STORE_OK)
+        return store_commit(c->store);
+    store_abort(c->store);
+    return rc;
+}
+
 /* Applies log records past LMDB's applied offset: the log is the source of truth. */
-static int replay(commit_t *c, char *errbuf, size_t errlen)
+static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t *grows,
+                  char *errbuf, size_t errlen)
 {
     store_info_t si;
     log_info_t li;
     log_reader_t *r = NULL;
-    int rc = store_get_info(c->store, &si);
+    int rc = store_get_info(c->store, &si), lrc = LOG_OK;
     if (rc != STORE_OK) {
         errf(errbuf, errlen, "reading the store: %s (%s)", store_strerror(rc),
              store_detail(c->store));
@@ -192,96 +248,131 @@ static int replay(commit_t *c, char *errbuf, size_t errlen)
     if (si.applied > li.next_offset) {
         errf(errbuf, errlen,
              "the LMDB store has applied log offset %llu but the log ends at %llu: the log "
-             "lost acknowledged records; restore the log or rebuild the store",
+             "lost acknowledged records; restore the log from a backup, or run `ingestd "
+             "rebuild` to accept the loss",
              (unsigned long long)si.applied, (unsigned long long)li.next_offset);
         return -1;
     }
-    if (si.applied == li.next_offset)
-        return 0;
     if (si.applied < li.first_offset) {
         errf(errbuf, errlen, "the store's applied offset %llu is older than the log's start %llu",
              (unsigned long long)si.applied, (unsigned long long)li.first_offset);
         return -1;
     }
-    char *logdir = join(c->data_dir, "log");
-    if (!logdir)
-        return -1;
-    int lrc = log_reader_open(logdir, si.applied, &r);
-    free(logdir);
-    if (lrc != LOG_OK) {
-        errf(errbuf, errlen, "replaying the log: %s", log_strerror(lrc));
-        return -1;
-    }
     uint64_t pos = si.applied;
-    int result = -1;
+    int tries = 0;
     while (pos < li.next_offset) {
-        /* One chunk per transaction; on a full map, grow and redo the chunk. */
-        uint64_t chunk_start = pos;
-        int tries = 0;
-    again:
-        rc = store_begin(c->store);
-        if (rc != STORE_OK)
-            goto store_fail;
-        uint64_t n = 0;
-        for (; n < REPLAY_CHUNK && pos < li.next_offset; n++) {
-            log_record_t rec;
-            bool dup;
-            lrc = log_reader_next(r, li.next_offset, &rec);
-            if (lrc != LOG_OK) {
-                store_abort(c->store);
-                errf(errbuf, errlen, "replaying the log at offset %llu: %s",
-                     (unsigned long long)pos, log_strerror(lrc == LOG_END ? LOG_CORRUPT : lrc));
-                goto out;
-            }
-            rc = store_insert(c->store, rec.key, rec.received_ms, rec.offset, &dup);
-            if (rc != STORE_OK)
-                break;
-            pos++;
-        }
-        if (rc == STORE_OK)
-            rc = store_set_applied(c->store, pos);
-        if (rc == STORE_OK)
-            rc = store_commit(c->store);
-        else
-            store_abort(c->store);
-        if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES) {
-            store_abort(c->store);
-            if (store_grow(c->store) != STORE_OK)
-                goto store_fail;
-            c->stats.map_grows++;
-            /* Re-read the chunk from its start. */
-            log_reader_close(r);
+        uint64_t start = pos;
+        if (!r && (lrc = log_reader_open(logdir, pos, &r)) != LOG_OK)
+            break;
+        rc = replay_chunk(c, r, li.next_offset, &pos, &lrc);
+        if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
+            (*grows)++;
+            log_reader_close(r); /* redo the chunk from its start */
             r = NULL;
-            logdir = join(c->data_dir, "log");
-            lrc = logdir ? log_reader_open(logdir, chunk_start, &r) : LOG_NOMEM;
-            free(logdir);
-            if (lrc != LOG_OK) {
-                errf(errbuf, errlen, "replaying the log: %s", log_strerror(lrc));
-                goto out;
-            }
-            pos = chunk_start;
-            goto again;
+            pos = start;
+            continue;
         }
         if (rc != STORE_OK)
-            goto store_fail;
-        c->stats.replayed_at_open += n;
+            break;
+        *replayed += pos - start;
     }
-    result = 0;
-    goto out;
-store_fail:
-    errf(errbuf, errlen, "replaying the log into LMDB: %s (%s)", store_strerror(rc),
-         store_detail(c->store));
-out:
     log_reader_close(r);
-    return result;
+    if (lrc != LOG_OK) {
+        errf(errbuf, errlen, "replaying the log at offset %llu: %s", (unsigned long long)pos,
+             log_strerror(lrc == LOG_END ? LOG_CORRUPT : lrc));
+        return -1;
+    }
+    if (rc != STORE_OK) {
+        errf(errbuf, errlen, "replaying the log into LMDB: %s (%s)", store_strerror(rc),
+             store_detail(c->store));
+        return -1;
+    }
+    return 0;
+}
+
+static void close_storage(commit_t *c)
+{
+    log_close(c->log);
+    c->log = NULL;
+    store_close(c->store);
+    c->store = NULL;
+}
+
+/*
+ * Opens store and log from what is on disk, exactly as at start: the log's
+ * tail is recovered (never below LMDB's applied offset), then LMDB catches
+ * up from the log, then one fdatasync proves the log can be made durable.
+ * Used at start and to re-establish the durable state after a failure.
+ */
+static int open_storage(commit_t *c, char *errbuf, size_t errlen)
+{
+    char *path = join(c->data_dir, "store");
+    char *logdir = join(c->data_dir, "log");
+    store_info_t si;
+    uint64_t replayed = 0, grows = 0;
+    int rc = -1, src, lrc;
+
+    if (!path || !logdir)
+        goto out;
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        errf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
+        goto out;
+    }
+    store_options_t so = {.map_size = c->opts.map_size, .read_only = false};
+    src = store_open(path, &so, &c->store);
+    if (src != STORE_OK) {
+        errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
+        goto out;
+    }
+    src = store_get_info(c->store, &si);
+    if (src != STORE_OK) {
+        errf(errbuf, errlen, "reading LMDB store: %s (%s)", store_strerror(src),
+             store_detail(c->store));
+        goto out;
+    }
+    log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
+                        .durable_offset = si.applied,
+                        .discard = c->discard,
+                        .discard_from = c->discard_from};
+    lrc = log_open(logdir, &lo, &c->log);
+    if (lrc != LOG_OK) {
+        errf(errbuf, errlen, "opening log %s: %s%s", logdir, log_strerror(lrc),
+             lrc == LOG_CORRUPT ? " (run `ingestd check` for details)" : "");
+        goto out;
+    }
+    if (load_secret(c, errbuf, errlen) != 0)
+        goto out;
+    rc = replay(c, logdir, &replayed, &grows, errbuf, errlen);
+    pthread_mutex_lock(&c->mu);
+    c->stats.replayed_at_open += replayed;
+    c->stats.map_grows += grows;
+    pthread_mutex_unlock(&c->mu);
+    if (rc != 0)
+        goto out;
+    rc = -1;
+    lrc = log_sync(c->log);
+    if (lrc != LOG_OK) {
+        errf(errbuf, errlen, "syncing log %s: %s (%s)", logdir, log_strerror(lrc),
+             strerror(log_errno(c->log)));
+        goto out;
+    }
+    c->discard = false;
+    rc = 0;
+out:
+    if (rc != 0)
+        close_storage(c);
+    free(path);
+    free(logdir);
+    return rc;
 }
 
 static void refresh_stats(commit_t *c)
 {
     store_info_t si;
     log_info_t li;
-    bool ok = store_get_info(c->store, &si) == STORE_OK;
-    log_get_info(c->log, &li);
+    bool ok = c->store && store_get_info(c->store, &si) == STORE_OK;
+    if (c->log)
+        log_get_info(c->log, &li);
     pthread_mutex_lock(&c->mu);
     if (ok) {
         c->stats.keys = si.keys;
@@ -289,20 +380,76 @@ static void refresh_stats(commit_t *c)
         c->stats.store_map_size = si.map_size;
         c->stats.store_used_bytes = si.used_bytes;
     }
-    c->stats.log_first_offset = li.first_offset;
-    c->stats.log_next_offset = li.next_offset;
-    c->stats.log_bytes = li.bytes;
-    c->stats.log_segments = li.segments;
-    c->stats.truncated_at_open = li.truncated_bytes;
+    if (c->log) {
+        c->stats.log_first_offset = li.first_offset;
+        c->stats.log_next_offset = li.next_offset;
+        c->stats.log_bytes = li.bytes;
+        c->stats.log_segments = li.segments;
+        c->stats.truncated_at_open = li.truncated_bytes;
+    }
+    c->stats.storage_failed = c->failed;
     pthread_mutex_unlock(&c->mu);
+}
+
+/*
+ * Closes and re-opens store and log from disk (after a failure, a failed
+ * fsync above all: what the page cache holds then cannot be trusted).
+ * `grow_map`: the failure was a full map, open with twice the size.
+ * Returns true when storage is usable again.
+ */
+static bool recover(commit_t *c, bool grow_map)
+{
+    char err[512];
+    bool was_failed = c->failed;
+
+    c->last_recover_ms = now_ms(CLOCK_MONOTONIC);
+    pthread_mutex_lock(&c->mu);
+    uint64_t map = c->stats.store_map_size;
+    pthread_mutex_unlock(&c->mu);
+    if (map > c->opts.map_size)
+        c->opts.map_size = map; /* keep the growth already done */
+    if (grow_map)
+        c->opts.map_size = (c->opts.map_size ? c->opts.map_size : 1ull << 30) * 2;
+    if (c->log) {
+        /* Trust nothing past the last successful sync, whatever the page cache shows. */
+        log_info_t li;
+        log_get_info(c->log, &li);
+        c->discard = true;
+        c->discard_from = li.synced_offset;
+    }
+    close_storage(c);
+    if (open_storage(c, err, sizeof(err)) != 0) {
+        if (!was_failed)
+            notify(c, 0, "storage unavailable, answering 503 and retrying every second: %s", err);
+        c->failed = true;
+        return false;
+    }
+    c->failed = false;
+    pthread_mutex_lock(&c->mu);
+    c->stats.recoveries++;
+    if (grow_map)
+        c->stats.map_grows++;
+    pthread_mutex_unlock(&c->mu);
+    log_info_t li;
+    log_get_info(c->log, &li);
+    notify(c, 2, "storage re-established from disk (log next offset %llu)",
+           (unsigned long long)li.next_offset);
+    return true;
 }
 
 /* Result of applying one batch. */
 typedef struct {
-    uint64_t accepted, duplicates, evicted_age, evicted_size, grows;
+    uint64_t accepted, duplicates, evicted_age, evicted_size;
     double fsync_ms;
     bool synced;
 } batch_out_t;
+
+enum apply_result {
+    APPLY_OK,
+    APPLY_GROW,     /* the map filled before anything was written: grow and redo */
+    APPLY_FAILED,   /* nothing of the batch is durable */
+    APPLY_UNAPPLIED /* the batch is durable in the log but LMDB did not commit it */
+};
 
 static int ensure_recs(commit_t *c, size_t n)
 {
@@ -322,12 +469,10 @@ static int ensure_recs(commit_t *c, size_t n)
 /*
  * One attempt at a batch: a single LMDB write transaction and a single log
  * append + fsync. The log is synced before LMDB commits, so LMDB's applied
- * offset never runs ahead of what the log holds durably. On any failure
- * everything is undone (the log truncated back to its synced end) and a
- * store status or LOG error is returned.
+ * offset never runs ahead of what the log holds durably.
  */
 static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
-                       bool *store_full)
+                       int *store_rc)
 {
     log_info_t li;
     int64_t now = now_ms(CLOCK_REALTIME);
@@ -335,10 +480,10 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
     bool dup;
     int rc;
 
-    *store_full = false;
     memset(bo, 0, sizeof(*bo));
+    *store_rc = STORE_OK;
     if (ensure_recs(c, nevents) != 0)
-        return COMMIT_NOMEM;
+        return APPLY_FAILED;
     log_get_info(c->log, &li);
     rc = store_begin(c->store);
     if (rc != STORE_OK)
@@ -390,45 +535,63 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
         }
         if (lrc != LOG_OK) {
             store_abort(c->store);
-            log_rollback(c->log);
-            return COMMIT_UNAVAILABLE;
+            log_rollback(c->log); /* a failure here leaves the log failed: recovery reopens */
+            return APPLY_FAILED;
         }
     }
+    bo->accepted = nrec;
     rc = store_commit(c->store);
     if (rc != STORE_OK) {
-        /* The records are synced but unapplied and unacknowledged: take them back out. */
-        if (nrec > 0)
-            log_revert_sync(c->log);
-        *store_full = rc == STORE_FULL;
-        return COMMIT_UNAVAILABLE;
+        /*
+         * The records are durable in the log, the source of truth: they are
+         * accepted. Re-opening replays them into LMDB. Truncating them away
+         * instead would be wrong if LMDB did commit after all (a failed meta
+         * write can still reach the disk).
+         */
+        *store_rc = rc;
+        return nrec > 0 ? APPLY_UNAPPLIED : APPLY_FAILED;
     }
-    bo->accepted = nrec;
-    return COMMIT_OK;
+    return APPLY_OK;
 store_fail:
     store_abort(c->store);
-    *store_full = rc == STORE_FULL;
-    return rc == STORE_NOMEM ? COMMIT_NOMEM : COMMIT_UNAVAILABLE;
+    *store_rc = rc;
+    return rc == STORE_FULL ? APPLY_GROW : APPLY_FAILED;
 }
 
 static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nreqs)
 {
-    batch_out_t bo;
-    bool full;
+    batch_out_t bo = {0};
     uint64_t grows = 0;
-    int status;
+    int status = COMMIT_UNAVAILABLE, store_rc = STORE_OK;
 
-    for (;;) {
-        status = apply_batch(c, batch, nevents, &bo, &full);
-        if (!full || grows >= MAX_GROW_RETRIES)
+    if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
+        recover(c, false);
+    while (!c->failed) {
+        int ar = apply_batch(c, batch, nevents, &bo, &store_rc);
+        if (ar == APPLY_GROW && grows < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
+            grows++;
+            continue;
+        }
+        if (ar == APPLY_OK) {
+            status = COMMIT_OK;
             break;
-        if (store_grow(c->store) != STORE_OK)
-            break;
-        grows++;
+        }
+        bool full = store_rc == STORE_FULL;
+        notify(c, full ? 1 : 0, "group commit of %zu events failed: %s; re-establishing storage",
+               nevents,
+               store_rc != STORE_OK ? store_strerror(store_rc)
+                                    : strerror(c->log ? log_errno(c->log) : EIO));
+        /* Unapplied but logged: once replay has applied it, the batch stands as computed. */
+        if (recover(c, full) && ar == APPLY_UNAPPLIED)
+            status = COMMIT_OK;
+        break;
     }
     refresh_stats(c);
     pthread_mutex_lock(&c->mu);
     c->stats.map_grows += grows;
     c->stats.batches++;
+    if (status != COMMIT_OK)
+        c->stats.failures++;
     if (status == COMMIT_OK) {
         c->stats.accepted += bo.accepted;
         c->stats.duplicates += bo.duplicates;
@@ -446,8 +609,6 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
             if (bo.fsync_ms > c->stats.fsync_ms_max)
                 c->stats.fsync_ms_max = bo.fsync_ms;
         }
-    } else {
-        c->stats.failures++;
     }
     pthread_mutex_unlock(&c->mu);
 
@@ -459,13 +620,32 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
     }
 }
 
+static void wait_for_work(commit_t *c)
+{
+    /* While storage is failed, wake up every second to try again without traffic. */
+    while (!c->head && !c->closing) {
+        if (!c->failed) {
+            pthread_cond_wait(&c->cv, &c->mu);
+            continue;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += RECOVER_EVERY_MS / 1000;
+        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && !c->head) {
+            pthread_mutex_unlock(&c->mu);
+            recover(c, false);
+            refresh_stats(c);
+            pthread_mutex_lock(&c->mu);
+        }
+    }
+}
+
 static void *writer(void *arg)
 {
     commit_t *c = arg;
     pthread_mutex_lock(&c->mu);
     for (;;) {
-        while (!c->head && !c->closing)
-            pthread_cond_wait(&c->cv, &c->mu);
+        wait_for_work(c);
         if (!c->head)
             break;
         /* Take every waiting request, up to the batch cap (at least one). */
@@ -486,7 +666,7 @@ static void *writer(void *arg)
         process(c, batch, nevents, nreqs);
 
         int64_t t = now_ms(CLOCK_MONOTONIC);
-        if (t - c->last_reader_check > READER_CHECK_MS) {
+        if (c->store && t - c->last_reader_check > READER_CHECK_MS) {
             /* Readers in processes that died (e.g. a killed `log cat`) would pin old pages. */
             int cleared;
             store_reader_check(c->store, &cleared);
@@ -542,43 +722,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
         errf(errbuf, errlen, "data dir %s is in use by another ingestd process", c->data_dir);
         goto fail;
     }
-    free(path);
-
-    path = join(c->data_dir, "store");
-    if (!path || (mkdir(path, 0755) != 0 && errno != EEXIST)) {
-        errf(errbuf, errlen, "creating %s: %s", path ? path : "store", strerror(errno));
-        goto fail;
-    }
-    store_options_t so = {.map_size = c->opts.map_size, .read_only = false};
-    int src = store_open(path, &so, &c->store);
-    if (src != STORE_OK) {
-        errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
-        goto fail;
-    }
-    free(path);
-
-    path = join(c->data_dir, "log");
-    if (!path)
-        goto fail;
-    store_info_t si;
-    src = store_get_info(c->store, &si);
-    if (src != STORE_OK) {
-        errf(errbuf, errlen, "reading LMDB store: %s (%s)", store_strerror(src),
-             store_detail(c->store));
-        goto fail;
-    }
-    log_options_t lo = {.segment_bytes = c->opts.segment_bytes, .durable_offset = si.applied};
-    int lrc = log_open(path, &lo, &c->log);
-    if (lrc != LOG_OK) {
-        errf(errbuf, errlen, "opening log %s: %s", path, log_strerror(lrc));
-        goto fail;
-    }
-    free(path);
-    path = NULL;
-
-    if (load_secret(c, errbuf, errlen) != 0)
-        goto fail;
-    if (replay(c, errbuf, errlen) != 0)
+    if (open_storage(c, errbuf, errlen) != 0)
         goto fail;
     refresh_stats(c);
     c->last_reader_check = now_ms(CLOCK_MONOTONIC);
@@ -587,6 +731,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
         goto fail;
     }
     c->thread_started = true;
+    free(path);
     *out = c;
     return COMMIT_OK;
 fail:
@@ -640,8 +785,7 @@ void commit_close(commit_t *c)
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
     }
-    log_close(c->log);
-    store_close(c->store);
+    close_storage(c);
     if (c->lockfd >= 0)
         close(c->lockfd); /* releases the flock */
     pthread_mutex_destroy(&c->mu);

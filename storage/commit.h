@@ -51,6 +51,10 @@ struct commit_req {
     commit_req_t *next; /* private to commit.c */
 };
 
+/* Operator notices from the writer thread (storage never logs itself); `level` 0 error, 1 warning,
+ * 2 info. */
+typedef void (*commit_notify_fn)(void *arg, int level, const char *msg);
+
 typedef struct commit_options {
     const char *data_dir;    /* holds store/ and log/; created if missing */
     int64_t window_ms;       /* age bound of the window (> 0) */
@@ -58,6 +62,8 @@ typedef struct commit_options {
     uint64_t segment_bytes;  /* log segment roll size */
     uint64_t map_size;       /* initial LMDB map size (0: default) */
     size_t max_batch_events; /* cap on events per group commit (0: default 50,000) */
+    commit_notify_fn notify; /* may be NULL; called on the writer thread */
+    void *notify_arg;
 } commit_options_t;
 
 typedef struct commit_stats {
@@ -65,7 +71,7 @@ typedef struct commit_stats {
     uint64_t batches, batch_events; /* group commits and their events */
     uint64_t last_batch_events, max_batch_events;
     uint64_t last_batch_requests;
-    uint64_t failures; /* group commits that failed */
+    uint64_t failures; /* group commits answered COMMIT_UNAVAILABLE (recovered ones: recoveries) */
     uint64_t fsyncs;
     double fsync_ms_last, fsync_ms_max, fsync_ms_total;
     uint64_t map_grows;
@@ -77,11 +83,19 @@ typedef struct commit_stats {
     uint64_t replayed_at_open;  /* log records replayed into LMDB at start */
     uint64_t truncated_at_open; /* torn tail bytes cut off at start */
     size_t queue_events;        /* waiting for the next group commit */
+    bool storage_failed;        /* storage failed and is being re-established: commits answer
+                                   COMMIT_UNAVAILABLE meanwhile */
+    uint64_t recoveries;        /* times storage was re-established after a failure */
 } commit_stats_t;
 
 /*
  * Opens DIR/store and DIR/log, recovers (truncates a torn log tail, replays
  * log records past LMDB's applied offset), and starts the writer thread.
+ * After a failed group commit (I/O error, failed fsync, LMDB error) the
+ * writer answers that batch COMMIT_UNAVAILABLE, closes store and log and
+ * re-establishes them from disk exactly as at start (never trusting what a
+ * failed fsync may have left in the page cache); until that succeeds, every
+ * batch fails fast, and re-opening is retried at most once a second.
  * Takes an exclusive lock on DIR/LOCK (a second server on one dir fails).
  * On failure *errbuf (if not NULL) gets a readable reason.
  */

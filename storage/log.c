@@ -302,6 +302,8 @@ static int recover_tail(log_t *log)
         if ((size_t)n < sizeof(hdr))
             break;
         decode_header(hdr, &r, &crc);
+        if (log->opts.discard && off >= log->opts.discard_from)
+            break;
         if (r.len > LOG_MAX_PAYLOAD || r.offset != off || pos + sizeof(hdr) + r.len > size)
             break;
         if (grow(&log->buf, &log->cap, r.len + 1) != 0) {
@@ -378,6 +380,16 @@ int log_open(const char *dir, const log_options_t *opts, log_t **out)
         log->first_offset = 0;
         log->next_offset = 0;
     } else {
+        /* Whole segments past the discard point (rolled to after the last good sync) go. */
+        while (log->opts.discard && n > 1 && bases[n - 1] > log->opts.discard_from) {
+            char name[NAME_MAX_];
+            segment_name(name, sizeof(name), bases[n - 1]);
+            if (unlinkat(log->dirfd, name, 0) != 0 || fsync(log->dirfd) != 0) {
+                rc = io_status(errno);
+                goto out;
+            }
+            n--;
+        }
         for (size_t i = 0; i + 1 < n; i++) {
             struct stat st;
             char name[NAME_MAX_];
@@ -553,6 +565,7 @@ void log_get_info(const log_t *log, log_info_t *info)
     info->bytes = log->closed_bytes + log->seg_size;
     info->segments = log->segments;
     info->truncated_bytes = log->truncated_bytes;
+    info->synced_offset = log->synced_next;
 }
 
 int log_errno(const log_t *log)
@@ -710,6 +723,43 @@ int log_reader_next(log_reader_t *r, uint64_t limit, log_record_t *rec)
     rec->data = r->buf;
     r->pos += LOG_RECORD_HEADER + rec->len;
     r->next++;
+    return LOG_OK;
+}
+
+void log_reader_tell(const log_reader_t *r, uint64_t *seg_base, uint64_t *byte_pos)
+{
+    *seg_base = r->seg_base;
+    *byte_pos = r->fd >= 0 ? r->pos : LOG_SEGMENT_HEADER;
+}
+
+int log_describe(const char *dir, log_info_t *info, uint64_t **bases_out)
+{
+    uint64_t *bases = NULL;
+    size_t n = 0;
+    int rc = list_segments(dir, &bases, &n);
+
+    memset(info, 0, sizeof(*info));
+    if (bases_out)
+        *bases_out = NULL;
+    if (rc != LOG_OK)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        char path[4096 + NAME_MAX_], name[NAME_MAX_];
+        struct stat st;
+        segment_name(name, sizeof(name), bases[i]);
+        snprintf(path, sizeof(path), "%s/%s", dir, name);
+        if (stat(path, &st) != 0) {
+            free(bases);
+            return LOG_EIO;
+        }
+        info->bytes += (uint64_t)st.st_size;
+    }
+    info->segments = n;
+    info->first_offset = n > 0 ? bases[0] : 0;
+    if (bases_out)
+        *bases_out = bases;
+    else
+        free(bases);
     return LOG_OK;
 }
 

@@ -47,6 +47,10 @@ typedef struct log_options {
     uint64_t durable_offset; /* records below this offset are known to be acknowledged: a bad
                                 one is corruption (LOG_CORRUPT, nothing truncated), never a
                                 torn tail; 0 when unknown */
+    bool discard;            /* true: records at or past discard_from are cut off at open even
+                                when valid: after a failed fsync the page cache may hold
+                                records that never reached the disk */
+    uint64_t discard_from;
 } log_options_t;
 
 typedef struct log_info {
@@ -55,6 +59,7 @@ typedef struct log_info {
     uint64_t bytes;           /* bytes of all segments */
     uint64_t segments;        /* number of segment files */
     uint64_t truncated_bytes; /* torn tail bytes cut off at open */
+    uint64_t synced_offset;   /* offset after the last record made durable by log_sync */
 } log_info_t;
 
 /*
@@ -117,6 +122,20 @@ int log_reader_open(const char *dir, uint64_t from, log_reader_t **out);
  * it may be in the middle of being written.
  */
 int log_reader_next(log_reader_t *r, uint64_t limit, log_record_t *rec);
+
+/*
+ * Where the next record would be read: its segment's base offset and byte
+ * position in that segment (LOG_SEGMENT_HEADER for the first record).
+ */
+void log_reader_tell(const log_reader_t *r, uint64_t *seg_base, uint64_t *byte_pos);
+
+/*
+ * Describes a log directory without opening it for writing or recovering it:
+ * segment count and bytes, first offset; next_offset is left 0 (count records
+ * with a reader). *bases (malloc'ed, caller frees; may be NULL) gets the
+ * sorted segment base offsets.
+ */
+int log_describe(const char *dir, log_info_t *info, uint64_t **bases);
 
 /* Offset of the record the next log_reader_next would return. */
 uint64_t log_reader_position(const log_reader_t *r);

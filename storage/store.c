@@ -232,32 +232,25 @@ int store_secret(store_t *st, const uint8_t *secret_in, uint8_t secret_out[KEYHA
     return STORE_OK;
 }
 
-int store_get_info(store_t *st, store_info_t *info)
+/* The counters of store_info_t as `txn` sees them. */
+static int read_info(store_t *st, MDB_txn *txn, store_info_t *info)
 {
-    MDB_txn *txn = NULL;
+    MDB_cursor *cur = NULL;
     MDB_stat ms;
     MDB_envinfo ei;
+    MDB_val k, v;
     bool found;
     int rc;
 
     memset(info, 0, sizeof(*info));
-    txn = st->txn;
-    if (!txn && (rc = begin_read(st, &txn)))
-        return rc;
     if ((rc = xlate(st, mdb_stat(txn, st->keys, &ms))))
-        goto out;
+        return rc;
     info->keys = ms.ms_entries;
-    if ((rc = meta_get_u64(st, txn, "applied", &info->applied, &found)))
-        goto out;
-    if ((rc = meta_get_u64(st, txn, "next_seq", &info->next_seq, &found)))
-        goto out;
-    if (st->txn)
-        info->next_seq = st->txn_seq;
-
-    MDB_cursor *cur = NULL;
-    MDB_val k, v;
+    if ((rc = meta_get_u64(st, txn, "applied", &info->applied, &found)) ||
+        (rc = meta_get_u64(st, txn, "next_seq", &info->next_seq, &found)))
+        return rc;
     if ((rc = xlate(st, mdb_cursor_open(txn, st->seq, &cur))))
-        goto out;
+        return rc;
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     if (mrc == 0 && v.mv_size == SEQ_VALUE_LEN)
         memcpy(&info->oldest_received_ms, (const char *)v.mv_data + 16, 8);
@@ -265,14 +258,27 @@ int store_get_info(store_t *st, store_info_t *info)
         rc = xlate(st, mrc);
     mdb_cursor_close(cur);
     if (rc)
-        goto out;
-
+        return rc;
     if (mdb_env_info(st->env, &ei) == 0 && mdb_env_stat(st->env, &ms) == 0) {
         info->map_size = ei.me_mapsize;
         info->used_bytes = (uint64_t)(ei.me_last_pgno + 1) * ms.ms_psize;
     }
-out:
-    if (txn != st->txn)
+    return STORE_OK;
+}
+
+int store_get_info(store_t *st, store_info_t *info)
+{
+    MDB_txn *txn = st->txn;
+    int rc;
+
+    if (!txn && (rc = begin_read(st, &txn))) {
+        memset(info, 0, sizeof(*info));
+        return rc;
+    }
+    rc = read_info(st, txn, info);
+    if (txn == st->txn)
+        info->next_seq = st->txn_seq; /* inside the open write transaction */
+    else
         mdb_txn_abort(txn);
     return rc;
 }
@@ -317,6 +323,27 @@ int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
         return xlate(st, rc);
     st->txn_seq++;
     return STORE_OK;
+}
+
+int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                 uint64_t log_offset)
+{
+    MDB_val k = val(key, KEYHASH_LEN), old;
+    bool dup;
+    int rc = store_insert(st, key, received_ms, log_offset, &dup);
+    if (rc || !dup)
+        return rc;
+    /* Present: retire its older sequence entry, then insert afresh. */
+    int mrc = mdb_get(st->txn, st->keys, &k, &old);
+    if (mrc)
+        return xlate(st, mrc);
+    uint64_t old_seq = get_u64(&old);
+    MDB_val sk = val(&old_seq, sizeof(old_seq));
+    if ((mrc = mdb_del(st->txn, st->seq, &sk, NULL)) && mrc != MDB_NOTFOUND)
+        return xlate(st, mrc);
+    if ((mrc = mdb_del(st->txn, st->keys, &k, NULL)))
+        return xlate(st, mrc);
+    return store_insert(st, key, received_ms, log_offset, &dup);
 }
 
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present)
@@ -439,6 +466,90 @@ int store_grow(store_t *st)
     if (rc)
         return rc;
     return xlate(st, mdb_env_set_mapsize(st->env, ei.me_mapsize * 2));
+}
+
+static int scan_seq(store_t *st, MDB_txn *txn, store_seq_fn fn, void *arg)
+{
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    int rc = xlate(st, mdb_cursor_open(txn, st->seq, &cur));
+    if (rc)
+        return rc;
+    for (int op = MDB_FIRST;; op = MDB_NEXT) {
+        int mrc = mdb_cursor_get(cur, &k, &v, op);
+        if (mrc == MDB_NOTFOUND)
+            break;
+        if (mrc) {
+            rc = xlate(st, mrc);
+            break;
+        }
+        if (k.mv_size != sizeof(uint64_t) || v.mv_size != SEQ_VALUE_LEN) {
+            rc = STORE_CORRUPT;
+            break;
+        }
+        uint64_t seq, off;
+        int64_t ts;
+        memcpy(&seq, k.mv_data, sizeof(seq));
+        memcpy(&ts, (const char *)v.mv_data + 16, 8);
+        memcpy(&off, (const char *)v.mv_data + 24, 8);
+        if ((rc = fn(arg, seq, v.mv_data, ts, off)))
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+static int scan_keys(store_t *st, MDB_txn *txn, store_key_fn fn, void *arg)
+{
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    int rc = xlate(st, mdb_cursor_open(txn, st->keys, &cur));
+    if (rc)
+        return rc;
+    for (int op = MDB_FIRST;; op = MDB_NEXT) {
+        int mrc = mdb_cursor_get(cur, &k, &v, op);
+        if (mrc == MDB_NOTFOUND)
+            break;
+        if (mrc) {
+            rc = xlate(st, mrc);
+            break;
+        }
+        if (k.mv_size != KEYHASH_LEN || v.mv_size != sizeof(uint64_t)) {
+            rc = STORE_CORRUPT;
+            break;
+        }
+        uint64_t seq = get_u64(&v);
+        MDB_val sk = val(&seq, sizeof(seq)), sv;
+        bool ok = mdb_get(txn, st->seq, &sk, &sv) == 0 && sv.mv_size == SEQ_VALUE_LEN &&
+                  memcmp(sv.mv_data, k.mv_data, KEYHASH_LEN) == 0;
+        if ((rc = fn(arg, k.mv_data, seq, ok)))
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc;
+}
+
+int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_fn on_key, void *arg)
+{
+    MDB_txn *txn = NULL;
+    int rc;
+
+    if (st->txn)
+        return STORE_ERROR;
+    if ((rc = begin_read(st, &txn)))
+        return rc;
+    rc = read_info(st, txn, info);
+    if (rc == STORE_OK && on_seq)
+        rc = scan_seq(st, txn, on_seq, arg);
+    if (rc == STORE_OK && on_key)
+        rc = scan_keys(st, txn, on_key, arg);
+    mdb_txn_abort(txn);
+    return rc;
+}
+
+int store_copy(store_t *st, const char *dir)
+{
+    return xlate(st, mdb_env_copy2(st->env, dir, MDB_CP_COMPACT));
 }
 
 int store_reader_check(store_t *st, int *cleared)

@@ -78,6 +78,14 @@ int store_begin(store_t *st);
 int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
                  uint64_t log_offset, bool *duplicate);
 
+/*
+ * Replay only: inserts `key` like store_insert, but when it is already
+ * present the newer record wins (its old sequence entry is dropped), so a key
+ * re-accepted after it aged out is remembered from its latest receivedAt.
+ */
+int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                 uint64_t log_offset);
+
 /* True in *present when `key` is in the store (inside the open write txn, or a read txn). */
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present);
 
@@ -98,6 +106,25 @@ void store_abort(store_t *st);
 
 /* Doubles the map size (no transaction may be open). */
 int store_grow(store_t *st);
+
+/* Callbacks of store_scan(); return 0 to go on, anything else to stop the scan with it. */
+typedef int (*store_seq_fn)(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN],
+                            int64_t received_ms, uint64_t log_offset);
+/* `seq_ok`: the key's sequence entry exists and names this key. */
+typedef int (*store_key_fn)(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool seq_ok);
+
+/*
+ * Reads one consistent snapshot (one read transaction, held for the whole
+ * scan: for operator tools, not the server): fills *info, then calls on_seq
+ * for every sequence entry in order, then on_key for every key. Either
+ * callback may be NULL. Returns STORE_OK, a store error, or what a callback
+ * returned.
+ */
+int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_fn on_key,
+               void *arg);
+
+/* Writes a compacted copy of the environment into the existing directory `dir`. */
+int store_copy(store_t *st, const char *dir);
 
 /* Clears stale reader slots left by dead processes; *cleared gets their number. */
 int store_reader_check(store_t *st, int *cleared);

@@ -1,0 +1,584 @@
+/* admin.c: operator tools over a data dir: check, rebuild, backup. */
+#include "storage/admin.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "storage/commit.h"
+#include "storage/keyhash.h"
+#include "storage/log.h"
+#include "storage/store.h"
+
+#define PATH_LEN 4096
+
+static void say(admin_report_fn report, void *arg, int problem, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void say(admin_report_fn report, void *arg, int problem, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    if (!report)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    report(arg, problem, line);
+}
+
+/* dir/name into out (PATH_LEN bytes); an over-long path is cut, and then simply not found. */
+static void path_of(char *out, const char *dir, const char *name)
+{
+    if (snprintf(out, PATH_LEN, "%s/%s", dir, name) >= PATH_LEN)
+        out[PATH_LEN - 1] = '\0';
+}
+
+static int read_secret_file(const char *data_dir, uint8_t secret[KEYHASH_SECRET_LEN])
+{
+    char path[PATH_LEN];
+    path_of(path, data_dir, "secret");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, secret, KEYHASH_SECRET_LEN);
+    close(fd);
+    return n == KEYHASH_SECRET_LEN ? 0 : -1;
+}
+
+/* ---- check ---- */
+
+typedef struct {
+    admin_report_fn report;
+    void *arg;
+    admin_check_result_t *res;
+    const char *logdir;
+    log_reader_t *r;     /* walks the log in step with the sequence index */
+    uint64_t expect_off; /* offset the next sequence entry must name */
+    bool started;
+    uint64_t seq_entries, key_entries, bad_keys;
+} check_t;
+
+static void problem(check_t *ck, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void problem(check_t *ck, const char *fmt, ...)
+{
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    ck->res->problems++;
+    if (ck->report && ck->res->problems <= 100)
+        ck->report(ck->arg, 1, line);
+}
+
+/* Pass 1: every record of the log, up to the applied offset strictly, past it leniently. */
+static int check_log(check_t *ck, uint64_t applied)
+{
+    log_reader_t *r = NULL;
+    log_record_t rec;
+    admin_check_result_t *res = ck->res;
+    int lrc = log_reader_open(ck->logdir, res->first_offset, &r);
+
+    if (lrc != LOG_OK) {
+        problem(ck, "log: cannot read from offset %" PRIu64 ": %s", res->first_offset,
+                log_strerror(lrc));
+        return 0;
+    }
+    while ((lrc = log_reader_next(r, applied, &rec)) == LOG_OK)
+        res->records++;
+    if (lrc != LOG_END) {
+        uint64_t seg, pos;
+        log_reader_tell(r, &seg, &pos);
+        problem(ck,
+                "log: record at offset %" PRIu64 " (segment %020" PRIu64 ".seg, byte %" PRIu64
+                ") is bad: %s",
+                log_reader_position(r), seg, pos, log_strerror(lrc));
+    } else if (log_reader_position(r) < applied) {
+        problem(ck,
+                "log: ends at offset %" PRIu64 " but LMDB has applied up to %" PRIu64
+                ": acknowledged records are missing",
+                log_reader_position(r), applied);
+    } else {
+        /* Past the applied offset: complete records are replayed at the next start. */
+        uint64_t extra = 0;
+        while (log_reader_next(r, UINT64_MAX, &rec) == LOG_OK)
+            extra++;
+        res->records += extra;
+        if (extra > 0)
+            say(ck->report, ck->arg, 0,
+                "log: %" PRIu64 " records past LMDB's applied offset (in flight, or replayed "
+                "into LMDB at the next start)",
+                extra);
+    }
+    res->next_offset = log_reader_position(r);
+    log_reader_close(r);
+    return 0;
+}
+
+/* Pass 2, per sequence entry in order: dense offsets, matching the log record's key and time. */
+static int on_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                  uint64_t log_offset)
+{
+    check_t *ck = arg;
+    log_record_t rec;
+
+    ck->seq_entries++;
+    if (!ck->started) {
+        ck->started = true;
+        ck->expect_off = log_offset;
+        if (log_reader_open(ck->logdir, log_offset, &ck->r) != LOG_OK) {
+            problem(ck, "store: oldest key names log offset %" PRIu64 ", not in the log",
+                    log_offset);
+            return 1;
+        }
+    }
+    if (log_offset != ck->expect_off) {
+        problem(ck,
+                "store: sequence %" PRIu64 " names log offset %" PRIu64 ", expected %" PRIu64
+                " (the window must cover a contiguous range of the log)",
+                seq, log_offset, ck->expect_off);
+        return 1; /* the merge walk cannot go on from here */
+    }
+    ck->expect_off++;
+    int lrc = log_reader_next(ck->r, UINT64_MAX, &rec);
+    if (lrc != LOG_OK) {
+        problem(ck, "store: sequence %" PRIu64 " names log offset %" PRIu64 ": %s", seq, log_offset,
+                lrc == LOG_END ? "beyond the log" : log_strerror(lrc));
+        return 1;
+    }
+    if (memcmp(rec.key, key, KEYHASH_LEN) != 0 || rec.received_ms != received_ms)
+        problem(ck,
+                "store: sequence %" PRIu64 " disagrees with log offset %" PRIu64
+                " (key or receivedAt differ)",
+                seq, log_offset);
+    return 0;
+}
+
+static int on_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool seq_ok)
+{
+    check_t *ck = arg;
+    (void)key;
+    ck->key_entries++;
+    if (!seq_ok) {
+        ck->bad_keys++;
+        problem(ck, "store: a key names sequence %" PRIu64 ", which does not name it back", seq);
+    }
+    return 0;
+}
+
+int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_check_result_t *out)
+{
+    char storedir[PATH_LEN], logdir[PATH_LEN];
+    admin_check_result_t res = {0};
+    check_t ck = {.report = report, .arg = arg, .res = &res, .logdir = logdir};
+    store_t *st = NULL;
+    store_info_t si = {0};
+    log_info_t li;
+    uint8_t fsecret[KEYHASH_SECRET_LEN], ssecret[KEYHASH_SECRET_LEN];
+    int rc = ADMIN_ERROR;
+
+    path_of(storedir, data_dir, "store");
+    path_of(logdir, data_dir, "log");
+    int lrc = log_describe(logdir, &li, NULL);
+    if (lrc != LOG_OK) {
+        say(report, arg, 1, "log: cannot list %s: %s", logdir, strerror(errno));
+        goto out;
+    }
+    res.segments = li.segments;
+    res.log_bytes = li.bytes;
+    res.first_offset = li.first_offset;
+    say(report, arg, 0, "log: %" PRIu64 " segments, %" PRIu64 " bytes, first offset %" PRIu64,
+        li.segments, li.bytes, li.first_offset);
+
+    store_options_t so = {.read_only = true};
+    int src = store_open(storedir, &so, &st);
+    if (src != STORE_OK) {
+        problem(&ck, "store: cannot open %s: %s (start the server or run `ingestd rebuild`)",
+                storedir, store_strerror(src));
+        check_log(&ck, 0);
+        rc = ADMIN_PROBLEMS;
+        goto out;
+    }
+    /* One snapshot for everything LMDB says; the log is read up to its applied offset. */
+    src = store_get_info(st, &si);
+    if (src != STORE_OK) {
+        problem(&ck, "store: unreadable: %s (%s)", store_strerror(src), store_detail(st));
+        rc = ADMIN_PROBLEMS;
+        goto out;
+    }
+    res.applied = si.applied;
+    check_log(&ck, si.applied);
+    say(report, arg, 0, "log: %" PRIu64 " records, offsets %" PRIu64 "..%" PRIu64, res.records,
+        res.first_offset, res.next_offset);
+
+    src = store_scan(st, &si, on_seq, on_key, &ck);
+    if (src < 0) {
+        problem(&ck, "store: scan failed: %s (%s)", store_strerror(src), store_detail(st));
+    } else {
+        res.keys = si.keys;
+        if (ck.started && ck.expect_off != si.applied && src == 0)
+            problem(&ck,
+                    "store: the window ends at log offset %" PRIu64
+                    " but the applied offset is %" PRIu64,
+                    ck.expect_off, si.applied);
+        if (ck.seq_entries != ck.key_entries)
+            problem(&ck, "store: %" PRIu64 " keys but %" PRIu64 " sequence entries", ck.key_entries,
+                    ck.seq_entries);
+        say(report, arg, 0,
+            "store: %" PRIu64 " keys, applied offset %" PRIu64 ", map %" PRIu64 " bytes (%" PRIu64
+            " used)",
+            si.keys, si.applied, si.map_size, si.used_bytes);
+    }
+    if (read_secret_file(data_dir, fsecret) != 0)
+        problem(&ck, "secret: %s/secret is missing or not %d bytes", data_dir, KEYHASH_SECRET_LEN);
+    else if (store_secret(st, NULL, ssecret) == STORE_OK &&
+             memcmp(fsecret, ssecret, sizeof(fsecret)) != 0)
+        problem(&ck,
+                "secret: %s/secret differs from the store's: they belong to different data "
+                "dirs",
+                data_dir);
+    rc = res.problems ? ADMIN_PROBLEMS : ADMIN_OK;
+out:
+    log_reader_close(ck.r);
+    store_close(st);
+    if (res.problems > 100)
+        say(report, arg, 1, "... %" PRIu64 " problems in all", res.problems);
+    if (out)
+        *out = res;
+    return rc == ADMIN_ERROR && res.problems ? ADMIN_PROBLEMS : rc;
+}
+
+/* ---- rebuild ---- */
+
+static int rm_tree(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    if (!d)
+        return errno == ENOENT ? 0 : -1;
+    while ((e = readdir(d)) != NULL) {
+        char p[PATH_LEN];
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        path_of(p, path, e->d_name);
+        struct stat st;
+        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+            if (rm_tree(p) != 0) {
+                closedir(d);
+                return -1;
+            }
+        } else if (unlink(p) != 0) {
+            closedir(d);
+            return -1;
+        }
+    }
+    closedir(d);
+    return rmdir(path);
+}
+
+static int fsync_path(const char *path, int flags)
+{
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* The data dir's secret: its file, or else the old store's (then written back to the file). */
+static int find_secret(const char *data_dir, const char *old_store, uint8_t secret[16],
+                       admin_report_fn report, void *arg)
+{
+    if (read_secret_file(data_dir, secret) == 0)
+        return 0;
+    store_t *st = NULL;
+    store_options_t so = {.read_only = true};
+    if (store_open(old_store, &so, &st) == STORE_OK && store_secret(st, NULL, secret) == STORE_OK) {
+        store_close(st);
+        say(report, arg, 0, "secret: taken from the old store");
+        return 0;
+    }
+    store_close(st);
+    say(report, arg, 1,
+        "secret: %s/secret is missing and no readable store holds it: keys of the log could not "
+        "be matched by new events; restore the secret file first",
+        data_dir);
+    return -1;
+}
+
+int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
+                  admin_report_fn report, void *arg)
+{
+    char lock[PATH_LEN], storedir[PATH_LEN], logdir[PATH_LEN], old[PATH_LEN], secretp[PATH_LEN];
+    uint8_t secret[KEYHASH_SECRET_LEN];
+    log_info_t li;
+    commit_t *c = NULL;
+    store_t *st = NULL;
+    char err[512];
+    int rc = ADMIN_ERROR, lockfd = -1;
+    bool moved = false;
+
+    path_of(lock, data_dir, "LOCK");
+    path_of(storedir, data_dir, "store");
+    path_of(logdir, data_dir, "log");
+    path_of(secretp, data_dir, "secret");
+    snprintf(old, sizeof(old), "%s/store.old-%lld", data_dir, (long long)time(NULL));
+
+    lockfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lockfd < 0) {
+        say(report, arg, 1, "%s: %s", lock, strerror(errno));
+        goto out;
+    }
+    if (flock(lockfd, LOCK_EX | LOCK_NB) != 0) {
+        say(report, arg, 1, "data dir %s is in use by a running server: stop it first", data_dir);
+        rc = ADMIN_BUSY;
+        goto out;
+    }
+    if (log_describe(logdir, &li, NULL) != LOG_OK || li.segments == 0) {
+        say(report, arg, 1, "log: nothing to rebuild from in %s", logdir);
+        goto out;
+    }
+    struct stat sb;
+    if (stat(storedir, &sb) == 0) {
+        if (rename(storedir, old) != 0) {
+            say(report, arg, 1, "moving %s aside: %s", storedir, strerror(errno));
+            goto out;
+        }
+        moved = true;
+        say(report, arg, 0, "store: old store moved to %s", old);
+    }
+    if (find_secret(data_dir, old, secret, report, arg) != 0)
+        goto restore;
+    /* A fresh store that starts at the log's first retained offset, with the old secret. */
+    if (mkdir(storedir, 0755) != 0) {
+        say(report, arg, 1, "creating %s: %s", storedir, strerror(errno));
+        goto restore;
+    }
+    store_options_t so = {0};
+    uint8_t got[KEYHASH_SECRET_LEN];
+    if (store_open(storedir, &so, &st) != STORE_OK || store_secret(st, secret, got) != STORE_OK ||
+        store_begin(st) != STORE_OK || store_set_applied(st, li.first_offset) != STORE_OK ||
+        store_commit(st) != STORE_OK) {
+        say(report, arg, 1, "creating the new store: %s", store_detail(st));
+        goto restore;
+    }
+    store_close(st);
+    st = NULL;
+    if (read_secret_file(data_dir, got) != 0) {
+        int fd = open(secretp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || write(fd, secret, sizeof(secret)) != (ssize_t)sizeof(secret) ||
+            fsync(fd) != 0) {
+            say(report, arg, 1, "writing %s: %s", secretp, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            goto restore;
+        }
+        close(fd);
+    }
+    /* commit_open takes the lock itself and replays the whole retained log. */
+    close(lockfd);
+    lockfd = -1;
+    say(report, arg, 0, "replaying the log from offset %" PRIu64 " ...", li.first_offset);
+    commit_options_t co = {.data_dir = data_dir, .window_ms = window_ms, .max_keys = max_keys};
+    if (commit_open(&co, &c, err, sizeof(err)) != COMMIT_OK) {
+        say(report, arg, 1, "rebuild failed: %s", err);
+        goto restore;
+    }
+    commit_stats_t s;
+    commit_get_stats(c, &s);
+    commit_close(c);
+    say(report, arg, 0,
+        "store: rebuilt from %" PRIu64 " log records; %" PRIu64 " keys in the window",
+        s.replayed_at_open, s.keys);
+    if (moved && rm_tree(old) != 0)
+        say(report, arg, 0, "could not remove %s: %s (remove it by hand)", old, strerror(errno));
+    fsync_path(data_dir, O_RDONLY | O_DIRECTORY);
+    rc = ADMIN_OK;
+    goto out;
+restore:
+    store_close(st);
+    st = NULL;
+    if (moved) {
+        rm_tree(storedir);
+        if (rename(old, storedir) == 0)
+            say(report, arg, 0, "store: old store put back");
+    }
+out:
+    store_close(st);
+    if (lockfd >= 0)
+        close(lockfd);
+    return rc;
+}
+
+/* ---- backup ---- */
+
+/* Copies the first `len` bytes of src to a new file dst, fsynced. */
+static int copy_prefix(const char *src, const char *dst, uint64_t len)
+{
+    char buf[1 << 16];
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
+    if (in < 0)
+        return -1;
+    out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (out < 0)
+        goto done;
+    while (len > 0) {
+        size_t want = len < sizeof(buf) ? (size_t)len : sizeof(buf);
+        ssize_t n = read(in, buf, want);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            goto done; /* shorter than expected */
+        for (ssize_t w = 0; w < n;) {
+            ssize_t m = write(out, buf + w, (size_t)(n - w));
+            if (m < 0) {
+                if (errno == EINTR)
+                    continue;
+                goto done;
+            }
+            w += m;
+        }
+        len -= (uint64_t)n;
+    }
+    rc = fsync(out);
+done:
+    if (out >= 0)
+        close(out);
+    close(in);
+    return rc;
+}
+
+static int dir_empty_or_missing(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    if (!d)
+        return errno == ENOENT ? 1 : 0;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+            closedir(d);
+            return 0;
+        }
+    }
+    closedir(d);
+    return 1;
+}
+
+int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report, void *arg)
+{
+    char src_store[PATH_LEN], src_log[PATH_LEN], dst_store[PATH_LEN], dst_log[PATH_LEN];
+    char src[PATH_LEN], dst[PATH_LEN];
+    store_t *st = NULL;
+    store_info_t si;
+    log_reader_t *r = NULL;
+    uint64_t *bases = NULL;
+    log_info_t li;
+    uint8_t secret[KEYHASH_SECRET_LEN];
+    int rc = ADMIN_ERROR;
+
+    path_of(src_store, data_dir, "store");
+    path_of(src_log, data_dir, "log");
+    path_of(dst_store, to_dir, "store");
+    path_of(dst_log, to_dir, "log");
+    if (!dir_empty_or_missing(to_dir)) {
+        say(report, arg, 1, "%s exists and is not empty", to_dir);
+        return ADMIN_ERROR;
+    }
+    if ((mkdir(to_dir, 0755) != 0 && errno != EEXIST) || mkdir(dst_store, 0755) != 0 ||
+        mkdir(dst_log, 0755) != 0) {
+        say(report, arg, 1, "creating %s: %s", to_dir, strerror(errno));
+        return ADMIN_ERROR;
+    }
+    if (read_secret_file(data_dir, secret) != 0) {
+        say(report, arg, 1, "%s/secret is missing or unreadable", data_dir);
+        goto out;
+    }
+    /* LMDB first: its copy fixes the moment, the log is then cut at that copy's applied offset. */
+    store_options_t so = {.read_only = true};
+    int src_rc = store_open(src_store, &so, &st);
+    if (src_rc == STORE_OK)
+        src_rc = store_copy(st, dst_store);
+    store_close(st);
+    st = NULL;
+    if (src_rc != STORE_OK) {
+        say(report, arg, 1, "copying the LMDB store: %s", store_strerror(src_rc));
+        goto out;
+    }
+    if (store_open(dst_store, &so, &st) != STORE_OK || store_get_info(st, &si) != STORE_OK) {
+        say(report, arg, 1, "reading the copied store: %s", store_detail(st));
+        goto out;
+    }
+    store_close(st);
+    st = NULL;
+    say(report, arg, 0,
+        "store: compacted copy taken at applied offset %" PRIu64 " (%" PRIu64 " keys)", si.applied,
+        si.keys);
+
+    if (log_describe(src_log, &li, &bases) != LOG_OK || li.segments == 0) {
+        say(report, arg, 1, "log: cannot list %s", src_log);
+        goto out;
+    }
+    /* Where the applied offset falls: its segment and byte position. */
+    uint64_t cut_base = 0, cut_pos = 0;
+    int lrc = log_reader_open(src_log, si.applied, &r);
+    if (lrc != LOG_OK) {
+        say(report, arg, 1, "log: offset %" PRIu64 ": %s", si.applied, log_strerror(lrc));
+        goto out;
+    }
+    log_reader_tell(r, &cut_base, &cut_pos);
+    uint64_t copied = 0, segs = 0;
+    for (size_t i = 0; i < li.segments && bases[i] <= cut_base; i++) {
+        char name[64];
+        struct stat sb;
+        snprintf(name, sizeof(name), "%020" PRIu64 ".seg", bases[i]);
+        path_of(src, src_log, name);
+        path_of(dst, dst_log, name);
+        uint64_t len = cut_pos;
+        if (bases[i] != cut_base) {
+            /* Segments before the cut are closed: immutable. */
+            if (stat(src, &sb) != 0)
+                goto io;
+            len = (uint64_t)sb.st_size;
+        }
+        if (copy_prefix(src, dst, len) != 0)
+            goto io;
+        copied += len;
+        segs++;
+    }
+    path_of(dst, to_dir, "secret");
+    int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, secret, sizeof(secret)) != (ssize_t)sizeof(secret) || fsync(fd) != 0) {
+        if (fd >= 0)
+            close(fd);
+        goto io;
+    }
+    close(fd);
+    if (fsync_path(dst_log, O_RDONLY | O_DIRECTORY) != 0 ||
+        fsync_path(dst_store, O_RDONLY | O_DIRECTORY) != 0 ||
+        fsync_path(to_dir, O_RDONLY | O_DIRECTORY) != 0)
+        goto io;
+    say(report, arg, 0, "log: %" PRIu64 " segments, %" PRIu64 " bytes, up to offset %" PRIu64, segs,
+        copied, si.applied);
+    rc = ADMIN_OK;
+    goto out;
+io:
+    say(report, arg, 1, "copying to %s: %s", to_dir, strerror(errno));
+out:
+    log_reader_close(r);
+    store_close(st);
+    free(bases);
+    return rc;
+}

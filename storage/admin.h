@@ -1,0 +1,61 @@
+/* admin: offline and online operator tools over a data dir: check, rebuild, backup. */
+#ifndef INGESTD_ADMIN_H
+#define INGESTD_ADMIN_H
+
+#include <stdint.h>
+
+/*
+ * Every tool reports progress and findings through `report` (one line per
+ * call, no trailing newline; may be NULL), so the CLI decides where they go.
+ * `problem` is 1 for a finding that makes the data dir inconsistent, 0 for
+ * information and progress.
+ */
+typedef void (*admin_report_fn)(void *arg, int problem, const char *line);
+
+enum admin_status {
+    ADMIN_OK = 0,
+    ADMIN_PROBLEMS = 1, /* check: the data dir has problems (see the report) */
+    ADMIN_ERROR = -1,   /* the tool could not run (I/O error, bad arguments, ...) */
+    ADMIN_BUSY = -2,    /* rebuild: a server holds the data dir lock */
+};
+
+typedef struct admin_check_result {
+    uint64_t segments, records, log_bytes;
+    uint64_t first_offset, next_offset; /* extent of the log */
+    uint64_t applied;                   /* LMDB's applied offset */
+    uint64_t keys;                      /* LMDB keys */
+    uint64_t problems;
+} admin_check_result_t;
+
+/*
+ * Verifies a data dir, also while a server runs on it (LMDB is read in one
+ * read-only snapshot, the log up to that snapshot's applied offset):
+ * every segment header, every record's length, offset sequence and CRC;
+ * LMDB's applied offset within the log; the sequence index covering exactly
+ * the offsets [oldest retained, applied) with each entry's key and
+ * receivedAt equal to its log record's; `keys` and `seq` agreeing one to
+ * one; the secret file matching LMDB's. Returns ADMIN_OK, ADMIN_PROBLEMS or
+ * ADMIN_ERROR.
+ */
+int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_check_result_t *out);
+
+/*
+ * Rebuilds DIR/store from the retained log, as a fresh store that keeps the
+ * data dir's secret, applying the window (window_ms, max_keys) as it goes.
+ * Requires the server to be stopped (ADMIN_BUSY otherwise). The old store
+ * is moved to DIR/store.old-<unix time> first and removed once the rebuild
+ * succeeded. Returns ADMIN_OK or an error.
+ */
+int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
+                  admin_report_fn report, void *arg);
+
+/*
+ * Writes a consistent copy of a data dir to `to_dir` (created; must not
+ * exist or be empty), also while a server runs: a compacted copy of LMDB
+ * first, then the log up to that copy's applied offset (later records are
+ * cut off), and the secret; everything fsynced. Starting a server on
+ * `to_dir` gives the state of the moment the LMDB copy was taken.
+ */
+int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report, void *arg);
+
+#endif
