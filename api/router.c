@@ -160,9 +160,21 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
     case METRICS:
         api_metrics(api, req->now_ms, resp);
         return API_DONE;
-    case HEALTHZ:
-        api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+    case HEALTHZ: {
+        /* Unhealthy while storage is being re-established: balancers should send writes elsewhere.
+         */
+        commit_stats_t s;
+        commit_get_stats(api->commit, &s);
+        if (s.storage_failed) {
+            api_resp_json(resp, 503,
+                          json_pack("{s:s, s:s}", "status", "unavailable", "error",
+                                    "storage failed; re-establishing it from disk"));
+            resp->retry_after = API_RETRY_AFTER_S;
+        } else {
+            api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+        }
         return API_DONE;
+    }
     }
     api_error(resp, 500, "internal error");
     return API_DONE;

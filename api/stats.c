@@ -66,7 +66,8 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         " s:{s:I, s:o},"
         " s:{s:I, s:I, s:I, s:I},"
         " s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I},"
-        " s:{s:I, s:I}}",
+        " s:{s:I, s:I},"
+        " s:{s:b, s:I}}",
         "version", INGESTD_VERSION,
         "uptime_seconds", (json_int_t)uptime_s(api),
         "dedupe",
@@ -106,7 +107,10 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
             "map_grows", (json_int_t)s.map_grows,
         "recovery",
             "replayed_records", (json_int_t)s.replayed_at_open,
-            "truncated_bytes", (json_int_t)s.truncated_at_open);
+            "truncated_bytes", (json_int_t)s.truncated_at_open,
+        "storage",
+            "failed", (int)s.storage_failed,
+            "recoveries", (json_int_t)s.recoveries);
     // clang-format on
     if (!j) {
         api_error(resp, 503, "out of memory, retry later");
@@ -177,6 +181,11 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
            (double)s.log_next_offset);
     metric(f, "store_map_bytes", "gauge", "LMDB map size.", (double)s.store_map_size);
     metric(f, "store_used_bytes", "gauge", "LMDB bytes in use.", (double)s.store_used_bytes);
+    metric(f, "storage_failed", "gauge",
+           "1 while storage is failed and being re-established (every write gets 503).",
+           s.storage_failed ? 1.0 : 0.0);
+    metric(f, "storage_recoveries_total", "counter",
+           "Times storage was re-established from disk after a failure.", (double)s.recoveries);
     metric(f, "uptime_seconds", "gauge", "Seconds since start.", (double)uptime_s(api));
     if (fclose(f) != 0 || !buf) {
         free(buf);
