@@ -318,7 +318,7 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
         errf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
         goto out;
     }
-    store_options_t so = {.map_size = c->opts.map_size, .read_only = false};
+    store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
     src = store_open(path, &so, &c->store);
     if (src != STORE_OK) {
         errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));

@@ -62,6 +62,7 @@ typedef struct commit_options {
     uint64_t segment_bytes;  /* log segment roll size */
     uint64_t map_size;       /* initial LMDB map size (0: default) */
     size_t max_batch_events; /* cap on events per group commit (0: default 50,000) */
+    int store_sync;          /* enum store_sync (storage/store.h); 0: STORE_SYNC_META */
     commit_notify_fn notify; /* may be NULL; called on the writer thread */
     void *notify_arg;
 } commit_options_t;

@@ -161,15 +161,14 @@ int store_open(const char *dir, const store_options_t *opts, store_t **out)
     if ((rc = xlate(st, mdb_env_set_maxdbs(st->env, 4))) ||
         (rc = xlate(st, mdb_env_set_mapsize(st->env, (size_t)map))))
         goto fail;
-    /*
-     * MDB_NORDAHEAD: lookups of random keys gain nothing from read-ahead.
-     * LMDB keeps its own synced commits: the log is the source of truth, but a
-     * torn LMDB after a power loss would otherwise cost a full rebuild
-     * (docs/durability.md, issue #3, revisits this with measurements).
-     */
+    /* MDB_NORDAHEAD: lookups of random keys gain nothing from read-ahead. */
     unsigned flags = MDB_NORDAHEAD;
     if (st->read_only)
         flags |= MDB_RDONLY;
+    else if (opts && opts->sync == STORE_SYNC_META)
+        flags |= MDB_NOMETASYNC;
+    else if (opts && opts->sync == STORE_SYNC_NONE)
+        flags |= MDB_NOSYNC;
     if ((rc = xlate(st, mdb_env_open(st->env, dir, flags, 0644))))
         goto fail;
     if ((rc = open_dbs(st)))

@@ -34,9 +34,20 @@ enum store_status {
 
 #define STORE_FORMAT_VERSION 1
 
+/* How LMDB makes its own commits durable (docs/durability.md says which is safe when). */
+enum store_sync {
+    STORE_SYNC_META = 0, /* MDB_NOMETASYNC: data pages fsynced per commit, the meta page with the
+                            next one; a power loss may undo the last commit, never corrupt (the
+                            log replays it). The default. */
+    STORE_SYNC_FULL = 1, /* LMDB's default: data pages and the meta page synced per commit */
+    STORE_SYNC_NONE = 2, /* MDB_NOSYNC: nothing synced; a power loss can corrupt the store. For
+                            measurements only: the server never uses it */
+};
+
 typedef struct store_options {
     uint64_t map_size; /* initial map size in bytes (grown on demand); 0: 1 GiB */
     bool read_only;    /* open for reading only (e.g. `log cat`, `check`) */
+    int sync;          /* enum store_sync */
 } store_options_t;
 
 typedef struct store_info {

@@ -1,0 +1,280 @@
+/* commit_bench: drives the group commit (LMDB + log + fsync) directly, without HTTP or JSON. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "storage/commit.h"
+#include "storage/keyhash.h"
+#include "storage/store.h"
+
+/*
+ * Why it exists: on a 2-core machine an HTTP load generator, JSON parsing and
+ * the writer thread share the CPUs, and their noise hides what a storage
+ * choice (LMDB sync flags, batch sizes, window size) costs. This measures the
+ * storage path alone: C client threads each keep one request of B events in
+ * flight, as C HTTP connections would.
+ */
+
+typedef struct {
+    const char *data_dir;
+    uint64_t events;
+    unsigned clients, batch, payload;
+    double dup_ratio;
+    int sync;
+    uint64_t preload;
+    uint64_t max_keys;
+} opts_t;
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} waiter_t;
+
+static opts_t o = {.events = 1000000, .clients = 64, .batch = 50, .payload = 400, .sync = 0};
+static commit_t *commit;
+static atomic_uint_fast64_t next_id; /* events handed out */
+static atomic_uint_fast64_t requests_done;
+static uint64_t *lat_us; /* per request latency, indexed by request number */
+static atomic_uint_fast64_t lat_n;
+static uint64_t lat_cap;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void on_done(commit_req_t *req, void *arg)
+{
+    waiter_t *w = arg;
+    (void)req;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void *client(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg * 2654435761u;
+    const uint8_t *secret = commit_secret(commit);
+    commit_event_t *ev = calloc(o.batch, sizeof(*ev));
+    char *payloads = malloc((size_t)o.batch * o.payload);
+    waiter_t w = {.done = false};
+    commit_req_t req = {0};
+    char id[32];
+
+    if (!ev || !payloads)
+        return NULL;
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    memset(payloads, 'x', (size_t)o.batch * o.payload);
+    for (;;) {
+        uint64_t first = atomic_fetch_add(&next_id, o.batch);
+        if (first >= o.events)
+            break;
+        size_t n = o.events - first < o.batch ? (size_t)(o.events - first) : o.batch;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t idn = o.preload + first + i;
+            /* A re-send of an earlier id, at the requested ratio. */
+            if (idn > 0 && (double)rand_r(&seed) / RAND_MAX < o.dup_ratio)
+                idn = (uint64_t)rand_r(&seed) % idn;
+            int len = snprintf(id, sizeof(id), "m-%" PRIu64, idn);
+            keyhash(secret, "bench", 5, id, (size_t)len, ev[i].key);
+            ev[i].received_ms = now;
+            ev[i].data = payloads + i * o.payload;
+            ev[i].len = o.payload;
+        }
+        req.events = ev;
+        req.n = n;
+        req.done = on_done;
+        req.arg = &w;
+        w.done = false;
+        double t0 = now_s();
+        if (commit_submit(commit, &req) != COMMIT_OK)
+            break;
+        pthread_mutex_lock(&w.mu);
+        while (!w.done)
+            pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        uint64_t k = atomic_fetch_add(&lat_n, 1);
+        if (k < lat_cap)
+            lat_us[k] = (uint64_t)((now_s() - t0) * 1e6);
+        atomic_fetch_add(&requests_done, 1);
+        if (req.status != COMMIT_OK) {
+            fprintf(stderr, "commit failed: %s\n", commit_strerror(req.status));
+            break;
+        }
+    }
+    free(ev);
+    free(payloads);
+    return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "Usage: ingestd-commit-bench --data DIR [options]\n"
+               "  --events N        events to commit (default 1000000)\n"
+               "  --clients N       concurrent requests in flight (default 64)\n"
+               "  --batch N         events per request (default 50)\n"
+               "  --payload N       bytes per event (default 400)\n"
+               "  --dup-ratio R     share of re-sent earlier ids, 0..1 (default 0)\n"
+               "  --sync MODE       LMDB sync: meta (server default), full, none (unsafe)\n"
+               "  --preload N       ids already in the window before the run (fill first)\n"
+               "  --max-keys N      window size bound (default 0: none)\n"
+               "Prints a progress line per second and a summary; DIR must be empty or new.\n");
+}
+
+static int run(uint64_t events, unsigned clients, bool quiet)
+{
+    pthread_t *th = calloc(clients, sizeof(*th));
+    if (!th)
+        return -1;
+    atomic_store(&next_id, 0);
+    atomic_store(&requests_done, 0);
+    atomic_store(&lat_n, 0);
+    o.events = events;
+    for (unsigned i = 0; i < clients; i++)
+        pthread_create(&th[i], NULL, client, (void *)(uintptr_t)(i + 1));
+    double t0 = now_s(), last = t0;
+    while (atomic_load(&next_id) < events || atomic_load(&requests_done) * o.batch < events) {
+        struct timespec ts = {0, 50 * 1000000};
+        nanosleep(&ts, NULL); /* a progress ticker, not synchronisation: join below waits */
+        if (!quiet && now_s() - last >= 1.0) {
+            last = now_s();
+            uint64_t d = atomic_load(&requests_done) * o.batch;
+            fprintf(stderr, "\r%" PRIu64 "/%" PRIu64 " events, %.0f/s   ", d > events ? events : d,
+                    events, (double)d / (last - t0));
+        }
+        if (atomic_load(&requests_done) * o.batch >= events)
+            break;
+    }
+    for (unsigned i = 0; i < clients; i++)
+        pthread_join(th[i], NULL);
+    if (!quiet)
+        fprintf(stderr, "\n");
+    free(th);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "ingestd-commit-bench: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (!strcmp(a, "--data"))
+            o.data_dir = v;
+        else if (!strcmp(a, "--events"))
+            o.events = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--clients"))
+            o.clients = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--batch"))
+            o.batch = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--payload"))
+            o.payload = (unsigned)strtoul(v, NULL, 10);
+        else if (!strcmp(a, "--dup-ratio"))
+            o.dup_ratio = strtod(v, NULL);
+        else if (!strcmp(a, "--preload"))
+            o.preload = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--max-keys"))
+            o.max_keys = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--sync"))
+            o.sync = !strcmp(v, "full")   ? STORE_SYNC_FULL
+                     : !strcmp(v, "none") ? STORE_SYNC_NONE
+                     : !strcmp(v, "meta") ? STORE_SYNC_META
+                                          : -1;
+        else {
+            fprintf(stderr, "ingestd-commit-bench: unknown option %s\n", a);
+            return 2;
+        }
+    }
+    if (!o.data_dir || o.sync < 0 || o.clients == 0 || o.batch == 0 || o.events == 0 ||
+        o.dup_ratio < 0 || o.dup_ratio > 1) {
+        usage(stderr);
+        return 2;
+    }
+    char err[512];
+    commit_options_t co = {.data_dir = o.data_dir,
+                           .window_ms = 24LL * 3600 * 1000,
+                           .max_keys = o.max_keys,
+                           .segment_bytes = 64ull << 20,
+                           .store_sync = o.sync};
+    if (commit_open(&co, &commit, err, sizeof(err)) != COMMIT_OK) {
+        fprintf(stderr, "ingestd-commit-bench: %s\n", err);
+        return 1;
+    }
+    lat_cap = o.events / o.batch + o.clients + 1;
+    lat_us = calloc(lat_cap, sizeof(*lat_us));
+    if (!lat_us)
+        return 1;
+    if (o.preload > 0) {
+        /* Fill the window with distinct ids at the largest batches the writer takes. */
+        fprintf(stderr, "preloading %" PRIu64 " keys\n", o.preload);
+        uint64_t keep = o.preload;
+        unsigned b = o.batch;
+        o.preload = 0;
+        o.batch = 2500;
+        run(keep, o.clients, false);
+        o.batch = b;
+        o.preload = keep;
+    }
+    uint64_t events = o.events;
+    commit_stats_t s0, s1;
+    commit_get_stats(commit, &s0);
+    double t0 = now_s();
+    run(events, o.clients, false);
+    double secs = now_s() - t0;
+    commit_get_stats(commit, &s1);
+
+    uint64_t n = atomic_load(&lat_n);
+    if (n > lat_cap)
+        n = lat_cap;
+    qsort(lat_us, n, sizeof(*lat_us), cmp_u64);
+    uint64_t batches = s1.batches - s0.batches, fs = s1.fsyncs - s0.fsyncs;
+    printf("events %" PRIu64 " in %.2f s: %.0f events/s; accepted %" PRIu64 ", duplicates %" PRIu64
+           "\n",
+           events, secs, (double)events / secs, s1.accepted - s0.accepted,
+           s1.duplicates - s0.duplicates);
+    printf("group commits %" PRIu64 " (avg %.0f events), log fsync avg %.2f ms\n", batches,
+           batches ? (double)(s1.batch_events - s0.batch_events) / (double)batches : 0.0,
+           fs ? (s1.fsync_ms_total - s0.fsync_ms_total) / (double)fs : 0.0);
+    printf("request latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
+           n ? (double)lat_us[n / 2] / 1e3 : 0.0, n ? (double)lat_us[n * 99 / 100] / 1e3 : 0.0,
+           n ? (double)lat_us[n - 1] / 1e3 : 0.0);
+    printf("keys %" PRIu64 ", LMDB %" PRIu64 " bytes in use, %.1f bytes per key\n", s1.keys,
+           s1.store_used_bytes, s1.keys ? (double)s1.store_used_bytes / (double)s1.keys : 0.0);
+    printf("SUMMARY events_per_s=%.0f p50_ms=%.2f p99_ms=%.2f avg_batch=%.0f bytes_per_key=%.1f "
+           "sync=%d\n",
+           (double)events / secs, n ? (double)lat_us[n / 2] / 1e3 : 0.0,
+           n ? (double)lat_us[n * 99 / 100] / 1e3 : 0.0,
+           batches ? (double)(s1.batch_events - s0.batch_events) / (double)batches : 0.0,
+           s1.keys ? (double)s1.store_used_bytes / (double)s1.keys : 0.0, o.sync);
+    commit_close(commit);
+    free(lat_us);
+    return 0;
+}
