@@ -66,6 +66,7 @@ typedef struct {
     log_reader_t *r;     /* walks the log in step with the sequence index */
     uint64_t expect_off; /* offset the next sequence entry must name */
     bool started;
+    bool compare_off; /* the log can no longer be walked in step with the index */
     uint64_t seq_entries, key_entries, bad_keys;
 } check_t;
 
@@ -83,51 +84,61 @@ static void problem(check_t *ck, const char *fmt, ...)
         ck->report(ck->arg, 1, line);
 }
 
-/* Pass 1: every record of the log, up to the applied offset strictly, past it leniently. */
-static int check_log(check_t *ck, uint64_t applied)
+/*
+ * Pass over the log, segment by segment, so one bad record does not hide the
+ * segments after it: records below LMDB's applied offset (and every record of
+ * a closed segment) must be intact; past it, a torn record is a write in
+ * flight or a tail the next start truncates.
+ */
+static void check_log(check_t *ck, const uint64_t *bases, uint64_t nseg, uint64_t applied)
 {
-    log_reader_t *r = NULL;
-    log_record_t rec;
     admin_check_result_t *res = ck->res;
-    int lrc = log_reader_open(ck->logdir, res->first_offset, &r);
+    log_record_t rec;
 
-    if (lrc != LOG_OK) {
-        problem(ck, "log: cannot read from offset %" PRIu64 ": %s", res->first_offset,
-                log_strerror(lrc));
-        return 0;
+    for (uint64_t i = 0; i < nseg; i++) {
+        bool last = i + 1 == nseg;
+        uint64_t end = last ? applied : bases[i + 1];
+        log_reader_t *r = NULL;
+        int lrc = log_reader_open(ck->logdir, bases[i], &r);
+        if (lrc != LOG_OK) {
+            problem(ck, "log: segment %020" PRIu64 ".seg unreadable: %s", bases[i],
+                    log_strerror(lrc));
+            continue;
+        }
+        while (log_reader_position(r) < end && (lrc = log_reader_next(r, end, &rec)) == LOG_OK)
+            res->records++;
+        if (log_reader_position(r) < end) {
+            uint64_t seg, pos;
+            log_reader_tell(r, &seg, &pos);
+            if (lrc == LOG_END)
+                problem(ck,
+                        "log: segment %020" PRIu64 ".seg ends at offset %" PRIu64 " but %s %" PRIu64
+                        ": acknowledged records are missing",
+                        bases[i], log_reader_position(r),
+                        last ? "LMDB has applied up to" : "the next segment starts at", end);
+            else
+                problem(ck,
+                        "log: record at offset %" PRIu64 " (segment %020" PRIu64
+                        ".seg, byte %" PRIu64 ") is bad: %s",
+                        log_reader_position(r), seg, pos, log_strerror(lrc));
+        } else if (last) {
+            uint64_t extra = 0;
+            while (log_reader_next(r, UINT64_MAX, &rec) == LOG_OK)
+                extra++;
+            res->records += extra;
+            if (extra > 0)
+                say(ck->report, ck->arg, 0,
+                    "log: %" PRIu64 " records past LMDB's applied offset (in flight, or replayed "
+                    "into LMDB at the next start)",
+                    extra);
+        }
+        if (last)
+            res->next_offset = log_reader_position(r);
+        log_reader_close(r);
     }
-    while ((lrc = log_reader_next(r, applied, &rec)) == LOG_OK)
-        res->records++;
-    if (lrc != LOG_END) {
-        uint64_t seg, pos;
-        log_reader_tell(r, &seg, &pos);
-        problem(ck,
-                "log: record at offset %" PRIu64 " (segment %020" PRIu64 ".seg, byte %" PRIu64
-                ") is bad: %s",
-                log_reader_position(r), seg, pos, log_strerror(lrc));
-    } else if (log_reader_position(r) < applied) {
-        problem(ck,
-                "log: ends at offset %" PRIu64 " but LMDB has applied up to %" PRIu64
-                ": acknowledged records are missing",
-                log_reader_position(r), applied);
-    } else {
-        /* Past the applied offset: complete records are replayed at the next start. */
-        uint64_t extra = 0;
-        while (log_reader_next(r, UINT64_MAX, &rec) == LOG_OK)
-            extra++;
-        res->records += extra;
-        if (extra > 0)
-            say(ck->report, ck->arg, 0,
-                "log: %" PRIu64 " records past LMDB's applied offset (in flight, or replayed "
-                "into LMDB at the next start)",
-                extra);
-    }
-    res->next_offset = log_reader_position(r);
-    log_reader_close(r);
-    return 0;
 }
 
-/* Pass 2, per sequence entry in order: dense offsets, matching the log record's key and time. */
+/* Per sequence entry in order: dense offsets, matching the log record's key and time. */
 static int on_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
                   uint64_t log_offset)
 {
@@ -141,7 +152,7 @@ static int on_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64
         if (log_reader_open(ck->logdir, log_offset, &ck->r) != LOG_OK) {
             problem(ck, "store: oldest key names log offset %" PRIu64 ", not in the log",
                     log_offset);
-            return 1;
+            ck->compare_off = true;
         }
     }
     if (log_offset != ck->expect_off) {
@@ -149,14 +160,21 @@ static int on_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64
                 "store: sequence %" PRIu64 " names log offset %" PRIu64 ", expected %" PRIu64
                 " (the window must cover a contiguous range of the log)",
                 seq, log_offset, ck->expect_off);
-        return 1; /* the merge walk cannot go on from here */
+        ck->expect_off = log_offset; /* resynchronise; the log can no longer be walked in step */
+        ck->compare_off = true;
     }
     ck->expect_off++;
-    int lrc = log_reader_next(ck->r, UINT64_MAX, &rec);
+    if (ck->compare_off)
+        return 0;
+    /* The limit makes a short or bad record an error rather than "the end, for now". */
+    int lrc = log_reader_next(ck->r, log_offset + 1, &rec);
     if (lrc != LOG_OK) {
-        problem(ck, "store: sequence %" PRIu64 " names log offset %" PRIu64 ": %s", seq, log_offset,
-                lrc == LOG_END ? "beyond the log" : log_strerror(lrc));
-        return 1;
+        problem(ck,
+                "store: sequence %" PRIu64 " names log offset %" PRIu64
+                ", which cannot be read (%s); the window is not compared past it",
+                seq, log_offset, lrc == LOG_END ? "beyond the log" : log_strerror(lrc));
+        ck->compare_off = true;
+        return 0;
     }
     if (memcmp(rec.key, key, KEYHASH_LEN) != 0 || rec.received_ms != received_ms)
         problem(ck,
@@ -186,13 +204,13 @@ int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_c
     store_t *st = NULL;
     store_info_t si = {0};
     log_info_t li;
+    uint64_t *bases = NULL;
     uint8_t fsecret[KEYHASH_SECRET_LEN], ssecret[KEYHASH_SECRET_LEN];
     int rc = ADMIN_ERROR;
 
     path_of(storedir, data_dir, "store");
     path_of(logdir, data_dir, "log");
-    int lrc = log_describe(logdir, &li, NULL);
-    if (lrc != LOG_OK) {
+    if (log_describe(logdir, &li, &bases) != LOG_OK) {
         say(report, arg, 1, "log: cannot list %s: %s", logdir, strerror(errno));
         goto out;
     }
@@ -205,42 +223,35 @@ int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_c
     store_options_t so = {.read_only = true};
     int src = store_open(storedir, &so, &st);
     if (src != STORE_OK) {
-        problem(&ck, "store: cannot open %s: %s (start the server or run `ingestd rebuild`)",
-                storedir, store_strerror(src));
-        check_log(&ck, 0);
-        rc = ADMIN_PROBLEMS;
-        goto out;
+        problem(&ck, "store: cannot open %s: %s (run `ingestd rebuild`)", storedir,
+                store_strerror(src));
+        check_log(&ck, bases, li.segments, 0);
+        goto done;
     }
-    /* One snapshot for everything LMDB says; the log is read up to its applied offset. */
-    src = store_get_info(st, &si);
+    /* One LMDB snapshot for everything; the log is checked up to its applied offset. */
+    src = store_scan(st, &si, on_seq, on_key, &ck);
     if (src != STORE_OK) {
         problem(&ck, "store: unreadable: %s (%s)", store_strerror(src), store_detail(st));
-        rc = ADMIN_PROBLEMS;
-        goto out;
+        check_log(&ck, bases, li.segments, 0);
+        goto done;
     }
     res.applied = si.applied;
-    check_log(&ck, si.applied);
+    res.keys = si.keys;
+    check_log(&ck, bases, li.segments, si.applied);
     say(report, arg, 0, "log: %" PRIu64 " records, offsets %" PRIu64 "..%" PRIu64, res.records,
         res.first_offset, res.next_offset);
-
-    src = store_scan(st, &si, on_seq, on_key, &ck);
-    if (src < 0) {
-        problem(&ck, "store: scan failed: %s (%s)", store_strerror(src), store_detail(st));
-    } else {
-        res.keys = si.keys;
-        if (ck.started && ck.expect_off != si.applied && src == 0)
-            problem(&ck,
-                    "store: the window ends at log offset %" PRIu64
-                    " but the applied offset is %" PRIu64,
-                    ck.expect_off, si.applied);
-        if (ck.seq_entries != ck.key_entries)
-            problem(&ck, "store: %" PRIu64 " keys but %" PRIu64 " sequence entries", ck.key_entries,
-                    ck.seq_entries);
-        say(report, arg, 0,
-            "store: %" PRIu64 " keys, applied offset %" PRIu64 ", map %" PRIu64 " bytes (%" PRIu64
-            " used)",
-            si.keys, si.applied, si.map_size, si.used_bytes);
-    }
+    if (ck.started && ck.expect_off != si.applied)
+        problem(&ck,
+                "store: the window ends at log offset %" PRIu64
+                " but the applied offset is %" PRIu64,
+                ck.expect_off, si.applied);
+    if (ck.seq_entries != ck.key_entries)
+        problem(&ck, "store: %" PRIu64 " keys but %" PRIu64 " sequence entries", ck.key_entries,
+                ck.seq_entries);
+    say(report, arg, 0,
+        "store: %" PRIu64 " keys, applied offset %" PRIu64 ", map %" PRIu64 " bytes (%" PRIu64
+        " used)",
+        si.keys, si.applied, si.map_size, si.used_bytes);
     if (read_secret_file(data_dir, fsecret) != 0)
         problem(&ck, "secret: %s/secret is missing or not %d bytes", data_dir, KEYHASH_SECRET_LEN);
     else if (store_secret(st, NULL, ssecret) == STORE_OK &&
@@ -249,15 +260,17 @@ int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_c
                 "secret: %s/secret differs from the store's: they belong to different data "
                 "dirs",
                 data_dir);
+done:
     rc = res.problems ? ADMIN_PROBLEMS : ADMIN_OK;
 out:
     log_reader_close(ck.r);
     store_close(st);
+    free(bases);
     if (res.problems > 100)
         say(report, arg, 1, "... %" PRIu64 " problems in all", res.problems);
     if (out)
         *out = res;
-    return rc == ADMIN_ERROR && res.problems ? ADMIN_PROBLEMS : rc;
+    return rc;
 }
 
 /* ---- rebuild ---- */
@@ -388,11 +401,10 @@ int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
         }
         close(fd);
     }
-    /* commit_open takes the lock itself and replays the whole retained log. */
-    close(lockfd);
-    lockfd = -1;
+    /* Replay the whole retained log, holding the lock all along: no server may start meanwhile. */
     say(report, arg, 0, "replaying the log from offset %" PRIu64 " ...", li.first_offset);
-    commit_options_t co = {.data_dir = data_dir, .window_ms = window_ms, .max_keys = max_keys};
+    commit_options_t co = {
+        .data_dir = data_dir, .window_ms = window_ms, .max_keys = max_keys, .lock_held = true};
     if (commit_open(&co, &c, err, sizeof(err)) != COMMIT_OK) {
         say(report, arg, 1, "rebuild failed: %s", err);
         goto restore;

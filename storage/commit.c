@@ -713,6 +713,8 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     path = join(c->data_dir, "LOCK");
     if (!path)
         goto fail;
+    if (opts->lock_held)
+        goto locked;
     c->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (c->lockfd < 0) {
         errf(errbuf, errlen, "%s: %s", path, strerror(errno));
@@ -722,6 +724,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
         errf(errbuf, errlen, "data dir %s is in use by another ingestd process", c->data_dir);
         goto fail;
     }
+locked:
     if (open_storage(c, errbuf, errlen) != 0)
         goto fail;
     refresh_stats(c);

@@ -63,6 +63,7 @@ typedef struct commit_options {
     uint64_t map_size;       /* initial LMDB map size (0: default) */
     size_t max_batch_events; /* cap on events per group commit (0: default 50,000) */
     int store_sync;          /* enum store_sync (storage/store.h); 0: STORE_SYNC_META */
+    bool lock_held;          /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
     commit_notify_fn notify; /* may be NULL; called on the writer thread */
     void *notify_arg;
 } commit_options_t;
@@ -97,7 +98,7 @@ typedef struct commit_stats {
  * re-establishes them from disk exactly as at start (never trusting what a
  * failed fsync may have left in the page cache); until that succeeds, every
  * batch fails fast, and re-opening is retried at most once a second.
- * Takes an exclusive lock on DIR/LOCK (a second server on one dir fails).
+ * Takes an exclusive lock on DIR/LOCK (a second server on one dir fails) unless opts->lock_held.
  * On failure *errbuf (if not NULL) gets a readable reason.
  */
 int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size_t errlen);
