@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "server/cli_admin.h"
 #include "server/cli_log.h"
 #include "server/config.h"
 #include "server/http.h"
@@ -31,10 +32,36 @@ static void usage(FILE *out)
                  "      run the HTTP event intake in the foreground (see ingestd serve --help)\n"
                  "  log cat --data DIR [--from OFFSET] [--follow]\n"
                  "      print acknowledged events as NDJSON, in log order\n"
+                 "  check --data DIR\n"
+                 "      verify log checksums and that the LMDB store agrees with the log\n"
+                 "      (works while the server runs; exit 1 when problems are found)\n"
+                 "  rebuild --data DIR [--window DURATION] [--max-keys N]\n"
+                 "      rebuild the LMDB store from the retained log (server stopped)\n"
+                 "  backup --data DIR --to DIR2\n"
+                 "      write a consistent copy of the data dir (works while the server runs)\n"
                  "  version\n"
                  "      print the version\n"
                  "  help\n"
-                 "      show this help\n");
+                 "      show this help\n"
+                 "\n"
+                 "Each command takes --help.\n");
+}
+
+/* Storage never logs; its writer thread reports failures and recoveries through this. */
+static void on_storage_notice(void *arg, int level, const char *msg)
+{
+    (void)arg;
+    switch (level) {
+    case 0:
+        LOG_ERROR("storage: %s", msg);
+        break;
+    case 1:
+        LOG_WARN("storage: %s", msg);
+        break;
+    default:
+        LOG_INFO("storage: %s", msg);
+        break;
+    }
 }
 
 static int serve(int argc, char **argv)
@@ -85,6 +112,8 @@ static int serve(int argc, char **argv)
         .segment_bytes = cfg->segment_bytes,
         .map_size = cfg->map_size,
         .max_batch_events = cfg->max_batch_events,
+        .notify = on_storage_notice,
+        .notify_arg = NULL,
     };
     err[0] = '\0';
     int rc = commit_open(&copts, &commit, err, sizeof err);
@@ -159,6 +188,8 @@ int main(int argc, char **argv)
         return serve(argc - 1, argv + 1);
     if (strcmp(cmd, "log") == 0)
         return cli_log_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "check") == 0 || strcmp(cmd, "rebuild") == 0 || strcmp(cmd, "backup") == 0)
+        return cli_admin_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("ingestd %s\n", INGESTD_VERSION);
         return 0;
