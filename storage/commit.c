@@ -299,6 +299,28 @@ static void close_storage(commit_t *c)
 }
 
 /*
+ * Proves the log's file system takes a write and its fsync (an ENOSPC or EIO
+ * that only a write shows would otherwise pass a re-open that writes nothing).
+ */
+static int probe_write(const char *logdir)
+{
+    char *path = join(logdir, "probe.tmp");
+    char buf[4096];
+    int rc = -1;
+    if (!path)
+        return -1;
+    memset(buf, 0, sizeof(buf));
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+        rc = write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf) && fdatasync(fd) == 0 ? 0 : -1;
+        close(fd);
+        unlink(path);
+    }
+    free(path);
+    return rc;
+}
+
+/*
  * Opens store and log from what is on disk, exactly as at start: the log's
  * tail is recovered (never below LMDB's applied offset), then LMDB catches
  * up from the log, then one fdatasync proves the log can be made durable.
@@ -322,6 +344,11 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
     src = store_open(path, &so, &c->store);
     if (src != STORE_OK) {
         errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
+        goto out;
+    }
+    /* LMDB never syncs its directory: make the names of its files durable once. */
+    if (fsync_dir(path) != 0) {
+        errf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));
         goto out;
     }
     src = store_get_info(c->store, &si);
@@ -354,6 +381,11 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
     if (lrc != LOG_OK) {
         errf(errbuf, errlen, "syncing log %s: %s (%s)", logdir, log_strerror(lrc),
              strerror(log_errno(c->log)));
+        goto out;
+    }
+    /* The names of store/ and log/ themselves live in the data dir. */
+    if (fsync_dir(c->data_dir) != 0 || probe_write(logdir) != 0) {
+        errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
         goto out;
     }
     c->discard = false;
