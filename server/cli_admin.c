@@ -1,7 +1,6 @@
 /* cli_admin: `ingestd check|rebuild|backup`, thin argument handling over storage/admin. */
 #include "server/cli_admin.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -141,22 +140,6 @@ static int parse_args(enum cmd cmd, int argc, char **argv, struct args *a)
     }
     return 0;
 }
-
-/* Plain decimal count, as `serve --max-keys` takes it (no sign, no suffix). */
-static int parse_count(const char *s, uint64_t *v)
-{
-    char *end;
-
-    if (s == NULL || !isdigit((unsigned char)s[0]))
-        return -1;
-    errno = 0;
-    unsigned long long n = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return -1;
-    *v = n;
-    return 0;
-}
-
 static void report(void *arg, int problem, const char *line)
 {
     (void)arg;
@@ -212,7 +195,7 @@ static int parse_window(const struct args *a, int64_t *window_ms, uint64_t *max_
                 a->window);
         return 2;
     }
-    if (parse_count(a->max_keys, max_keys) != 0 || *max_keys > MAX_KEYS_MAX) {
+    if (config_parse_count(a->max_keys, max_keys) != 0 || *max_keys > MAX_KEYS_MAX) {
         fprintf(stderr, "ingestd rebuild: bad max-keys \"%s\": a number 0..%" PRIu64 "\n",
                 a->max_keys, MAX_KEYS_MAX);
         return 2;

@@ -1,8 +1,6 @@
 /* cli_log: `ingestd log cat`, acknowledged events as NDJSON, optionally following the log. */
 #include "server/cli_log.h"
 
-#include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -14,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "server/config.h"
 #include "storage/log.h"
 #include "storage/store.h"
 
@@ -45,43 +44,12 @@ static bool exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-/* Offset of the oldest retained segment, from the NNNNNNNNNNNNNNNNNNNN.seg names (0 if none). */
-static uint64_t first_segment(const char *logdir)
+/* Offset of the oldest retained record (0 with no log yet). */
+static uint64_t first_offset(const char *logdir)
 {
-    DIR *d = opendir(logdir);
-    struct dirent *e;
-    uint64_t best = UINT64_MAX;
+    log_info_t li;
 
-    if (d == NULL)
-        return 0;
-    while ((e = readdir(d)) != NULL) {
-        const char *n = e->d_name;
-        uint64_t v = 0;
-        size_t i;
-
-        if (strlen(n) != 24 || strcmp(n + 20, ".seg") != 0)
-            continue;
-        for (i = 0; i < 20 && isdigit((unsigned char)n[i]); i++)
-            v = v * 10 + (uint64_t)(n[i] - '0');
-        if (i == 20 && v < best)
-            best = v;
-    }
-    closedir(d);
-    return best == UINT64_MAX ? 0 : best;
-}
-
-static int parse_offset(const char *s, uint64_t *v)
-{
-    char *end;
-
-    if (s == NULL || !isdigit((unsigned char)s[0]))
-        return -1;
-    errno = 0;
-    unsigned long long n = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return -1;
-    *v = n;
-    return 0;
+    return log_describe(logdir, &li, NULL) == LOG_OK ? li.first_offset : 0;
 }
 
 static void sleep_poll(void)
@@ -146,7 +114,7 @@ static int cat(int argc, char **argv)
         }
     }
     have_from = from_s != NULL;
-    if (have_from && parse_offset(from_s, &from) != 0) {
+    if (have_from && config_parse_count(from_s, &from) != 0) {
         fprintf(stderr, "ingestd log cat: --from needs a record offset (0, 1, 2, ...)\n");
         return 2;
     }
@@ -196,13 +164,13 @@ static int cat(int argc, char **argv)
 
         if (r == NULL && exists(logdir)) {
             if (!have_from)
-                from = first_segment(logdir);
+                from = first_offset(logdir);
             rc = log_reader_open(logdir, from, &r);
             if (rc == LOG_INVALID) {
                 fprintf(stderr,
                         "ingestd log cat: offset %" PRIu64 " is not in the log (oldest %" PRIu64
                         ")\n",
-                        from, first_segment(logdir));
+                        from, first_offset(logdir));
                 goto out;
             }
             if (rc != LOG_OK) {

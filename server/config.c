@@ -147,6 +147,20 @@ int config_parse_duration(const char *s, int64_t *ms)
     return -1;
 }
 
+int config_parse_count(const char *s, uint64_t *v)
+{
+    char *end;
+
+    if (s == NULL || !isdigit((unsigned char)s[0]))
+        return -1;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno != 0 || *end != '\0')
+        return -1;
+    *v = n;
+    return 0;
+}
+
 int config_parse_size(const char *s, uint64_t *bytes)
 {
     static const struct {

@@ -48,6 +48,9 @@ int config_parse_duration(const char *s, int64_t *ms);
 /* "1048576", "64k", "64MiB", "1G" -> bytes (powers of 1024). Returns 0 or -1. */
 int config_parse_size(const char *s, uint64_t *bytes);
 
+/* A plain decimal count ("0", "100000000": no sign, no suffix) -> value. Returns 0 or -1. */
+int config_parse_count(const char *s, uint64_t *v);
+
 /* Prints the --help text of `serve`. */
 void config_usage(FILE *out);
 

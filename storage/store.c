@@ -467,42 +467,44 @@ int store_grow(store_t *st)
     return xlate(st, mdb_env_set_mapsize(st->env, ei.me_mapsize * 2));
 }
 
-static int scan_seq(store_t *st, MDB_txn *txn, store_seq_fn fn, void *arg)
+/* What one store_scan pass calls per entry of its database. */
+typedef struct {
+    store_t *st;
+    MDB_txn *txn;
+    store_seq_fn on_seq;
+    store_key_fn on_key;
+    void *arg;
+} scan_t;
+
+static int seq_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
 {
-    MDB_cursor *cur = NULL;
-    MDB_val k, v;
-    int rc = xlate(st, mdb_cursor_open(txn, st->seq, &cur));
-    if (rc)
-        return rc;
-    for (int op = MDB_FIRST;; op = MDB_NEXT) {
-        int mrc = mdb_cursor_get(cur, &k, &v, op);
-        if (mrc == MDB_NOTFOUND)
-            break;
-        if (mrc) {
-            rc = xlate(st, mrc);
-            break;
-        }
-        if (k.mv_size != sizeof(uint64_t) || v.mv_size != SEQ_VALUE_LEN) {
-            rc = STORE_CORRUPT;
-            break;
-        }
-        uint64_t seq, off;
-        int64_t ts;
-        memcpy(&seq, k.mv_data, sizeof(seq));
-        memcpy(&ts, (const char *)v.mv_data + 16, 8);
-        memcpy(&off, (const char *)v.mv_data + 24, 8);
-        if ((rc = fn(arg, seq, v.mv_data, ts, off)))
-            break;
-    }
-    mdb_cursor_close(cur);
-    return rc;
+    if (k->mv_size != sizeof(uint64_t) || v->mv_size != SEQ_VALUE_LEN)
+        return STORE_CORRUPT;
+    uint64_t seq, off;
+    int64_t ts;
+    memcpy(&seq, k->mv_data, sizeof(seq));
+    memcpy(&ts, (const char *)v->mv_data + 16, 8);
+    memcpy(&off, (const char *)v->mv_data + 24, 8);
+    return s->on_seq(s->arg, seq, v->mv_data, ts, off);
 }
 
-static int scan_keys(store_t *st, MDB_txn *txn, store_key_fn fn, void *arg)
+static int key_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
+{
+    if (k->mv_size != KEYHASH_LEN || v->mv_size != sizeof(uint64_t))
+        return STORE_CORRUPT;
+    uint64_t seq = get_u64(v);
+    MDB_val sk = val(&seq, sizeof(seq)), sv;
+    bool ok = mdb_get(s->txn, s->st->seq, &sk, &sv) == 0 && sv.mv_size == SEQ_VALUE_LEN &&
+              memcmp(sv.mv_data, k->mv_data, KEYHASH_LEN) == 0;
+    return s->on_key(s->arg, k->mv_data, seq, ok);
+}
+
+/* Calls `entry` for every entry of `dbi` in key order; stops at the first non-zero result. */
+static int walk(scan_t *s, MDB_dbi dbi, int (*entry)(scan_t *, const MDB_val *, const MDB_val *))
 {
     MDB_cursor *cur = NULL;
     MDB_val k, v;
-    int rc = xlate(st, mdb_cursor_open(txn, st->keys, &cur));
+    int rc = xlate(s->st, mdb_cursor_open(s->txn, dbi, &cur));
     if (rc)
         return rc;
     for (int op = MDB_FIRST;; op = MDB_NEXT) {
@@ -510,18 +512,10 @@ static int scan_keys(store_t *st, MDB_txn *txn, store_key_fn fn, void *arg)
         if (mrc == MDB_NOTFOUND)
             break;
         if (mrc) {
-            rc = xlate(st, mrc);
+            rc = xlate(s->st, mrc);
             break;
         }
-        if (k.mv_size != KEYHASH_LEN || v.mv_size != sizeof(uint64_t)) {
-            rc = STORE_CORRUPT;
-            break;
-        }
-        uint64_t seq = get_u64(&v);
-        MDB_val sk = val(&seq, sizeof(seq)), sv;
-        bool ok = mdb_get(txn, st->seq, &sk, &sv) == 0 && sv.mv_size == SEQ_VALUE_LEN &&
-                  memcmp(sv.mv_data, k.mv_data, KEYHASH_LEN) == 0;
-        if ((rc = fn(arg, k.mv_data, seq, ok)))
+        if ((rc = entry(s, &k, &v)))
             break;
     }
     mdb_cursor_close(cur);
@@ -537,11 +531,12 @@ int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_f
         return STORE_ERROR;
     if ((rc = begin_read(st, &txn)))
         return rc;
+    scan_t s = {.st = st, .txn = txn, .on_seq = on_seq, .on_key = on_key, .arg = arg};
     rc = read_info(st, txn, info);
     if (rc == STORE_OK && on_seq)
-        rc = scan_seq(st, txn, on_seq, arg);
+        rc = walk(&s, st->seq, seq_entry);
     if (rc == STORE_OK && on_key)
-        rc = scan_keys(st, txn, on_key, arg);
+        rc = walk(&s, st->keys, key_entry);
     mdb_txn_abort(txn);
     return rc;
 }
