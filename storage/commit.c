@@ -25,10 +25,21 @@
 #define REPLAY_EVICT      4 /* eviction steps per replayed record: more than the one it adds */
 #define READER_CHECK_MS   10000
 #define RECOVER_EVERY_MS  1000
+#define RETAIN_EVERY_MS   1000
+
+/* A long-polling reader waiting for the committed offset to pass `offset`. */
+typedef struct watch {
+    uint64_t offset;
+    int64_t deadline_ms; /* CLOCK_MONOTONIC */
+    commit_watch_fn fn;
+    void *arg;
+    struct watch *next;
+} watch_t;
 
 struct commit {
     commit_options_t opts;
     char *data_dir;
+    char *log_dir;
     int lockfd;
     store_t *store;
     log_t *log;
@@ -42,6 +53,7 @@ struct commit {
     size_t queue_events;
     bool closing;
     commit_stats_t stats; /* under mu */
+    watch_t *watches;     /* under mu */
 
     /* Writer-thread only (and commit_open/commit_close before/after it runs). */
     log_record_t *recs;
@@ -51,6 +63,7 @@ struct commit {
     bool discard;            /* re-open the log cutting off everything from discard_from: */
     uint64_t discard_from;   /* the end of its last successful sync */
     int64_t last_recover_ms; /* monotonic time of the last re-establishing attempt */
+    int64_t last_retain_ms;  /* monotonic time retention last ran */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -408,6 +421,8 @@ static void refresh_stats(commit_t *c)
     pthread_mutex_lock(&c->mu);
     if (ok) {
         c->stats.keys = si.keys;
+        c->stats.committed_offset = si.applied;
+        c->stats.window_first_offset = si.oldest_offset;
         c->stats.oldest_received_ms = si.oldest_received_ms;
         c->stats.store_map_size = si.map_size;
         c->stats.store_used_bytes = si.used_bytes;
@@ -652,18 +667,101 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
     }
 }
 
+/*
+ * Calls the watches whose offset the committed offset has passed, or whose
+ * deadline is reached (every one when `all`). Called with mu held; releases
+ * it around the callbacks.
+ */
+static void fire_watches(commit_t *c, bool all)
+{
+    int64_t now = now_ms(CLOCK_MONOTONIC);
+    watch_t *fire = NULL, **pp = &c->watches;
+    while (*pp) {
+        watch_t *w = *pp;
+        if (all || c->stats.committed_offset > w->offset || now >= w->deadline_ms) {
+            *pp = w->next;
+            w->next = fire;
+            fire = w;
+        } else {
+            pp = &w->next;
+        }
+    }
+    if (!fire)
+        return;
+    pthread_mutex_unlock(&c->mu);
+    while (fire) {
+        watch_t *next = fire->next;
+        fire->fn(fire->arg);
+        free(fire);
+        fire = next;
+    }
+    pthread_mutex_lock(&c->mu);
+}
+
+/*
+ * Retention, at most once a second: deletes closed segments past the age or
+ * size bound, and warns when they held records still inside the dedupe
+ * window (their keys are still remembered, but `rebuild` could not restore
+ * them).
+ */
+static void maybe_retain(commit_t *c)
+{
+    log_retain_result_t res;
+    if (!c->log || (c->opts.log_retention_ms <= 0 && c->opts.log_max_bytes == 0))
+        return;
+    int64_t t = now_ms(CLOCK_MONOTONIC);
+    if (t - c->last_retain_ms < RETAIN_EVERY_MS)
+        return;
+    c->last_retain_ms = t;
+    int rc = log_retain(c->log, now_ms(CLOCK_REALTIME), c->opts.log_retention_ms,
+                        c->opts.log_max_bytes, &res);
+    if (rc != LOG_OK)
+        notify(c, 1, "log retention: %s (%s)", log_strerror(rc), strerror(log_errno(c->log)));
+    if (res.segments == 0)
+        return;
+    pthread_mutex_lock(&c->mu);
+    uint64_t wfirst = c->stats.window_first_offset;
+    uint64_t in_window = res.first_offset > wfirst ? res.first_offset - wfirst : 0;
+    c->stats.retention_segments += res.segments;
+    c->stats.retention_records += res.records;
+    c->stats.retention_window_records += in_window;
+    pthread_mutex_unlock(&c->mu);
+    notify(c, 2,
+           "log retention deleted %llu segments (%llu records, %llu bytes); the log now starts at "
+           "offset %llu",
+           (unsigned long long)res.segments, (unsigned long long)res.records,
+           (unsigned long long)res.bytes, (unsigned long long)res.first_offset);
+    if (in_window > 0)
+        notify(c, 1,
+               "log retention deleted %llu records still inside the dedupe window (offsets %llu.."
+               "%llu): their keys are remembered, but `ingestd rebuild` could no longer restore "
+               "them; raise --log-retention / --log-max-bytes or shorten --window",
+               (unsigned long long)in_window, (unsigned long long)wfirst,
+               (unsigned long long)res.first_offset - 1);
+    refresh_stats(c);
+}
+
 static void wait_for_work(commit_t *c)
 {
-    /* While storage is failed, wake up every second to try again without traffic. */
     while (!c->head && !c->closing) {
-        if (!c->failed) {
+        fire_watches(c, false);
+        if (c->head || c->closing)
+            break;
+        /* Sleep until work, the next watch deadline, or (storage failed) the next retry. */
+        int64_t wake = INT64_MAX;
+        if (c->failed)
+            wake = c->last_recover_ms + RECOVER_EVERY_MS;
+        for (watch_t *w = c->watches; w; w = w->next)
+            if (w->deadline_ms < wake)
+                wake = w->deadline_ms;
+        if (wake == INT64_MAX) {
             pthread_cond_wait(&c->cv, &c->mu);
             continue;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += RECOVER_EVERY_MS / 1000;
-        if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && !c->head) {
+        struct timespec ts = {.tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000};
+        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+        if (c->failed && !c->head &&
+            now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
             pthread_mutex_unlock(&c->mu);
             recover(c, false);
             refresh_stats(c);
@@ -696,6 +794,7 @@ static void *writer(void *arg)
         pthread_mutex_unlock(&c->mu);
 
         process(c, batch, nevents, nreqs);
+        maybe_retain(c);
 
         int64_t t = now_ms(CLOCK_MONOTONIC);
         if (c->store && t - c->last_reader_check > READER_CHECK_MS) {
@@ -705,7 +804,9 @@ static void *writer(void *arg)
             c->last_reader_check = t;
         }
         pthread_mutex_lock(&c->mu);
+        fire_watches(c, false);
     }
+    fire_watches(c, true); /* closing: every long-poll answers now */
     pthread_mutex_unlock(&c->mu);
     return NULL;
 }
@@ -731,9 +832,15 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     if (c->opts.segment_bytes == 0)
         c->opts.segment_bytes = 64ull << 20;
     pthread_mutex_init(&c->mu, NULL);
-    pthread_cond_init(&c->cv, NULL);
+    /* Watch deadlines are monotonic: the condition variable waits on that clock. */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
     c->data_dir = strdup(opts->data_dir);
-    if (!c->data_dir) {
+    c->log_dir = c->data_dir ? join(c->data_dir, "log") : NULL;
+    if (!c->data_dir || !c->log_dir) {
         rc = COMMIT_NOMEM;
         goto fail;
     }
@@ -827,7 +934,46 @@ void commit_close(commit_t *c)
     pthread_cond_destroy(&c->cv);
     free(c->recs);
     free(c->data_dir);
+    free(c->log_dir);
     free(c);
+}
+
+const char *commit_log_dir(const commit_t *c)
+{
+    return c->log_dir;
+}
+
+uint64_t commit_committed_offset(commit_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t off = c->stats.committed_offset;
+    pthread_mutex_unlock(&c->mu);
+    return off;
+}
+
+int commit_watch(commit_t *c, uint64_t offset, int64_t deadline_ms, commit_watch_fn fn, void *arg)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->closing) {
+        pthread_mutex_unlock(&c->mu);
+        return COMMIT_CLOSED;
+    }
+    if (c->stats.committed_offset > offset) {
+        pthread_mutex_unlock(&c->mu);
+        fn(arg);
+        return COMMIT_OK;
+    }
+    watch_t *w = malloc(sizeof(*w));
+    if (!w) {
+        pthread_mutex_unlock(&c->mu);
+        return COMMIT_NOMEM;
+    }
+    *w = (watch_t){.offset = offset, .deadline_ms = deadline_ms, .fn = fn, .arg = arg};
+    w->next = c->watches;
+    c->watches = w;
+    pthread_cond_signal(&c->cv); /* the writer may need to wake earlier now */
+    pthread_mutex_unlock(&c->mu);
+    return COMMIT_OK;
 }
 
 const char *commit_strerror(int status)

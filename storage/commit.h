@@ -56,15 +56,17 @@ struct commit_req {
 typedef void (*commit_notify_fn)(void *arg, int level, const char *msg);
 
 typedef struct commit_options {
-    const char *data_dir;    /* holds store/ and log/; created if missing */
-    int64_t window_ms;       /* age bound of the window (> 0) */
-    uint64_t max_keys;       /* size bound of the window (0: none) */
-    uint64_t segment_bytes;  /* log segment roll size */
-    uint64_t map_size;       /* initial LMDB map size (0: default) */
-    size_t max_batch_events; /* cap on events per group commit (0: default 50,000) */
-    int store_sync;          /* enum store_sync (storage/store.h); 0: STORE_SYNC_META */
-    bool lock_held;          /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
-    commit_notify_fn notify; /* may be NULL; called on the writer thread */
+    const char *data_dir;     /* holds store/ and log/; created if missing */
+    int64_t window_ms;        /* age bound of the window (> 0) */
+    uint64_t max_keys;        /* size bound of the window (0: none) */
+    uint64_t segment_bytes;   /* log segment roll size */
+    uint64_t map_size;        /* initial LMDB map size (0: default) */
+    size_t max_batch_events;  /* cap on events per group commit (0: default 50,000) */
+    int store_sync;           /* enum store_sync (storage/store.h); 0: STORE_SYNC_META */
+    bool lock_held;           /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
+    int64_t log_retention_ms; /* delete closed log segments older than this (0: keep) */
+    uint64_t log_max_bytes;   /* delete the oldest closed segments beyond this size (0: keep) */
+    commit_notify_fn notify;  /* may be NULL; called on the writer thread */
     void *notify_arg;
 } commit_options_t;
 
@@ -82,12 +84,18 @@ typedef struct commit_stats {
     int64_t oldest_received_ms;         /* 0 when empty */
     uint64_t log_first_offset, log_next_offset, log_bytes, log_segments;
     uint64_t store_map_size, store_used_bytes;
-    uint64_t replayed_at_open;  /* log records replayed into LMDB at start */
-    uint64_t truncated_at_open; /* torn tail bytes cut off at start */
-    size_t queue_events;        /* waiting for the next group commit */
-    bool storage_failed;        /* storage failed and is being re-established: commits answer
-                                   COMMIT_UNAVAILABLE meanwhile */
-    uint64_t recoveries;        /* times storage was re-established after a failure */
+    uint64_t replayed_at_open;    /* log records replayed into LMDB at start */
+    uint64_t truncated_at_open;   /* torn tail bytes cut off at start */
+    size_t queue_events;          /* waiting for the next group commit */
+    bool storage_failed;          /* storage failed and is being re-established: commits answer
+                                     COMMIT_UNAVAILABLE meanwhile */
+    uint64_t recoveries;          /* times storage was re-established after a failure */
+    uint64_t committed_offset;    /* log offset after the last acknowledged record */
+    uint64_t window_first_offset; /* log offset of the oldest key in the window (= committed when
+                                     the window is empty) */
+    uint64_t retention_segments, retention_records; /* deleted by log retention */
+    uint64_t retention_window_records; /* of those, records still inside the dedupe window:
+                                          `rebuild` can no longer restore their keys */
 } commit_stats_t;
 
 /*
@@ -111,6 +119,27 @@ const uint8_t *commit_secret(const commit_t *c);
  * thread), or an error (done is NOT called; nothing was queued). Thread-safe.
  */
 int commit_submit(commit_t *c, commit_req_t *req);
+
+/* The log directory (DIR/log); valid until commit_close(). */
+const char *commit_log_dir(const commit_t *c);
+
+/*
+ * Log offset after the last acknowledged record: readers inside the server
+ * read records below it only. Thread-safe, cheap.
+ */
+uint64_t commit_committed_offset(commit_t *c);
+
+typedef void (*commit_watch_fn)(void *arg);
+
+/*
+ * Calls fn(arg) once, from the writer thread, as soon as the committed offset
+ * is beyond `offset`, or when the monotonic clock (CLOCK_MONOTONIC, ms)
+ * reaches deadline_ms, or at commit_close() — whichever comes first; fn
+ * re-checks what it needs. May call fn before returning if the offset is
+ * already passed. Returns COMMIT_OK, COMMIT_CLOSED or COMMIT_NOMEM (then fn
+ * is not called). Thread-safe. For long-polling consumers.
+ */
+int commit_watch(commit_t *c, uint64_t offset, int64_t deadline_ms, commit_watch_fn fn, void *arg);
 
 /* Snapshot of the counters; thread-safe and cheap (no LMDB access). */
 void commit_get_stats(commit_t *c, commit_stats_t *out);

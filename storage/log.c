@@ -27,8 +27,10 @@ struct log {
     uint64_t next_offset;
     /* The durable state, as of the last successful log_sync(). */
     uint64_t synced_base, synced_size, synced_next;
-    /* The durable state before the last log_sync(), for log_revert_sync(). */
-    uint64_t prev_base, prev_size, prev_next;
+    /* Sparse index of the active segment: entries written, position of the last one. */
+    int idx_fd; /* -1: no index for this segment (readers scan instead) */
+    uint64_t idx_n, idx_last_pos;
+    uint64_t synced_idx_n, synced_idx_last_pos;
     uint64_t first_offset;
     uint64_t closed_bytes; /* bytes of every segment but the active one */
     uint64_t segments;
@@ -228,6 +230,62 @@ static int open_segment(int dirfd, uint64_t base, int flags)
     return openat(dirfd, name, flags | O_CLOEXEC, 0644);
 }
 
+/* ---- sparse index: DIR/NNN.idx, entries of u64 offset + u64 byte position ---- */
+
+#define IDX_ENTRY 16
+
+static void index_name(char *out, size_t len, uint64_t base)
+{
+    snprintf(out, len, "%020" PRIu64 ".idx", base);
+}
+
+/*
+ * (Re)opens the active segment's index, emptied when `fresh`, else cut to
+ * `keep` entries. The index is only an optimisation: it is never synced, and
+ * any failure just leaves the segment without one (readers then scan).
+ */
+static void index_open(log_t *log, uint64_t base, bool fresh, uint64_t keep, uint64_t last_pos)
+{
+    char name[NAME_MAX_];
+    if (log->idx_fd >= 0)
+        close(log->idx_fd);
+    index_name(name, sizeof(name), base);
+    log->idx_fd =
+        openat(log->dirfd, name, O_RDWR | O_CREAT | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0644);
+    log->idx_n = fresh ? 0 : keep;
+    log->idx_last_pos = fresh ? LOG_SEGMENT_HEADER : last_pos;
+    if (log->idx_fd >= 0 && !fresh && ftruncate(log->idx_fd, (off_t)(keep * IDX_ENTRY)) != 0) {
+        close(log->idx_fd);
+        log->idx_fd = -1;
+    }
+}
+
+static void index_drop(log_t *log)
+{
+    char name[NAME_MAX_];
+    if (log->idx_fd >= 0)
+        close(log->idx_fd);
+    log->idx_fd = -1;
+    index_name(name, sizeof(name), log->seg_base);
+    unlinkat(log->dirfd, name, 0); /* a stale index must not outlive its failure */
+}
+
+/* Notes a record at byte `pos`: an entry once per LOG_INDEX_INTERVAL bytes. */
+static void index_note(log_t *log, uint64_t offset, uint64_t pos)
+{
+    uint8_t e[IDX_ENTRY];
+    if (log->idx_fd < 0 || pos < log->idx_last_pos + LOG_INDEX_INTERVAL)
+        return;
+    put64(e, offset);
+    put64(e + 8, pos);
+    if (write_all(log->idx_fd, e, sizeof(e), log->idx_n * IDX_ENTRY) != 0) {
+        index_drop(log);
+        return;
+    }
+    log->idx_n++;
+    log->idx_last_pos = pos;
+}
+
 /* ---- writer ---- */
 
 /* Creates an empty segment with its header, durable (file and directory entry). */
@@ -248,6 +306,7 @@ static int create_segment(log_t *log, uint64_t base)
     log->seg_size = LOG_SEGMENT_HEADER;
     log->segments++;
     log->dir_dirty = 1;
+    index_open(log, base, true, 0, 0);
     return LOG_OK;
 fail:
     log->err = errno;
@@ -286,6 +345,7 @@ static int recover_tail(log_t *log)
         log->truncated_bytes += size;
         log->seg_size = LOG_SEGMENT_HEADER;
         log->next_offset = log->seg_base;
+        index_open(log, log->seg_base, true, 0, 0);
         return LOG_OK;
     }
     if (read_full(log->fd, hdr, LOG_SEGMENT_HEADER, 0) != LOG_SEGMENT_HEADER)
@@ -293,6 +353,8 @@ static int recover_tail(log_t *log)
     if (memcmp(hdr, SEG_MAGIC, 8) != 0 || get32(hdr + 8) != SEG_VERSION)
         return LOG_CORRUPT;
 
+    /* The scan validates every record anyway: rebuild the segment's index as it goes. */
+    index_open(log, log->seg_base, true, 0, 0);
     for (;;) {
         log_record_t r;
         uint32_t crc;
@@ -315,6 +377,7 @@ static int recover_tail(log_t *log)
             goto io;
         if ((size_t)n < r.len || record_crc(hdr, log->buf, r.len) != crc)
             break;
+        index_note(log, off, pos);
         pos += sizeof(hdr) + r.len;
         off++;
     }
@@ -352,6 +415,7 @@ int log_open(const char *dir, const log_options_t *opts, log_t **out)
     if (!log)
         return LOG_NOMEM;
     log->fd = -1;
+    log->idx_fd = -1;
     log->opts = *opts;
     if (log->opts.segment_bytes < 4096)
         log->opts.segment_bytes = 4096;
@@ -415,9 +479,8 @@ int log_open(const char *dir, const log_options_t *opts, log_t **out)
     log->synced_base = log->seg_base;
     log->synced_size = log->seg_size;
     log->synced_next = log->next_offset;
-    log->prev_base = log->synced_base;
-    log->prev_size = log->synced_size;
-    log->prev_next = log->synced_next;
+    log->synced_idx_n = log->idx_n;
+    log->synced_idx_last_pos = log->idx_last_pos;
     *out = log;
     log = NULL;
 out:
@@ -432,6 +495,8 @@ void log_close(log_t *log)
         return;
     if (log->fd >= 0)
         close(log->fd);
+    if (log->idx_fd >= 0)
+        close(log->idx_fd);
     if (log->dirfd >= 0)
         close(log->dirfd);
     free(log->dir);
@@ -486,6 +551,11 @@ int log_append(log_t *log, log_record_t *recs, size_t n)
         log_rollback(log);
         return rc;
     }
+    uint64_t pos = log->seg_size;
+    for (size_t i = 0; i < n; i++) {
+        index_note(log, recs[i].offset, pos);
+        pos += LOG_RECORD_HEADER + recs[i].len;
+    }
     log->seg_size += total;
     log->next_offset += n;
     return LOG_OK;
@@ -506,12 +576,11 @@ int log_sync(log_t *log)
         }
         log->dir_dirty = 0;
     }
-    log->prev_base = log->synced_base;
-    log->prev_size = log->synced_size;
-    log->prev_next = log->synced_next;
     log->synced_base = log->seg_base;
     log->synced_size = log->seg_size;
     log->synced_next = log->next_offset;
+    log->synced_idx_n = log->idx_n;
+    log->synced_idx_last_pos = log->idx_last_pos;
     return LOG_OK;
 }
 
@@ -525,6 +594,7 @@ int log_rollback(log_t *log)
         segment_name(name, sizeof(name), log->seg_base);
         close(log->fd);
         log->fd = -1;
+        index_drop(log);
         if (unlinkat(log->dirfd, name, 0) != 0 && errno != ENOENT)
             goto fail;
         if (fsync(log->dirfd) != 0)
@@ -541,6 +611,7 @@ int log_rollback(log_t *log)
         goto fail;
     log->seg_size = log->synced_size;
     log->next_offset = log->synced_next;
+    index_open(log, log->seg_base, false, log->synced_idx_n, log->synced_idx_last_pos);
     return LOG_OK;
 fail:
     log->err = errno;
@@ -548,14 +619,75 @@ fail:
     return LOG_FAILED;
 }
 
-int log_revert_sync(log_t *log)
+/*
+ * Walks the closed segments oldest first, deciding which ones retention
+ * drops, and deletes them when `apply`. Oldest first, one at a time, so a
+ * crash in the middle leaves a contiguous log.
+ */
+static int retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes, bool apply,
+                  log_retain_result_t *out)
 {
+    uint64_t *bases = NULL;
+    size_t n = 0;
+    int rc;
+
+    memset(out, 0, sizeof(*out));
+    out->first_offset = log->first_offset;
     if (log->failed)
         return LOG_FAILED;
-    log->synced_base = log->prev_base;
-    log->synced_size = log->prev_size;
-    log->synced_next = log->prev_next;
-    return log_rollback(log);
+    if (max_age_ms <= 0 && max_bytes == 0)
+        return LOG_OK;
+    rc = list_segments(log->dir, &bases, &n);
+    if (rc != LOG_OK)
+        return rc;
+    uint64_t total = log->closed_bytes + log->seg_size;
+    for (size_t i = 0; i + 1 < n && bases[i] < log->seg_base; i++) {
+        char name[NAME_MAX_];
+        struct stat st;
+        segment_name(name, sizeof(name), bases[i]);
+        if (fstatat(log->dirfd, name, &st, 0) != 0) {
+            rc = io_status(errno);
+            break;
+        }
+        int64_t mtime_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+        bool old = max_age_ms > 0 && now_ms - mtime_ms > max_age_ms;
+        bool big = max_bytes > 0 && total > max_bytes;
+        if (!old && !big)
+            break;
+        if (apply) {
+            if (unlinkat(log->dirfd, name, 0) != 0) {
+                rc = io_status(errno);
+                break;
+            }
+            index_name(name, sizeof(name), bases[i]);
+            unlinkat(log->dirfd, name, 0);
+        }
+        total -= (uint64_t)st.st_size;
+        out->segments++;
+        out->bytes += (uint64_t)st.st_size;
+        out->records += bases[i + 1] - bases[i];
+        out->first_offset = bases[i + 1];
+    }
+    if (apply && out->segments > 0) {
+        /* Not synced: segments that come back after a crash are merely deleted again. */
+        log->closed_bytes -= out->bytes;
+        log->segments -= out->segments;
+        log->first_offset = out->first_offset;
+    }
+    free(bases);
+    return rc;
+}
+
+int log_retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
+               log_retain_result_t *out)
+{
+    return retain(log, now_ms, max_age_ms, max_bytes, true, out);
+}
+
+int log_retain_plan(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
+                    log_retain_result_t *out)
+{
+    return retain(log, now_ms, max_age_ms, max_bytes, false, out);
 }
 
 void log_get_info(const log_t *log, log_info_t *info)
@@ -601,6 +733,57 @@ static int reader_switch(log_reader_t *r, uint64_t base)
     r->pos = LOG_SEGMENT_HEADER;
     r->next = base;
     return LOG_OK;
+}
+
+/*
+ * Moves a reader standing at its segment's first record close to `from`, by
+ * the segment's index when it has a usable entry. Every entry is checked
+ * against the record header it points at: the index is never synced and may
+ * be stale or torn after a crash, so a bad one is simply not used.
+ */
+static void reader_seek_index(log_reader_t *r, uint64_t from)
+{
+    char path[4096 + NAME_MAX_], name[NAME_MAX_];
+    struct stat st;
+    uint8_t *idx = NULL;
+
+    index_name(name, sizeof(name), r->seg_base);
+    snprintf(path, sizeof(path), "%s/%s", r->dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    if (fstat(fd, &st) != 0 || st.st_size < IDX_ENTRY || st.st_size > (1 << 26))
+        goto out;
+    size_t n = (size_t)st.st_size / IDX_ENTRY;
+    idx = malloc(n * IDX_ENTRY);
+    if (!idx || read_full(fd, idx, n * IDX_ENTRY, 0) != (ssize_t)(n * IDX_ENTRY))
+        goto out;
+    /* The last entry at or before `from` (entries ascend when the index is sound). */
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (get64(idx + mid * IDX_ENTRY) <= from)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo == 0)
+        goto out;
+    uint64_t off = get64(idx + (lo - 1) * IDX_ENTRY), pos = get64(idx + (lo - 1) * IDX_ENTRY + 8);
+    uint8_t hdr[LOG_RECORD_HEADER];
+    log_record_t rec;
+    uint32_t crc;
+    if (off < r->seg_base || pos < LOG_SEGMENT_HEADER ||
+        read_full(r->fd, hdr, sizeof(hdr), pos) != (ssize_t)sizeof(hdr))
+        goto out;
+    decode_header(hdr, &rec, &crc);
+    if (rec.offset == off && rec.len <= LOG_MAX_PAYLOAD) {
+        r->pos = pos;
+        r->next = off;
+    }
+out:
+    free(idx);
+    close(fd);
 }
 
 /* Reads the header at the reader's position. LOG_END when there is no complete one. */
@@ -657,6 +840,8 @@ int log_reader_open(const char *dir, uint64_t from, log_reader_t **out)
         rc = rc == LOG_END ? LOG_INVALID : rc;
         goto out;
     }
+    if (from > r->next)
+        reader_seek_index(r, from);
     /* Skip headers (not payloads) up to `from`. */
     while (r->next < from) {
         uint8_t hdr[LOG_RECORD_HEADER];

@@ -8,6 +8,10 @@
 
 /*
  * On disk (docs/log-format.md): DIR/NNNNNNNNNNNNNNNNNNNN.seg, named by the
+ * offset of its first record, with a sparse index DIR/NNNNNNNNNNNNNNNNNNNN.idx
+ * beside it (offset -> byte position, one entry per LOG_INDEX_INTERVAL bytes;
+ * not synced, validated on use, rebuilt at open) so readers seek without
+ * scanning. Segment files are named by the
  * offset of the segment's first record (20 decimal digits). Each segment
  * starts with a 16-byte header (magic "INGDLOG1", version, reserved); then
  * records, each a 40-byte little-endian header followed by the payload:
@@ -33,6 +37,7 @@ enum log_status {
 #define LOG_RECORD_HEADER  40
 #define LOG_SEGMENT_HEADER 16
 #define LOG_MAX_PAYLOAD    (16u * 1024 * 1024)
+#define LOG_INDEX_INTERVAL (64u * 1024) /* bytes of log between two index entries */
 
 typedef struct log_record {
     uint64_t offset;     /* set by log_append / the reader */
@@ -92,13 +97,31 @@ int log_sync(log_t *log);
  */
 int log_rollback(log_t *log);
 
+/* What log_retain() did. */
+typedef struct log_retain_result {
+    uint64_t segments;     /* segments deleted */
+    uint64_t records;      /* records in them */
+    uint64_t bytes;        /* their bytes */
+    uint64_t first_offset; /* the oldest retained offset afterwards */
+} log_retain_result_t;
+
 /*
- * Takes back the records made durable by the last log_sync() (and anything
- * appended since): for a group commit whose LMDB commit failed after the log
- * was synced, whose records were therefore never acknowledged. One level
- * only. Returns like log_rollback().
+ * Retention: deletes whole closed segments, oldest first, while the oldest
+ * closed segment was last written more than max_age_ms before now_ms (its
+ * file's mtime; 0: no age bound) or the log holds more than max_bytes (0: no
+ * size bound). The active segment is never deleted. Readers that already
+ * opened a deleted segment read on; new readers before the new first offset
+ * get LOG_INVALID. Writer thread only.
  */
-int log_revert_sync(log_t *log);
+int log_retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
+               log_retain_result_t *out);
+
+/*
+ * What log_retain() with the same arguments would delete, without deleting:
+ * out->first_offset is where the log would then start.
+ */
+int log_retain_plan(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
+                    log_retain_result_t *out);
 
 /* Current extent of the log; cheap. Writer thread only. */
 void log_get_info(const log_t *log, log_info_t *info);

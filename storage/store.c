@@ -251,10 +251,13 @@ static int read_info(store_t *st, MDB_txn *txn, store_info_t *info)
     if ((rc = xlate(st, mdb_cursor_open(txn, st->seq, &cur))))
         return rc;
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-    if (mrc == 0 && v.mv_size == SEQ_VALUE_LEN)
+    info->oldest_offset = info->applied;
+    if (mrc == 0 && v.mv_size == SEQ_VALUE_LEN) {
         memcpy(&info->oldest_received_ms, (const char *)v.mv_data + 16, 8);
-    else if (mrc != 0 && mrc != MDB_NOTFOUND)
+        memcpy(&info->oldest_offset, (const char *)v.mv_data + 24, 8);
+    } else if (mrc != 0 && mrc != MDB_NOTFOUND) {
         rc = xlate(st, mrc);
+    }
     mdb_cursor_close(cur);
     if (rc)
         return rc;

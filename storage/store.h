@@ -55,6 +55,7 @@ typedef struct store_info {
     uint64_t next_seq;          /* sequence the next insert gets */
     uint64_t applied;           /* log offset after the last applied record */
     int64_t oldest_received_ms; /* receivedAt of the oldest retained key; 0 when empty */
+    uint64_t oldest_offset;     /* log offset of the oldest retained key; `applied` when empty */
     uint64_t map_size;          /* current map size in bytes */
     uint64_t used_bytes;        /* pages in use * page size */
 } store_info_t;

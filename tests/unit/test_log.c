@@ -622,6 +622,145 @@ static void test_strerror(void **state)
 
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
+static void idx_path(const fx_t *fx, uint64_t base, char *out, size_t len)
+{
+    snprintf(out, len, "%s/%020llu.idx", fx->dir, (unsigned long long)base);
+}
+
+/* Reads a few records from offsets spread over a large segment. */
+static void expect_seeks(const fx_t *fx, uint64_t n, uint32_t len)
+{
+    const uint64_t at[] = {0, 1, n / 3, n / 2, n - 2};
+    for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++) {
+        log_reader_t *r = NULL;
+        assert_int_equal(log_reader_open(fx->dir, at[i], &r), LOG_OK);
+        expect_records(r, at[i], at[i] + 2, len);
+        log_reader_close(r);
+    }
+}
+
+/*
+ * A segment of ~1 MiB gets an index entry per LOG_INDEX_INTERVAL bytes; readers seek with it,
+ * and seek correctly without it or with a garbage one (it is never trusted blindly).
+ */
+static void test_index_seek(void **state)
+{
+    fx_t *fx = *state;
+    const uint64_t n = 2000;
+    const uint32_t len = 500;
+    char idx[512];
+    log_t *log = open_log(fx, 64ull << 20);
+    append_n(log, 0, (size_t)n, len);
+    assert_int_equal(log_sync(log), LOG_OK);
+    log_close(log);
+
+    idx_path(fx, 0, idx, sizeof(idx));
+    uint64_t bytes = (uint64_t)n * (LOG_RECORD_HEADER + len);
+    assert_int_equal(file_size(idx), 16 * (bytes / LOG_INDEX_INTERVAL));
+    expect_seeks(fx, n, len);
+
+    /* Garbage entries: every one points at a non-record or disagrees with its header. */
+    uint8_t junk[16 * 8];
+    for (size_t i = 0; i < sizeof(junk); i++)
+        junk[i] = (uint8_t)(i * 37 + 11);
+    assert_int_equal(tu_write_file(idx, junk, sizeof(junk)), 0);
+    expect_seeks(fx, n, len);
+
+    assert_int_equal(unlink(idx), 0);
+    expect_seeks(fx, n, len);
+
+    /* Reopening the writer rebuilds the active segment's index from its scan. */
+    log = open_log(fx, 64ull << 20);
+    log_close(log);
+    assert_int_equal(file_size(idx), 16 * (bytes / LOG_INDEX_INTERVAL));
+    expect_seeks(fx, n, len);
+}
+
+/* A rollback cuts the index back with the records, so no entry points past the end. */
+static void test_index_rollback(void **state)
+{
+    fx_t *fx = *state;
+    char idx[512];
+    log_t *log = open_log(fx, 64ull << 20);
+    append_n(log, 0, 300, 500);
+    assert_int_equal(log_sync(log), LOG_OK);
+    idx_path(fx, 0, idx, sizeof(idx));
+    uint64_t synced = file_size(idx);
+    append_n(log, 300, 600, 500);
+    assert_true(file_size(idx) > synced);
+    assert_int_equal(log_rollback(log), LOG_OK);
+    assert_int_equal(file_size(idx), synced);
+    append_n(log, 300, 10, 500);
+    assert_int_equal(log_sync(log), LOG_OK);
+    log_close(log);
+    read_all(fx, 250, 310, 500);
+}
+
+/* Size-bound retention deletes whole closed segments, oldest first, never the active one. */
+static void test_retain_by_size(void **state)
+{
+    fx_t *fx = *state;
+    log_info_t li;
+    log_retain_result_t plan, res;
+    log_t *log = open_log(fx, 4096);
+    append_synced(log, 0, 300, 200); /* ~18 segments of 4 KiB */
+    log_get_info(log, &li);
+    assert_true(li.segments > 10);
+    uint64_t before = li.segments;
+
+    assert_int_equal(log_retain_plan(log, 0, 0, li.bytes / 2, &plan), LOG_OK);
+    assert_true(plan.segments > 0);
+    log_get_info(log, &li);
+    assert_int_equal(li.segments, before); /* a plan deletes nothing */
+
+    assert_int_equal(log_retain(log, 0, 0, li.bytes / 2, &res), LOG_OK);
+    assert_int_equal(res.segments, plan.segments);
+    assert_int_equal(res.first_offset, plan.first_offset);
+    log_get_info(log, &li);
+    assert_int_equal(li.first_offset, res.first_offset);
+    assert_int_equal(li.segments, before - res.segments);
+    uint64_t nseg;
+    assert_int_equal(dir_bytes(fx, &nseg), li.bytes);
+    assert_int_equal(nseg, li.segments);
+    assert_true(li.bytes <= (li.bytes + res.bytes) / 2 + 4096);
+
+    /* Readers: before the first retained offset is invalid; from it, everything is there. */
+    log_reader_t *r = NULL;
+    assert_int_equal(log_reader_open(fx->dir, res.first_offset - 1, &r), LOG_INVALID);
+    read_all(fx, res.first_offset, 300, 200);
+
+    /* A one-byte bound keeps only the active segment, which is never deleted. */
+    assert_int_equal(log_retain(log, 0, 0, 1, &res), LOG_OK);
+    log_get_info(log, &li);
+    assert_int_equal(li.segments, 1);
+    append_synced(log, 300, 3, 200);
+    log_close(log);
+    log = open_log_info(fx, 4096, &li);
+    assert_int_equal(li.next_offset, 303);
+    log_close(log);
+    read_all(fx, li.first_offset, 303, 200);
+}
+
+/* Age-bound retention: by the segment files' last write. */
+static void test_retain_by_age(void **state)
+{
+    fx_t *fx = *state;
+    log_info_t li;
+    log_retain_result_t res;
+    log_t *log = open_log(fx, 4096);
+    append_synced(log, 0, 60, 200);
+    log_get_info(log, &li);
+    int64_t now = tu_now_ms();
+
+    assert_int_equal(log_retain(log, now, 3600 * 1000, 0, &res), LOG_OK);
+    assert_int_equal(res.segments, 0); /* nothing is an hour old */
+    assert_int_equal(log_retain(log, now + 7200 * 1000, 3600 * 1000, 0, &res), LOG_OK);
+    assert_int_equal(res.segments, li.segments - 1); /* all but the active one */
+    log_get_info(log, &li);
+    assert_int_equal(li.segments, 1);
+    log_close(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -641,6 +780,10 @@ int main(void)
         T(test_reader_follows),
         T(test_reader_empty_dir),
         T(test_strerror),
+        T(test_index_seek),
+        T(test_index_rollback),
+        T(test_retain_by_size),
+        T(test_retain_by_age),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

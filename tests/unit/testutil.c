@@ -151,11 +151,21 @@ int tu_copy_file(const char *from, const char *to)
     return rc;
 }
 
-int64_t tu_now_ms(void)
+static int64_t clock_ms(clockid_t clk)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(clk, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t tu_now_ms(void)
+{
+    return clock_ms(CLOCK_REALTIME);
+}
+
+int64_t tu_monotonic_ms(void)
+{
+    return clock_ms(CLOCK_MONOTONIC);
 }
 
 void tu_waiter_init(tu_waiter_t *w)

@@ -66,6 +66,9 @@ int tu_copy_file(const char *from, const char *to);
 /* Wall-clock time (CLOCK_REALTIME) in milliseconds since the epoch. */
 int64_t tu_now_ms(void);
 
+/* CLOCK_MONOTONIC in milliseconds (the clock of commit_watch deadlines). */
+int64_t tu_monotonic_ms(void);
+
 /*
  * Awaits done callbacks without sleeping: a count of pending callbacks under a mutex.
  * The test calls tu_waiter_add() before handing work to another thread, that thread's
