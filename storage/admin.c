@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "storage/commit.h"
+#include "storage/fsutil.h"
 #include "storage/keyhash.h"
 #include "storage/log.h"
 #include "storage/store.h"
@@ -287,42 +288,6 @@ out:
 
 /* ---- rebuild ---- */
 
-static int rm_tree(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    if (!d)
-        return errno == ENOENT ? 0 : -1;
-    while ((e = readdir(d)) != NULL) {
-        char p[PATH_LEN];
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        path_of(p, path, e->d_name);
-        struct stat st;
-        if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
-            if (rm_tree(p) != 0) {
-                closedir(d);
-                return -1;
-            }
-        } else if (unlink(p) != 0) {
-            closedir(d);
-            return -1;
-        }
-    }
-    closedir(d);
-    return rmdir(path);
-}
-
-static int fsync_path(const char *path, int flags)
-{
-    int fd = open(path, flags | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 /* The data dir's secret: its file, or else the old store's (then written back to the file). */
 static int find_secret(const char *data_dir, const char *old_store, uint8_t secret[16],
                        admin_report_fn report, void *arg)
@@ -427,16 +392,16 @@ int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
     say(report, arg, 0,
         "store: rebuilt from %" PRIu64 " log records; %" PRIu64 " keys in the window",
         s.replayed_at_open, s.keys);
-    if (moved && rm_tree(old) != 0)
+    if (moved && fsutil_rm_tree(old) != 0)
         say(report, arg, 0, "could not remove %s: %s (remove it by hand)", old, strerror(errno));
-    fsync_path(data_dir, O_RDONLY | O_DIRECTORY);
+    fsutil_sync_dir(data_dir);
     rc = ADMIN_OK;
     goto out;
 restore:
     store_close(st);
     st = NULL;
     if (moved) {
-        rm_tree(storedir);
+        fsutil_rm_tree(storedir);
         if (rename(old, storedir) == 0)
             say(report, arg, 0, "store: old store put back");
     }
@@ -590,9 +555,8 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
         goto io;
     }
     close(fd);
-    if (fsync_path(dst_log, O_RDONLY | O_DIRECTORY) != 0 ||
-        fsync_path(dst_store, O_RDONLY | O_DIRECTORY) != 0 ||
-        fsync_path(to_dir, O_RDONLY | O_DIRECTORY) != 0)
+    if (fsutil_sync_dir(dst_log) != 0 || fsutil_sync_dir(dst_store) != 0 ||
+        fsutil_sync_dir(to_dir) != 0)
         goto io;
     say(report, arg, 0, "log: %" PRIu64 " segments, %" PRIu64 " bytes, up to offset %" PRIu64, segs,
         copied, si.applied);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/fsutil.h"
 #include "storage/log.h"
 #include "storage/store.h"
 
@@ -107,65 +108,22 @@ static void notify(commit_t *c, int level, const char *fmt, ...)
     c->opts.notify(c->opts.notify_arg, level, msg);
 }
 
-static char *join(const char *dir, const char *name)
-{
-    size_t n = strlen(dir) + strlen(name) + 2;
-    char *p = malloc(n);
-    if (p)
-        snprintf(p, n, "%s/%s", dir, name);
-    return p;
-}
-
-/* mkdir -p */
-static int make_dirs(const char *path)
-{
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n == 0 || n >= sizeof(buf))
-        return -1;
-    memcpy(buf, path, n + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
-}
-
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 /*
  * The secret lives in DIR/secret as well as in LMDB, so a store rebuilt from
  * the log hashes new events the way the old one did.
  */
 static int load_secret(commit_t *c, char *errbuf, size_t errlen)
 {
-    char *path = join(c->data_dir, "secret");
+    char *path = fsutil_join(c->data_dir, "secret");
     uint8_t file_secret[KEYHASH_SECRET_LEN];
+    size_t n = 0;
     bool have_file = false;
-    int rc = -1, fd = -1;
+    int rc = -1;
 
     if (!path)
         return -1;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        ssize_t n = read(fd, file_secret, sizeof(file_secret));
-        close(fd);
-        fd = -1;
-        if (n != (ssize_t)sizeof(file_secret)) {
+    if (fsutil_read_small(path, file_secret, sizeof(file_secret), &n) == 0 || errno == EFBIG) {
+        if (errno == EFBIG || n != sizeof(file_secret)) {
             errf(errbuf, errlen, "%s: not a %d-byte secret", path, KEYHASH_SECRET_LEN);
             goto out;
         }
@@ -179,33 +137,18 @@ static int load_secret(commit_t *c, char *errbuf, size_t errlen)
         errf(errbuf, errlen, "reading the hash secret: %s", store_strerror(src));
         goto out;
     }
-    if (have_file) {
-        if (memcmp(file_secret, c->secret, sizeof(file_secret)) != 0) {
-            errf(errbuf, errlen,
-                 "%s differs from the secret in the LMDB store: the store belongs to another "
-                 "data dir",
-                 path);
-            goto out;
-        }
-        rc = 0;
+    if (have_file && memcmp(file_secret, c->secret, sizeof(file_secret)) != 0) {
+        errf(errbuf, errlen,
+             "%s differs from the secret in the LMDB store: the store belongs to another data dir",
+             path);
         goto out;
     }
-    /* Write it atomically: temp file, fsync, rename, fsync the directory. */
-    char *tmp = join(c->data_dir, "secret.tmp");
-    if (!tmp)
-        goto out;
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, c->secret, sizeof(c->secret)) != (ssize_t)sizeof(c->secret) ||
-        fsync(fd) != 0 || rename(tmp, path) != 0 || fsync_dir(c->data_dir) != 0) {
+    if (!have_file && fsutil_write_atomic(path, c->secret, sizeof(c->secret), 0600) != 0) {
         errf(errbuf, errlen, "writing %s: %s", path, strerror(errno));
-        free(tmp);
         goto out;
     }
-    free(tmp);
     rc = 0;
 out:
-    if (fd >= 0)
-        close(fd);
     free(path);
     return rc;
 }
@@ -317,7 +260,7 @@ static void close_storage(commit_t *c)
  */
 static int probe_write(const char *logdir)
 {
-    char *path = join(logdir, "probe.tmp");
+    char *path = fsutil_join(logdir, "probe.tmp");
     char buf[4096];
     int rc = -1;
     if (!path)
@@ -333,6 +276,85 @@ static int probe_write(const char *logdir)
     return rc;
 }
 
+#define UNSYNCED_MARKER "UNSYNCED"
+#define BOOT_ID_PROC    "/proc/sys/kernel/random/boot_id"
+
+/* Reads a small text file without its trailing newline into out. 0, or -1 with errno. */
+static int read_line(const char *path, char *out, size_t cap)
+{
+    size_t n = 0;
+    if (fsutil_read_small(path, out, cap - 1, &n) != 0)
+        return -1;
+    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
+        n--;
+    out[n] = '\0';
+    return 0;
+}
+
+static int boot_id(const commit_t *c, char *out, size_t cap)
+{
+    const char *path = c->opts.boot_id_path ? c->opts.boot_id_path : BOOT_ID_PROC;
+    return read_line(path, out, cap) == 0 && out[0] ? 0 : -1;
+}
+
+/*
+ * Lazy mode (STORE_SYNC_NONE) keeps DIR/store/UNSYNCED holding the boot id
+ * while LMDB may have commits that never reached the disk. After a process
+ * crash in the same boot those commits are in the page cache and LMDB is
+ * intact. After a crash of the machine (another boot id) LMDB may be corrupt
+ * with no way to tell, so it is rebuilt from the log. Returns 1: rebuild,
+ * 0: keep it, -1: error (errbuf says why).
+ */
+static int unsynced_crash(const commit_t *c, const char *marker, char *errbuf, size_t errlen)
+{
+    char had[64], now[64];
+    if (read_line(marker, had, sizeof(had)) != 0) {
+        if (errno == ENOENT)
+            return 0;
+        errf(errbuf, errlen, "reading %s: %s", marker, strerror(errno));
+        return -1;
+    }
+    if (boot_id(c, now, sizeof(now)) != 0) {
+        errf(errbuf, errlen, "reading the kernel's boot id: %s", strerror(errno));
+        return -1;
+    }
+    return strcmp(had, now) != 0;
+}
+
+/*
+ * Moves the store aside (to *aside, malloc'ed) and opens a fresh one that
+ * starts at the log's first retained offset; the replay then fills it.
+ */
+static int reset_store(commit_t *c, const char *path, const char *logdir, char **aside,
+                       char *errbuf, size_t errlen)
+{
+    log_info_t li;
+    store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
+    if (log_describe(logdir, &li, NULL) != LOG_OK)
+        li.first_offset = 0; /* no log yet */
+    size_t n = strlen(path) + 40;
+    *aside = malloc(n);
+    if (!*aside)
+        return -1;
+    snprintf(*aside, n, "%s.unsynced-%lld", path, (long long)time(NULL));
+    if (rename(path, *aside) != 0 || mkdir(path, 0755) != 0 || fsutil_sync_dir(c->data_dir) != 0) {
+        errf(errbuf, errlen, "moving the unsynced store aside: %s", strerror(errno));
+        return -1;
+    }
+    int src = store_open(path, &so, &c->store);
+    if (src == STORE_OK)
+        src = store_begin(c->store);
+    if (src == STORE_OK)
+        src = store_set_applied(c->store, li.first_offset);
+    if (src == STORE_OK)
+        src = store_commit(c->store);
+    if (src != STORE_OK) {
+        errf(errbuf, errlen, "creating a fresh store: %s", store_strerror(src));
+        return -1;
+    }
+    return 0;
+}
+
 /*
  * Opens store and log from what is on disk, exactly as at start: the log's
  * tail is recovered (never below LMDB's applied offset), then LMDB catches
@@ -341,26 +363,53 @@ static int probe_write(const char *logdir)
  */
 static int open_storage(commit_t *c, char *errbuf, size_t errlen)
 {
-    char *path = join(c->data_dir, "store");
-    char *logdir = join(c->data_dir, "log");
+    char *path = fsutil_join(c->data_dir, "store");
+    char *logdir = fsutil_join(c->data_dir, "log");
+    char *marker = path ? fsutil_join(path, UNSYNCED_MARKER) : NULL;
+    char *aside = NULL;
+    bool lazy = c->opts.store_sync == STORE_SYNC_NONE;
     store_info_t si;
     uint64_t replayed = 0, grows = 0;
     int rc = -1, src, lrc;
 
-    if (!path || !logdir)
+    if (!path || !logdir || !marker)
         goto out;
     if (mkdir(path, 0755) != 0 && errno != EEXIST) {
         errf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
         goto out;
     }
-    store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
-    src = store_open(path, &so, &c->store);
-    if (src != STORE_OK) {
-        errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
+    int crashed = unsynced_crash(c, marker, errbuf, errlen);
+    if (crashed < 0)
         goto out;
+    if (crashed) {
+        notify(c, 1,
+               "the machine restarted while LMDB had unsynced commits (--store-sync lazy): "
+               "rebuilding the store from the log");
+        if (reset_store(c, path, logdir, &aside, errbuf, errlen) != 0)
+            goto out;
+        pthread_mutex_lock(&c->mu);
+        c->stats.rebuilt_at_open = true;
+        pthread_mutex_unlock(&c->mu);
+    } else {
+        store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
+        src = store_open(path, &so, &c->store);
+        if (src != STORE_OK) {
+            errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
+            goto out;
+        }
+    }
+    if (lazy) {
+        /* Before the first unsynced commit (the replay's): a machine crash from here on rebuilds.
+         */
+        char id[64];
+        if (boot_id(c, id, sizeof(id)) != 0 ||
+            fsutil_write_atomic(marker, id, strlen(id), 0644) != 0) {
+            errf(errbuf, errlen, "writing %s: %s", marker, strerror(errno));
+            goto out;
+        }
     }
     /* LMDB never syncs its directory: make the names of its files durable once. */
-    if (fsync_dir(path) != 0) {
+    if (fsutil_sync_dir(path) != 0) {
         errf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));
         goto out;
     }
@@ -397,15 +446,23 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
         goto out;
     }
     /* The names of store/ and log/ themselves live in the data dir. */
-    if (fsync_dir(c->data_dir) != 0 || probe_write(logdir) != 0) {
+    if (fsutil_sync_dir(c->data_dir) != 0 || probe_write(logdir) != 0) {
         errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
         goto out;
     }
+    /* A marker left by a lazy run in this boot: once LMDB is synced, it is no longer needed. */
+    if (!lazy && !crashed && access(marker, F_OK) == 0 && store_flush(c->store) == STORE_OK &&
+        unlink(marker) == 0)
+        fsutil_sync_dir(path);
+    if (aside && fsutil_rm_tree(aside) != 0)
+        notify(c, 1, "could not remove %s: %s", aside, strerror(errno));
     c->discard = false;
     rc = 0;
 out:
     if (rc != 0)
         close_storage(c);
+    free(aside);
+    free(marker);
     free(path);
     free(logdir);
     return rc;
@@ -839,17 +896,17 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     pthread_cond_init(&c->cv, &ca);
     pthread_condattr_destroy(&ca);
     c->data_dir = strdup(opts->data_dir);
-    c->log_dir = c->data_dir ? join(c->data_dir, "log") : NULL;
+    c->log_dir = c->data_dir ? fsutil_join(c->data_dir, "log") : NULL;
     if (!c->data_dir || !c->log_dir) {
         rc = COMMIT_NOMEM;
         goto fail;
     }
     c->opts.data_dir = c->data_dir;
-    if (make_dirs(c->data_dir) != 0) {
+    if (fsutil_mkdirs(c->data_dir) != 0) {
         errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
         goto fail;
     }
-    path = join(c->data_dir, "LOCK");
+    path = fsutil_join(c->data_dir, "LOCK");
     if (!path)
         goto fail;
     if (opts->lock_held)
@@ -926,6 +983,15 @@ void commit_close(commit_t *c)
         pthread_cond_signal(&c->cv);
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
+    }
+    if (c->opts.store_sync == STORE_SYNC_NONE && c->store && !c->failed) {
+        /* Lazy mode: a synced store needs no rebuild, whatever happens to the machine next. */
+        char *dir = fsutil_join(c->data_dir, "store");
+        char *marker = dir ? fsutil_join(dir, UNSYNCED_MARKER) : NULL;
+        if (marker && store_flush(c->store) == STORE_OK && unlink(marker) == 0)
+            fsutil_sync_dir(dir);
+        free(marker);
+        free(dir);
     }
     close_storage(c);
     if (c->lockfd >= 0)

@@ -62,7 +62,12 @@ typedef struct commit_options {
     uint64_t segment_bytes;   /* log segment roll size */
     uint64_t map_size;        /* initial LMDB map size (0: default) */
     size_t max_batch_events;  /* cap on events per group commit (0: default 50,000) */
-    int store_sync;           /* enum store_sync (storage/store.h); 0: STORE_SYNC_META */
+    int store_sync;           /* enum store_sync (storage/store.h); 0: STORE_SYNC_META.
+                                 STORE_SYNC_NONE is the "lazy" protocol: DIR/store/UNSYNCED
+                                 holds the boot id while LMDB has unsynced commits; a start
+                                 that finds it from another boot rebuilds the store from the
+                                 log; a clean close syncs LMDB and removes it */
+    const char *boot_id_path; /* where the kernel's boot id is read; NULL: the /proc file */
     bool lock_held;           /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
     int64_t log_retention_ms; /* delete closed log segments older than this (0: keep) */
     uint64_t log_max_bytes;   /* delete the oldest closed segments beyond this size (0: keep) */
@@ -90,6 +95,8 @@ typedef struct commit_stats {
     bool storage_failed;          /* storage failed and is being re-established: commits answer
                                      COMMIT_UNAVAILABLE meanwhile */
     uint64_t recoveries;          /* times storage was re-established after a failure */
+    bool rebuilt_at_open;         /* lazy mode: the machine restarted with LMDB unsynced, so the
+                                     store was rebuilt from the log */
     uint64_t committed_offset;    /* log offset after the last acknowledged record */
     uint64_t window_first_offset; /* log offset of the oldest key in the window (= committed when
                                      the window is empty) */

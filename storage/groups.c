@@ -1,11 +1,12 @@
 /* groups.c: consumer group offsets, one small file per group, replaced atomically. */
 #include "storage/groups.h"
 
+#include "storage/fsutil.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,12 +30,11 @@ int groups_valid_name(const char *name)
     return 1;
 }
 
-/* DATA/groups, DATA/groups/NAME, or (tmp) DATA/groups/.NAME.tmp: a name never starts with '.'. */
-static int path_of(char *out, const char *data_dir, const char *name, bool tmp)
+/* DATA/groups, or DATA/groups/NAME. */
+static int path_of(char *out, const char *data_dir, const char *name)
 {
-    int n = !name ? snprintf(out, PATH_LEN, "%s/groups", data_dir)
-            : tmp ? snprintf(out, PATH_LEN, "%s/groups/.%s.tmp", data_dir, name)
-                  : snprintf(out, PATH_LEN, "%s/groups/%s", data_dir, name);
+    int n = name ? snprintf(out, PATH_LEN, "%s/groups/%s", data_dir, name)
+                 : snprintf(out, PATH_LEN, "%s/groups", data_dir);
     return n < 0 || n >= PATH_LEN ? -1 : 0;
 }
 
@@ -44,9 +44,10 @@ static int parse(const char *buf, size_t len, uint64_t *offset)
     uint64_t v = 0;
     size_t i = 0;
     for (; i < len && buf[i] >= '0' && buf[i] <= '9'; i++) {
-        if (v > (UINT64_MAX - 9) / 10)
+        uint64_t d = (uint64_t)(buf[i] - '0');
+        if (v > (UINT64_MAX - d) / 10)
             return GROUPS_CORRUPT;
-        v = v * 10 + (uint64_t)(buf[i] - '0');
+        v = v * 10 + d;
     }
     if (i == 0 || (i < len && !(buf[i] == '\n' && i + 1 == len)))
         return GROUPS_CORRUPT;
@@ -59,7 +60,7 @@ int groups_get(const char *data_dir, const char *name, uint64_t *offset)
     char path[PATH_LEN], buf[32];
     if (!groups_valid_name(name))
         return GROUPS_INVALID;
-    if (path_of(path, data_dir, name, false) != 0)
+    if (path_of(path, data_dir, name) != 0)
         return GROUPS_INVALID;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -74,42 +75,18 @@ int groups_get(const char *data_dir, const char *name, uint64_t *offset)
     return parse(buf, (size_t)n, offset);
 }
 
-static int fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 int groups_commit(const char *data_dir, const char *name, uint64_t offset)
 {
-    char dir[PATH_LEN], path[PATH_LEN], tmp[PATH_LEN], buf[32];
+    char dir[PATH_LEN], path[PATH_LEN], buf[32];
     if (!groups_valid_name(name))
         return GROUPS_INVALID;
-    if (path_of(dir, data_dir, NULL, false) != 0 || path_of(path, data_dir, name, false) != 0 ||
-        path_of(tmp, data_dir, name, true) != 0)
+    if (path_of(dir, data_dir, NULL) != 0 || path_of(path, data_dir, name) != 0)
         return GROUPS_INVALID;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST)
         return GROUPS_EIO;
     int len = snprintf(buf, sizeof(buf), "%" PRIu64 "\n", offset);
-    /* Temporary file, fsync, rename, directory fsync: the old or the new offset, never half. */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return GROUPS_EIO;
-    if (write(fd, buf, (size_t)len) != len || fsync(fd) != 0) {
-        int saved = errno;
-        close(fd);
-        unlink(tmp);
-        errno = saved;
-        return GROUPS_EIO;
-    }
-    close(fd);
-    if (rename(tmp, path) != 0 || fsync_dir(dir) != 0)
-        return GROUPS_EIO;
-    return GROUPS_OK;
+    /* The old offset or the new, never half of one, and durable before it returns. */
+    return fsutil_write_atomic(path, buf, (size_t)len, 0644) == 0 ? GROUPS_OK : GROUPS_EIO;
 }
 
 static int cmp_entry(const void *a, const void *b)
@@ -126,14 +103,14 @@ int groups_list(const char *data_dir, groups_entry_t **out, size_t *n)
 
     *out = NULL;
     *n = 0;
-    if (path_of(dir, data_dir, NULL, false) != 0)
+    if (path_of(dir, data_dir, NULL) != 0)
         return GROUPS_INVALID;
     DIR *d = opendir(dir);
     if (!d)
         return errno == ENOENT ? GROUPS_OK : GROUPS_EIO;
     while ((e = readdir(d)) != NULL) {
         uint64_t off;
-        /* Temporary files start with '.', which no group name does. */
+        /* fsutil's temporary files start with '.', which no group name does. */
         if (!groups_valid_name(e->d_name))
             continue;
         if (groups_get(data_dir, e->d_name, &off) != GROUPS_OK)

@@ -459,6 +459,11 @@ void store_abort(store_t *st)
     st->txn_seq = st->next_seq;
 }
 
+int store_flush(store_t *st)
+{
+    return xlate(st, mdb_env_sync(st->env, 1));
+}
+
 int store_grow(store_t *st)
 {
     MDB_envinfo ei;

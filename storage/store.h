@@ -40,8 +40,10 @@ enum store_sync {
                             next one; a power loss may undo the last commit, never corrupt (the
                             log replays it). The default. */
     STORE_SYNC_FULL = 1, /* LMDB's default: data pages and the meta page synced per commit */
-    STORE_SYNC_NONE = 2, /* MDB_NOSYNC: nothing synced; a power loss can corrupt the store. For
-                            measurements only: the server never uses it */
+    STORE_SYNC_NONE = 2, /* MDB_NOSYNC: nothing synced per commit; an operating-system crash
+                            can corrupt the store. Only safe with the commit module's "lazy"
+                            protocol (a boot-id marker, and a rebuild from the log after a crash
+                            of the machine) */
 };
 
 typedef struct store_options {
@@ -115,6 +117,9 @@ int store_set_applied(store_t *st, uint64_t next_offset);
 
 int store_commit(store_t *st);
 void store_abort(store_t *st);
+
+/* Flushes everything committed to disk (mdb_env_sync, forced). */
+int store_flush(store_t *st);
 
 /* Doubles the map size (no transaction may be open). */
 int store_grow(store_t *st);

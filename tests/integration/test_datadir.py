@@ -10,6 +10,7 @@ import unittest
 from harness import Server, log_cat, new_id, track
 
 SEGMENT_RE = re.compile(r"^\d{20}\.seg$")
+LOG_FILE_RE = re.compile(r"^\d{20}\.(seg|idx)$")  # segments and their sparse indexes
 
 
 class Layout(unittest.TestCase):
@@ -23,10 +24,10 @@ class Layout(unittest.TestCase):
             self.assertEqual(os.path.getsize(secret), 16)
             self.assertEqual(stat.S_IMODE(os.stat(secret).st_mode), 0o600)
             self.assertTrue(os.path.isdir(os.path.join(d, "store")))
-            segs = os.listdir(os.path.join(d, "log"))
-            self.assertTrue(segs, "a log segment")
-            for s in segs:
-                self.assertRegex(s, SEGMENT_RE)
+            files = os.listdir(os.path.join(d, "log"))
+            self.assertTrue([f for f in files if SEGMENT_RE.match(f)], "a log segment")
+            for f in files:
+                self.assertRegex(f, LOG_FILE_RE)
             with open(secret, "rb") as f:
                 first = f.read()
             srv.restart()

@@ -19,6 +19,7 @@
 #include "storage/commit.h"
 #include "storage/keyhash.h"
 #include "storage/log.h"
+#include "storage/store.h"
 #include "testutil.h"
 
 #define SOURCE "test-src"
@@ -1124,6 +1125,112 @@ static void test_retention_inside_window(void **state)
     commit_close(c);
 }
 
+/* Lazy mode: a data dir whose boot-id file the test controls. */
+static commit_options_t lazy_opts(const fx_t *fx, char *boot, size_t len, const char *id)
+{
+    commit_options_t o = default_opts(fx);
+    snprintf(boot, len, "%s/boot_id", fx->base);
+    assert_int_equal(tu_write_file(boot, id, strlen(id)), 0);
+    o.store_sync = STORE_SYNC_NONE;
+    o.boot_id_path = boot;
+    return o;
+}
+
+static bool marker_exists(const fx_t *fx)
+{
+    char path[600];
+    snprintf(path, sizeof(path), "%s/store/UNSYNCED", fx->dir);
+    return access(path, F_OK) == 0;
+}
+
+/* A clean close syncs LMDB and removes the marker: the next start rebuilds nothing. */
+static void test_lazy_clean_close(void **state)
+{
+    fx_t *fx = *state;
+    char boot[600];
+    commit_options_t o = lazy_opts(fx, boot, sizeof(boot), "boot-1\n");
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    submit_range(c, 0, 50, tu_now_ms(), COMMIT_ACCEPTED);
+    assert_true(marker_exists(fx));
+    commit_close(c);
+    assert_false(marker_exists(fx));
+
+    assert_int_equal(tu_write_file(boot, "boot-2\n", 7), 0); /* even after a reboot */
+    c = open_commit(&o);
+    commit_get_stats(c, &s);
+    assert_false(s.rebuilt_at_open);
+    assert_int_equal(s.keys, 50);
+    submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    commit_close(c);
+}
+
+/*
+ * The marker outlives a crash. Same boot (a process crash): LMDB's writes are in the page
+ * cache and it is kept. Another boot (the machine crashed): it is rebuilt from the log, and
+ * every logged key is a duplicate again.
+ */
+static void test_lazy_machine_crash_rebuilds(void **state)
+{
+    fx_t *fx = *state;
+    char boot[600], marker[600];
+    commit_options_t o = lazy_opts(fx, boot, sizeof(boot), "boot-1");
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    submit_range(c, 0, 40, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_close(c);
+    /* Put back the marker a crash would have left (a clean close removed it). */
+    snprintf(marker, sizeof(marker), "%s/store/UNSYNCED", fx->dir);
+    assert_int_equal(tu_write_file(marker, "boot-1", 6), 0);
+
+    c = open_commit(&o); /* same boot: kept */
+    commit_get_stats(c, &s);
+    assert_false(s.rebuilt_at_open);
+    assert_int_equal(s.replayed_at_open, 0);
+    submit_range(c, 40, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_close(c);
+    assert_int_equal(tu_write_file(marker, "boot-1", 6), 0);
+
+    assert_int_equal(tu_write_file(boot, "boot-2", 6), 0);
+    c = open_commit(&o); /* another boot: rebuilt from the log */
+    commit_get_stats(c, &s);
+    assert_true(s.rebuilt_at_open);
+    assert_int_equal(s.replayed_at_open, 50);
+    assert_int_equal(s.keys, 50);
+    assert_true(marker_exists(fx)); /* lazy again from here on */
+    submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    submit_range(c, 50, 5, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_close(c);
+
+    /* The store moved aside for the rebuild is gone once the rebuild worked. */
+    DIR *d = opendir(fx->dir);
+    struct dirent *e;
+    assert_non_null(d);
+    while ((e = readdir(d)) != NULL)
+        assert_null(strstr(e->d_name, "unsynced"));
+    closedir(d);
+    expect_log_records(fx, 55);
+}
+
+/* Started in the default mode after a lazy run crashed in this boot: sync, drop the marker. */
+static void test_lazy_marker_cleared_by_synced_mode(void **state)
+{
+    fx_t *fx = *state;
+    char boot[600], marker[600];
+    commit_options_t o = lazy_opts(fx, boot, sizeof(boot), "boot-1");
+    commit_t *c = open_commit(&o);
+    submit_range(c, 0, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_close(c);
+    snprintf(marker, sizeof(marker), "%s/store/UNSYNCED", fx->dir);
+    assert_int_equal(tu_write_file(marker, "boot-1", 6), 0);
+
+    o.store_sync = STORE_SYNC_META;
+    c = open_commit(&o);
+    assert_false(marker_exists(fx));
+    submit_range(c, 0, 10, tu_now_ms(), COMMIT_DUPLICATE);
+    commit_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1145,6 +1252,9 @@ int main(void)
         T(test_store_full_at_commit_redo),
         T(test_watch),
         T(test_retention_inside_window),
+        T(test_lazy_clean_close),
+        T(test_lazy_machine_crash_rebuilds),
+        T(test_lazy_marker_cleared_by_synced_mode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,162 @@
+/* fsutil.c: file-system helpers of the storage layer. */
+#include "storage/fsutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+char *fsutil_join(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+int fsutil_mkdirs(const char *path)
+{
+    char *buf = strdup(path);
+    int rc = 0;
+    if (!buf)
+        return -1;
+    for (char *p = buf + 1; *p && rc == 0; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            rc = -1;
+        *p = '/';
+    }
+    if (rc == 0 && mkdir(buf, 0755) != 0 && errno != EEXIST)
+        rc = -1;
+    free(buf);
+    return rc;
+}
+
+int fsutil_sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+int fsutil_rm_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int rc = 0;
+    if (!d)
+        return -1;
+    while (rc == 0 && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        char *child = fsutil_join(path, e->d_name);
+        rc = child ? fsutil_rm_tree(child) : -1;
+        free(child);
+    }
+    closedir(d);
+    return rc == 0 ? rmdir(path) : rc;
+}
+
+int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t mode)
+{
+    char *dir = strdup(path), *tmp = NULL;
+    const char *base = strrchr(path, '/');
+    int fd = -1, rc = -1, saved = 0;
+
+    if (!dir)
+        return -1;
+    if (base) {
+        dir[base - path] = '\0';
+        base++;
+    } else {
+        strcpy(dir, ".");
+        base = path;
+    }
+    size_t n = strlen(dir) + strlen(base) + 8;
+    tmp = malloc(n);
+    if (!tmp)
+        goto out;
+    snprintf(tmp, n, "%s/.%s.tmp", dir, base);
+    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        goto out;
+    const char *p = data;
+    for (size_t left = len; left > 0;) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            goto out;
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fsync(fd) != 0)
+        goto out;
+    close(fd);
+    fd = -1;
+    if (rename(tmp, path) != 0 || fsutil_sync_dir(dir) != 0)
+        goto out;
+    rc = 0;
+out:
+    saved = errno;
+    if (fd >= 0)
+        close(fd);
+    if (rc != 0 && tmp)
+        unlink(tmp);
+    free(tmp);
+    free(dir);
+    errno = saved;
+    return rc;
+}
+
+int fsutil_read_small(const char *path, void *buf, size_t cap, size_t *len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    size_t got = 0;
+    char *p = buf;
+    for (;;) {
+        ssize_t r = read(fd, p + got, cap - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            int saved = errno;
+            close(fd);
+            errno = saved;
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+        if (got == cap) {
+            char extra;
+            if (read(fd, &extra, 1) > 0) {
+                close(fd);
+                errno = EFBIG;
+                return -1;
+            }
+            break;
+        }
+    }
+    close(fd);
+    *len = got;
+    return 0;
+}

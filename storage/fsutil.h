@@ -1,0 +1,35 @@
+/* fsutil: file-system helpers of the storage layer: paths, directories, durable small files. */
+#ifndef INGESTD_FSUTIL_H
+#define INGESTD_FSUTIL_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* "dir/name", malloc'ed (caller frees); NULL when out of memory. */
+char *fsutil_join(const char *dir, const char *name);
+
+/* mkdir -p with mode 0755. Returns 0, or -1 with errno set. */
+int fsutil_mkdirs(const char *path);
+
+/* fsyncs a directory, so the names created, renamed or removed in it are durable. 0 or -1. */
+int fsutil_sync_dir(const char *dir);
+
+/* rm -rf. A missing path is success. Returns 0, or -1 with errno set. */
+int fsutil_rm_tree(const char *path);
+
+/*
+ * Replaces `path` with `len` bytes durably and atomically: a temporary
+ * ".NAME.tmp" beside it, written and fsynced, renamed over it, and the
+ * directory fsynced. Readers see the old content or the new, never a mix.
+ * Returns 0, or -1 with errno set (the temporary file is removed).
+ */
+int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/*
+ * Reads a whole small file into buf (at most cap bytes; a longer file is an
+ * error, EFBIG). *len gets the size. Returns 0, or -1 with errno set
+ * (ENOENT when it does not exist).
+ */
+int fsutil_read_small(const char *path, void *buf, size_t cap, size_t *len);
+
+#endif
