@@ -15,6 +15,14 @@
 #define API_MAX_MESSAGE_ID    256 /* bytes of a client messageId */
 #define API_RETRY_AFTER_S     1   /* Retry-After on 503 */
 
+/* GET /v1/log (the consumers' read API): bounds of its query parameters and of one answer. */
+#define API_LOG_MAX_DEFAULT 1000  /* records per answer when `max` is absent */
+#define API_LOG_MAX_LIMIT   10000 /* largest `max` accepted */
+#define API_LOG_WAIT_MAX_MS 60000 /* largest `wait` accepted (ms) */
+#define API_LOG_BODY_CAP                                                                           \
+    (4u * 1024 * 1024) /* an answer stops before passing this many bytes                           \
+                           (but always holds at least one record) */
+
 typedef struct api api_t;
 
 typedef struct api_write_key {
@@ -28,7 +36,19 @@ typedef struct api_options {
     commit_t *commit;  /* borrowed; must outlive the api */
     int64_t window_ms; /* configured window, reported in /stats */
     uint64_t max_keys; /* configured size bound, reported in /stats */
+    /* Bearer token for GET /v1/log, copied by api_new; NULL or "": the route is off (404). */
+    const char *admin_token;
+    /* Data directory, for the consumer groups in /stats and /metrics (storage/groups.h); copied
+     * by api_new; NULL: no groups reported. */
+    const char *data_dir;
 } api_options_t;
+
+/*
+ * A query parameter of the request: its decoded value, or NULL when absent. The returned
+ * string is borrowed from the transport and valid during the api call. Must be thread-safe
+ * for distinct requests.
+ */
+typedef const char *(*api_param_fn)(void *transport, const char *name);
 
 /* A request, transport-free. All pointers borrowed for the duration of api_handle(). */
 typedef struct api_req {
@@ -39,7 +59,21 @@ typedef struct api_req {
     const char *body;          /* decompressed body (may be NULL when body_len is 0) */
     size_t body_len;
     int64_t now_ms; /* receivedAt: when the request arrived (ms since epoch) */
+    /* CLOCK_MONOTONIC ms when the request arrived (api_monotonic_ms()); keep it the same when
+     * a request is handled again after a retry outcome, so its long-poll deadline stays put.
+     * 0: "now". */
+    int64_t arrived_mono_ms;
+    api_param_fn param; /* query parameters; NULL: the request has none */
+    void *transport;    /* passed to param */
 } api_req_t;
+
+#define API_MAX_HEADERS 4
+
+/* An extra response header. */
+typedef struct api_header {
+    const char *name; /* static string */
+    char value[64];
+} api_header_t;
 
 /* A response. `body` is malloc'ed and owned by whoever holds the struct (free()). */
 typedef struct api_resp {
@@ -47,25 +81,50 @@ typedef struct api_resp {
     const char *content_type; /* static string */
     char *body;
     size_t body_len;
-    int retry_after;   /* seconds for a Retry-After header; 0: none */
-    const char *allow; /* static string for an Allow header (405); NULL: none */
+    int retry_after;                       /* seconds for a Retry-After header; 0: none */
+    const char *allow;                     /* static string for an Allow header (405); NULL: none */
+    api_header_t headers[API_MAX_HEADERS]; /* further headers the transport adds, in order */
+    size_t nheaders;
 } api_resp_t;
 
 enum api_outcome {
     API_DONE = 0,     /* *resp is filled now */
-    API_PENDING = 1,  /* done(resp, arg) will be called once, from another thread */
+    API_PENDING = 1,  /* done(resp, arg) will be called once (see api_handle) */
     API_CONTINUE = 2, /* api_check_headers: go on and read the body */
 };
 
 /*
  * Called once when a pending request is answered. `resp` is valid only
  * during the call; take its body (set resp->body = NULL) to keep it.
+ *
+ * resp->status 0 is the retry outcome (API_RETRY_STATUS), used by long-polls
+ * (GET /v1/log?wait=MS): what the request waited for may have happened (new
+ * records were committed, its deadline passed, or the api is quiescing).
+ * There is no body. The transport then calls api_handle() again with the same
+ * request (same arrived_mono_ms and parameters) on one of its own threads, and
+ * answers or parks according to that call. The callback itself runs on the
+ * storage writer thread (or in api_quiesce()'s caller) and must not do I/O.
  */
 typedef void (*api_done_fn)(api_resp_t *resp, void *arg);
 
+#define API_RETRY_STATUS 0
+
 /* *out is freed with api_free(). Returns 0 or -1 (allocation failed / bad options). */
 int api_new(const api_options_t *opts, api_t **out);
+
+/*
+ * Frees; NULL is a no-op. No request may be pending any more: a long-poll
+ * holds a commit_watch() that refers to the api until it fires, so call this
+ * after commit_close() (which fires every watch), or once every done callback ran.
+ */
 void api_free(api_t *api);
+
+/*
+ * Shutting down: every parked long-poll gets its retry outcome now, and from
+ * now on GET /v1/log answers at once instead of waiting. Calls done callbacks
+ * on the calling thread. Thread-safe; idempotent.
+ */
+void api_quiesce(api_t *api);
 
 /*
  * Early checks on method, path and Basic auth before any body is read, so
@@ -76,7 +135,9 @@ int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp);
 
 /*
  * Handles a complete request. Returns API_DONE (*resp filled) or API_PENDING
- * (events went to the group commit; `done` answers later). Thread-safe.
+ * (events went to the group commit, or a long-poll waits for records; `done`
+ * answers later, possibly before api_handle returns and on the calling thread
+ * when the wait is over at once). Thread-safe.
  */
 int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg);
 

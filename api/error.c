@@ -1,6 +1,8 @@
 /* error: JSON responses, error bodies and the one mapping from commit status to HTTP status. */
 #include "api/internal.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,4 +65,17 @@ void api_error_commit(api_resp_t *resp, int commit_status)
         api_error(resp, 500, "internal error");
         break;
     }
+}
+
+void api_resp_header(api_resp_t *resp, const char *name, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (resp->nheaders >= API_MAX_HEADERS)
+        return;
+    api_header_t *h = &resp->headers[resp->nheaders++];
+    h->name = name;
+    va_start(ap, fmt);
+    vsnprintf(h->value, sizeof(h->value), fmt, ap);
+    va_end(ap);
 }

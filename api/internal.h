@@ -3,11 +3,15 @@
 #define INGESTD_API_INTERNAL_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #include "api/api.h"
 
 #define API_STATUS_SLOTS 600 /* counters for statuses 0..599 */
+
+struct api_poll; /* a parked long-poll (logread.c) */
 
 struct api {
     api_write_key_t *keys; /* deep copies, freed by api_free */
@@ -18,6 +22,11 @@ struct api {
     int64_t started_ms; /* CLOCK_MONOTONIC at api_new, for uptime */
     atomic_uint_fast64_t rejected;
     atomic_uint_fast64_t by_status[API_STATUS_SLOTS];
+    char *admin_token; /* NULL: GET /v1/log is off */
+    char *data_dir;    /* NULL: no groups in /stats */
+    atomic_bool quiescing;
+    pthread_mutex_t polls_mu; /* guards polls */
+    struct api_poll *polls;   /* parked long-polls, until their watch fires */
 };
 
 /* Fills *resp with `json` (compact) and `status`. Steals the reference. Returns 0 or -1 (then *resp
@@ -41,6 +50,19 @@ int api_content_type_ok(const char *content_type);
  */
 int api_header_auth(api_t *api, const char *authorization, const api_write_key_t **found,
                     api_resp_t *resp);
+
+/* GET /v1/log: the consumers' read API (logread.c). */
+int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg);
+
+/*
+ * Checks `Authorization: Bearer <admin token>` in constant time. Returns 0, or
+ * -1 with a 401 (WWW-Authenticate: Bearer) in *resp.
+ */
+int api_admin_auth(const api_t *api, const char *authorization, api_resp_t *resp);
+
+/* Adds a header (value printf-formatted, truncated to fit) to *resp; ignored when full. */
+void api_resp_header(api_resp_t *resp, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* GET /stats and GET /metrics. `now_ms` is wall-clock time for the effective window. */
 void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp);

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-enum kind { INGEST, STATS, METRICS, HEALTHZ };
+enum kind { INGEST, STATS, METRICS, HEALTHZ, LOG };
 
 struct route {
     const char *path;
@@ -19,7 +19,7 @@ static const struct route ROUTES[] = {
     {"/v1/page", INGEST, "page"},   {"/v1/screen", INGEST, "screen"},
     {"/v1/group", INGEST, "group"}, {"/v1/alias", INGEST, "alias"},
     {"/stats", STATS, NULL},        {"/metrics", METRICS, NULL},
-    {"/healthz", HEALTHZ, NULL},
+    {"/healthz", HEALTHZ, NULL},    {"/v1/log", LOG, NULL},
 };
 
 int64_t api_monotonic_ms(void)
@@ -48,6 +48,11 @@ int api_new(const api_options_t *opts, api_t **out)
     api = calloc(1, sizeof(*api));
     if (!api)
         return -1;
+    atomic_init(&api->quiescing, false);
+    if (pthread_mutex_init(&api->polls_mu, NULL) != 0) {
+        free(api);
+        return -1;
+    }
     api->keys = calloc(opts->nkeys ? opts->nkeys : 1, sizeof(*api->keys));
     if (!api->keys)
         goto fail;
@@ -59,6 +64,16 @@ int api_new(const api_options_t *opts, api_t **out)
         api->keys[i].source = strdup(k->source && *k->source ? k->source : "default");
         api->nkeys = i + 1;
         if (!api->keys[i].key || !api->keys[i].source)
+            goto fail;
+    }
+    if (opts->admin_token && *opts->admin_token) {
+        api->admin_token = strdup(opts->admin_token);
+        if (!api->admin_token)
+            goto fail;
+    }
+    if (opts->data_dir) {
+        api->data_dir = strdup(opts->data_dir);
+        if (!api->data_dir)
             goto fail;
     }
     api->commit = opts->commit;
@@ -80,6 +95,9 @@ void api_free(api_t *api)
     if (!api)
         return;
     free_keys(api->keys, api->nkeys);
+    free(api->admin_token);
+    free(api->data_dir);
+    pthread_mutex_destroy(&api->polls_mu);
     free(api);
 }
 
@@ -107,13 +125,22 @@ static const struct route *find_route(const char *path)
 }
 
 /* 404 / 405 for the request line; NULL route means *resp was filled. */
-static const struct route *route_or_error(const api_req_t *req, api_resp_t *resp)
+static const struct route *route_or_error(const api_t *api, const api_req_t *req, api_resp_t *resp)
 {
     const struct route *r = find_route(req->path);
     const char *m = req->method ? req->method : "";
-    if (!r) {
+    /* Without an admin token the log route does not exist, so nothing tells a scanner it could. */
+    if (!r || (r->kind == LOG && !api->admin_token)) {
         api_error(resp, 404, "not found");
         return NULL;
+    }
+    if (r->kind == LOG) {
+        if (strcmp(m, "GET") != 0) {
+            api_error(resp, 405, "method not allowed");
+            resp->allow = "GET";
+            return NULL;
+        }
+        return r;
     }
     if (r->kind == INGEST && strcmp(m, "POST") != 0) {
         api_error(resp, 405, "method not allowed");
@@ -130,9 +157,11 @@ static const struct route *route_or_error(const api_req_t *req, api_resp_t *resp
 
 int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
 {
-    const struct route *r = route_or_error(req, resp);
+    const struct route *r = route_or_error(api, req, resp);
     if (!r)
         return API_DONE;
+    if (r->kind == LOG)
+        return api_admin_auth(api, req->authorization, resp) == 0 ? API_CONTINUE : API_DONE;
     if (r->kind != INGEST)
         return API_CONTINUE;
     if (!api_content_type_ok(req->content_type)) {
@@ -148,7 +177,7 @@ int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
 
 int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg)
 {
-    const struct route *r = route_or_error(req, resp);
+    const struct route *r = route_or_error(api, req, resp);
     if (!r)
         return API_DONE;
     switch (r->kind) {
@@ -160,6 +189,8 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
     case METRICS:
         api_metrics(api, req->now_ms, resp);
         return API_DONE;
+    case LOG:
+        return api_log_read(api, req, resp, done, arg);
     case HEALTHZ: {
         /* Unhealthy while storage is being re-established: balancers should send writes elsewhere.
          */

@@ -1,6 +1,8 @@
 /* stats: GET /stats (JSON) and GET /metrics (Prometheus text) from commit and api counters. */
 #include "api/internal.h"
 
+#include "storage/groups.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,48 @@ static int64_t uptime_s(const api_t *api)
     return (api_monotonic_ms() - api->started_ms) / 1000;
 }
 
+/*
+ * The consumer groups of the data dir: *out (caller frees) and *n; none when
+ * the api has no data dir or the directory cannot be listed (stats stay up).
+ */
+static void list_groups(const api_t *api, groups_entry_t **out, size_t *n)
+{
+    *out = NULL;
+    *n = 0;
+    if (!api->data_dir || groups_list(api->data_dir, out, n) != GROUPS_OK) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+    }
+}
+
+/* How far a group is behind the committed end; 0 for a group ahead of it (e.g. after restore). */
+static uint64_t group_lag(const groups_entry_t *g, uint64_t committed)
+{
+    return committed > g->offset ? committed - g->offset : 0;
+}
+
+/* [{"name":..,"offset":..,"lag":..}, ...]; NULL when out of memory. */
+static json_t *groups_json(const api_t *api, uint64_t committed)
+{
+    groups_entry_t *gs = NULL;
+    size_t n = 0;
+    json_t *arr = json_array();
+
+    list_groups(api, &gs, &n);
+    for (size_t i = 0; arr && i < n; i++) {
+        json_t *g =
+            json_pack("{s:s, s:I, s:I}", "name", gs[i].name, "offset", (json_int_t)gs[i].offset,
+                      "lag", (json_int_t)group_lag(&gs[i], committed));
+        if (!g || json_array_append_new(arr, g) != 0) {
+            json_decref(arr);
+            arr = NULL;
+        }
+    }
+    free(gs);
+    return arr;
+}
+
 void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
 {
     commit_stats_t s;
@@ -52,7 +96,10 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
             by = NULL;
         }
     }
-    if (!by) {
+    json_t *groups = by ? groups_json(api, s.committed_offset) : NULL;
+    if (!by || !groups) {
+        json_decref(by);
+        json_decref(groups);
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
@@ -64,9 +111,10 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
         " s:{s:I, s:I, s:I},"
         " s:{s:I, s:o},"
-        " s:{s:I, s:I, s:I, s:I},"
+        " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}},"
+        " s:o,"
         " s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I},"
-        " s:{s:I, s:I},"
+        " s:{s:I, s:I, s:b},"
         " s:{s:b, s:I}}",
         "version", INGESTD_VERSION,
         "uptime_seconds", (json_int_t)uptime_s(api),
@@ -91,6 +139,13 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
             "next_offset", (json_int_t)s.log_next_offset,
             "bytes", (json_int_t)s.log_bytes,
             "segments", (json_int_t)s.log_segments,
+            "committed_offset", (json_int_t)s.committed_offset,
+            "window_first_offset", (json_int_t)s.window_first_offset,
+            "retention",
+                "segments_deleted", (json_int_t)s.retention_segments,
+                "records_deleted", (json_int_t)s.retention_records,
+                "window_records_deleted", (json_int_t)s.retention_window_records,
+        "groups", groups,
         "commit",
             "batches", (json_int_t)s.batches,
             "events", (json_int_t)s.batch_events,
@@ -108,6 +163,7 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         "recovery",
             "replayed_records", (json_int_t)s.replayed_at_open,
             "truncated_bytes", (json_int_t)s.truncated_at_open,
+            "store_rebuilt", (int)s.rebuilt_at_open,
         "storage",
             "failed", (int)s.storage_failed,
             "recoveries", (json_int_t)s.recoveries);
@@ -179,6 +235,31 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
            (double)s.log_first_offset);
     metric(f, "log_next_offset", "gauge", "Offset the next record gets.",
            (double)s.log_next_offset);
+    metric(f, "log_committed_offset", "gauge",
+           "Offset after the last acknowledged record (what consumers can read up to).",
+           (double)s.committed_offset);
+    metric(f, "log_window_first_offset", "gauge",
+           "Offset of the oldest record still inside the dedupe window.",
+           (double)s.window_first_offset);
+    metric(f, "log_retention_deleted_segments_total", "counter",
+           "Log segments deleted by retention.", (double)s.retention_segments);
+    metric(f, "log_retention_deleted_records_total", "counter", "Log records deleted by retention.",
+           (double)s.retention_records);
+    metric(f, "log_retention_window_records_total", "counter",
+           "Records deleted by retention while still inside the dedupe window (rebuild cannot "
+           "restore their keys): raise --log-retention / --log-max-bytes.",
+           (double)s.retention_window_records);
+    groups_entry_t *gs = NULL;
+    size_t ng = 0;
+    list_groups(api, &gs, &ng);
+    header(f, "group_offset", "gauge", "Next offset each consumer group reads.");
+    for (size_t i = 0; i < ng; i++)
+        fprintf(f, "ingestd_group_offset{group=\"%s\"} %" PRIu64 "\n", gs[i].name, gs[i].offset);
+    header(f, "group_lag", "gauge", "Committed records each consumer group has not read yet.");
+    for (size_t i = 0; i < ng; i++)
+        fprintf(f, "ingestd_group_lag{group=\"%s\"} %" PRIu64 "\n", gs[i].name,
+                group_lag(&gs[i], s.committed_offset));
+    free(gs);
     metric(f, "store_map_bytes", "gauge", "LMDB map size.", (double)s.store_map_size);
     metric(f, "store_used_bytes", "gauge", "LMDB bytes in use.", (double)s.store_used_bytes);
     metric(f, "storage_failed", "gauge",

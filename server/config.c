@@ -30,6 +30,8 @@ enum kind {
     K_SIZE,     /* bytes, with k/M/G/T suffixes */
     K_COUNT,    /* a plain unsigned number */
     K_LEVEL,    /* a log level name */
+    K_SECRET,   /* a string field never logged (a token); empty: not set */
+    K_CHOICE,   /* one word of the metavar "a|b|c", stored as its index in an int field */
 };
 
 struct setting {
@@ -75,9 +77,40 @@ static const struct setting settings[] = {
      FIELD(max_batch_events), "N", "events per group commit (LMDB transaction + fsync) at most"},
     {"log-level", "INGESTD_LOG_LEVEL", "info", K_LEVEL, 0, 0, FIELD(log_level), "LEVEL",
      "error, warn, info or debug"},
+    {"admin-token", "INGESTD_ADMIN_TOKEN", NULL, K_SECRET, 1,
+     sizeof(((config_t *)0)->admin_token) - 1, FIELD(admin_token), "TOKEN",
+     "bearer token for GET /v1/log (reading the log over HTTP); without one that route is off "
+     "(404). Printable ASCII without blanks, at most 255 bytes"},
+    {"log-retention", "INGESTD_LOG_RETENTION", "0", K_DURATION, 0, (uint64_t)(3650 * MS_PER_DAY),
+     FIELD(log_retention_ms), "DURATION",
+     "delete closed log segments last written longer ago than this, e.g. 7d; 0: keep forever. "
+     "The active segment is never deleted"},
+    {"log-max-bytes", "INGESTD_LOG_MAX_BYTES", "0", K_SIZE, 0, 1024 * TIB, FIELD(log_max_bytes),
+     "SIZE",
+     "delete the oldest closed log segments while the log is larger than this; 0: no bound"},
+    /* The words' positions are enum store_sync's values (storage/store.h). */
+    {"store-sync", "INGESTD_STORE_SYNC", "meta", K_CHOICE, 0, 0, FIELD(store_sync),
+     "meta|full|lazy",
+     "how LMDB syncs its commits (the log is always fsynced before an ack): meta syncs data "
+     "pages per commit; full also the meta page; lazy syncs LMDB only at shutdown and rebuilds "
+     "the store from the log after a machine crash (docs/durability.md)"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
+
+/* Position of `word` in "a|b|c", or -1. */
+static int choice_index(const char *choices, const char *word)
+{
+    size_t n = strlen(word);
+    int i = 0;
+    for (const char *w = choices; w; i++) {
+        size_t len = strcspn(w, "|");
+        if (len == n && strncmp(w, word, n) == 0)
+            return i;
+        w = w[len] == '|' ? w + len + 1 : NULL;
+    }
+    return -1;
+}
 
 static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -189,7 +222,9 @@ int config_parse_size(const char *s, uint64_t *bytes)
 static void fmt_duration(char *buf, size_t len, int64_t ms)
 {
     /* 24h stays "24h"; whole multiples of two days and more read better as days. */
-    if (ms % MS_PER_DAY == 0 && ms / MS_PER_DAY >= 2)
+    if (ms == 0)
+        snprintf(buf, len, "0");
+    else if (ms % MS_PER_DAY == 0 && ms / MS_PER_DAY >= 2)
         snprintf(buf, len, "%" PRId64 "d", ms / MS_PER_DAY);
     else if (ms % (3600 * MS_PER_S) == 0)
         snprintf(buf, len, "%" PRId64 "h", ms / (3600 * MS_PER_S));
@@ -415,6 +450,23 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     }
     case K_KEYS:
         return add_keys(cfg, v, origin, errbuf, errlen);
+    case K_SECRET: {
+        size_t n = strlen(v);
+        if (n < st->min || n > st->max) {
+            set_err(errbuf, errlen, "invalid %s: must be 1 to %" PRIu64 " bytes", origin, st->max);
+            return -1;
+        }
+        /* It travels in an Authorization header: printable ASCII, no blanks (RFC 6750 token). */
+        for (size_t i = 0; i < n; i++) {
+            if (v[i] <= ' ' || v[i] > '~') {
+                set_err(errbuf, errlen,
+                        "invalid %s: only printable ASCII without blanks is allowed", origin);
+                return -1;
+            }
+        }
+        memcpy((char *)cfg + st->off, v, n + 1);
+        return 0;
+    }
     case K_LEVEL: {
         int lvl = logging_parse_level(v);
         if (lvl < 0) {
@@ -423,6 +475,15 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
             return -1;
         }
         cfg->log_level = lvl;
+        return 0;
+    }
+    case K_CHOICE: {
+        int i = choice_index(st->metavar, v);
+        if (i < 0) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": expected %s", origin, v, st->metavar);
+            return -1;
+        }
+        *(int *)((char *)cfg + st->off) = i;
         return 0;
     }
     case K_DURATION:
@@ -583,9 +644,9 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         } else if (st->def != NULL) {
             if (apply(cfg, st, st->def, "default", errbuf, errlen) != 0)
                 goto out; /* a bad default is a bug; the message says which */
-        } else {
+        } else if (st->kind == K_COUNT) {
             put_uint(cfg, st, cpu_count()); /* threads */
-        }
+        } /* else a K_SECRET without default: stays empty (not set) */
     }
 
     if (cfg->nwrite_keys == 0) {
@@ -643,8 +704,21 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
         snprintf(buf, len, "%s", l >= 0 && l <= LOG_LEVEL_DEBUG ? names[l] : "?");
         return;
     }
+    case K_SECRET:
+        /* Never any part of it: unlike a write key, the token alone grants access. */
+        snprintf(buf, len, "%s",
+                 ((const char *)cfg + st->off)[0] != '\0' ? "(set, hidden)" : "none");
+        return;
+    case K_CHOICE: {
+        /* The n-th word of "a|b|c". */
+        const char *w = st->metavar;
+        for (int i = *(const int *)((const char *)cfg + st->off); i > 0 && w; i--)
+            w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL;
+        snprintf(buf, len, "%.*s", w ? (int)strcspn(w, "|") : 1, w ? w : "?");
+        return;
+    }
     case K_DURATION:
-        fmt_duration(buf, len, cfg->window_ms);
+        fmt_duration(buf, len, (int64_t)get_uint(cfg, st));
         return;
     case K_SECONDS:
         fmt_duration(buf, len, (int64_t)get_uint(cfg, st) * MS_PER_S);
@@ -708,6 +782,8 @@ void config_usage(FILE *out)
             snprintf(def, sizeof def, "%s", st->def);
         else if (st->kind == K_KEYS)
             snprintf(def, sizeof def, "none (required)");
+        else if (st->kind == K_SECRET)
+            snprintf(def, sizeof def, "none");
         else
             snprintf(def, sizeof def, "number of CPUs (%u here)", cpu_count());
         fprintf(out, "  %s\n", head);

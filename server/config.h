@@ -26,6 +26,12 @@ typedef struct config {
     unsigned timeout_s;       /* --timeout (INGESTD_TIMEOUT), idle connection timeout, default 30 */
     size_t max_batch_events;  /* --commit-max-events (INGESTD_COMMIT_MAX_EVENTS), default 50000 */
     int log_level;            /* --log-level (INGESTD_LOG_LEVEL), default info */
+    int store_sync;           /* --store-sync meta|full|lazy (INGESTD_STORE_SYNC): enum
+                                 store_sync, default meta */
+    char admin_token[256];    /* --admin-token (INGESTD_ADMIN_TOKEN), default "" (none): when set,
+                                 GET /v1/log needs `Authorization: Bearer TOKEN`; else it is off */
+    int64_t log_retention_ms; /* --log-retention (INGESTD_LOG_RETENTION), default 0: keep forever */
+    uint64_t log_max_bytes;   /* --log-max-bytes (INGESTD_LOG_MAX_BYTES), default 0: no bound */
     /* storage for strings the write_keys point into */
     char key_storage[CONFIG_MAX_WRITE_KEYS][512];
 } config_t;
@@ -39,7 +45,8 @@ typedef struct config {
 int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
                  size_t errlen);
 
-/* Prints the effective configuration, one line per setting, write keys masked. */
+/* Prints the effective configuration, one line per setting, write keys masked, the admin token
+ * hidden. */
 void config_log(const config_t *cfg);
 
 /* "90s", "15m", "24h", "28d" or plain seconds -> ms. Returns 0 or -1. */

@@ -68,6 +68,7 @@ struct req {
     enum phase phase;
     enum encoding enc;
     int64_t now_ms;
+    int64_t mono_ms;  /* arrival on CLOCK_MONOTONIC: a long-poll's deadline counts from it */
     const char *path; /* MHD's url, or path_copy when a query had to be cut */
     char *path_copy;
     char *body; /* raw (maybe compressed) body, NUL-terminated */
@@ -85,6 +86,14 @@ static int64_t now_ms(void)
     struct timespec ts;
 
     clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -162,6 +171,8 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     }
     if (resp->allow != NULL)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    for (size_t i = 0; i < resp->nheaders && i < API_MAX_HEADERS; i++)
+        MHD_add_response_header(mr, resp->headers[i].name, resp->headers[i].value);
     if (atomic_load(&h->quiesced)) {
         /* Shutting down: tell keep-alive clients to take their next request elsewhere. */
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
@@ -232,6 +243,12 @@ static enum encoding parse_encoding(const char *v, bool *ok)
     return ENC_IDENTITY;
 }
 
+/* api_req_t's query parameter getter; MHD keeps the decoded arguments for the connection. */
+static const char *get_param(void *transport, const char *name)
+{
+    return MHD_lookup_connection_value(transport, MHD_GET_ARGUMENT_KIND, name);
+}
+
 static void fill_req(const struct req *r, const char *method, api_req_t *areq)
 {
     memset(areq, 0, sizeof *areq);
@@ -242,6 +259,9 @@ static void fill_req(const struct req *r, const char *method, api_req_t *areq)
     areq->content_type =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
     areq->now_ms = r->now_ms;
+    areq->arrived_mono_ms = r->mono_ms;
+    areq->param = get_param;
+    areq->transport = r->conn;
 }
 
 /* First call: headers only. Early answers here make MHD skip the body and close. */
@@ -264,6 +284,7 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     r->h = h;
     r->conn = conn;
     r->now_ms = now_ms();
+    r->mono_ms = mono_ms();
     r->path = url;
     q = strchr(url, '?');
     if (q != NULL) {
@@ -343,6 +364,73 @@ static enum MHD_Result body_chunk(struct req *r, const char *data, size_t *size)
     return MHD_YES;
 }
 
+/* api_handle behind the gate: after http_drain no call reaches a closing store. */
+static int call_api(http_t *h, struct req *r, const api_req_t *areq, api_resp_t *resp)
+{
+    int outcome;
+
+    pthread_rwlock_rdlock(&h->gate);
+    if (h->gate_closed) {
+        api_error(resp, 503, "server is shutting down, retry later");
+        outcome = API_DONE;
+    } else {
+        outcome = api_handle(h->api, areq, resp, on_done, r);
+    }
+    pthread_rwlock_unlock(&h->gate);
+    return outcome;
+}
+
+/* Resets r's pending state and calls api_handle again for a retry outcome. */
+static int retry_api(http_t *h, struct req *r, const char *method, api_req_t *areq,
+                     api_resp_t *resp)
+{
+    pthread_mutex_lock(&r->mu);
+    free(r->resp.body);
+    memset(&r->resp, 0, sizeof r->resp);
+    r->done = false;
+    r->parked = false;
+    pthread_mutex_unlock(&r->mu);
+    fill_req(r, method, areq);
+    memset(resp, 0, sizeof *resp);
+    r->phase = PH_PENDING;
+    return call_api(h, r, areq, resp);
+}
+
+/*
+ * After api_handle: answers, or parks the connection until on_done. A retry
+ * outcome (API_RETRY_STATUS, from a long-poll) runs api_handle again here, on
+ * this HTTP thread, with the same request: the api decides afresh whether
+ * records are there, the deadline passed, or it must wait once more. The body
+ * of such a request is gone by then, which is fine: only GET routes long-poll.
+ */
+static enum MHD_Result settle(http_t *h, struct req *r, const char *method, int outcome,
+                              api_resp_t *resp)
+{
+    api_req_t areq;
+
+    for (;;) {
+        if (outcome != API_PENDING) {
+            r->phase = PH_BODY;
+            return answer(r, resp);
+        }
+        pthread_mutex_lock(&r->mu);
+        if (!r->done) {
+            /* Suspend under r->mu so on_done either sees `parked` and resumes after
+             * this, or ran before and we answer below: never a resume before a suspend. */
+            counter_add(h, &h->suspended, +1);
+            MHD_suspend_connection(r->conn);
+            r->parked = true;
+            pthread_mutex_unlock(&r->mu);
+            return MHD_YES;
+        }
+        pthread_mutex_unlock(&r->mu);
+        if (r->resp.status != API_RETRY_STATUS)
+            return answer(r, &r->resp);
+        /* The wait is over already (on_done ran before we could park): handle it again. */
+        outcome = retry_api(h, r, method, &areq, resp);
+    }
+}
+
 /* Final call: the whole body is here. */
 static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
 {
@@ -378,14 +466,7 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
 
     memset(&resp, 0, sizeof resp);
     r->phase = PH_PENDING; /* before the call: on_done may run before api_handle returns */
-    pthread_rwlock_rdlock(&h->gate);
-    if (h->gate_closed) {
-        api_error(&resp, 503, "server is shutting down, retry later");
-        outcome = API_DONE;
-    } else {
-        outcome = api_handle(h->api, &areq, &resp, on_done, r);
-    }
-    pthread_rwlock_unlock(&h->gate);
+    outcome = call_api(h, r, &areq, &resp);
 
     /* The api copied what it needs; the bodies were only borrowed for the call. */
     free(inflated);
@@ -393,23 +474,7 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     r->body = NULL;
     r->len = r->cap = 0;
 
-    if (outcome != API_PENDING) {
-        r->phase = PH_BODY;
-        return answer(r, &resp);
-    }
-
-    pthread_mutex_lock(&r->mu);
-    if (r->done) {
-        pthread_mutex_unlock(&r->mu);
-        return answer(r, &r->resp);
-    }
-    /* Suspend under r->mu so on_done either sees `parked` and resumes after
-     * this, or ran before and we answered above: never a resume before a suspend. */
-    counter_add(h, &h->suspended, +1);
-    MHD_suspend_connection(r->conn);
-    r->parked = true;
-    pthread_mutex_unlock(&r->mu);
-    return MHD_YES;
+    return settle(h, r, method, outcome, &resp);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -430,7 +495,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         pthread_mutex_unlock(&r->mu);
         if (!done)
             return MHD_YES; /* spurious; stay pending */
-        return answer(r, &r->resp);
+        if (r->resp.status != API_RETRY_STATUS)
+            return answer(r, &r->resp);
+        api_req_t areq;
+        api_resp_t resp;
+        int outcome = retry_api(h, r, method, &areq, &resp);
+        return settle(h, r, method, outcome, &resp);
     }
     if (r->phase == PH_ANSWERED)
         return MHD_YES;
@@ -583,6 +653,8 @@ void http_quiesce(http_t *h)
 {
     if (h == NULL || atomic_exchange(&h->quiesced, true))
         return;
+    /* Long-polls would otherwise hold the drain for up to their whole wait. */
+    api_quiesce(h->api);
     /* Needs MHD_USE_ITC, which MHD_ALLOW_SUSPEND_RESUME includes. */
     h->listen_fd = MHD_quiesce_daemon(h->daemon);
     if (h->listen_fd == MHD_INVALID_SOCKET)

@@ -30,8 +30,11 @@ static void usage(FILE *out)
                  "Commands:\n"
                  "  serve [FLAGS]\n"
                  "      run the HTTP event intake in the foreground (see ingestd serve --help)\n"
-                 "  log cat --data DIR [--from OFFSET] [--follow]\n"
-                 "      print acknowledged events as NDJSON, in log order\n"
+                 "  log cat --data DIR [--from OFFSET] [--follow] [--group NAME]\n"
+                 "      print acknowledged events as NDJSON, in log order; --group resumes\n"
+                 "      after the group's committed offset and commits what it printed\n"
+                 "  log groups --data DIR [--json]\n"
+                 "      list consumer groups with their committed offsets and lag\n"
                  "  check --data DIR\n"
                  "      verify log checksums and that the LMDB store agrees with the log\n"
                  "      (works while the server runs; exit 1 when problems are found)\n"
@@ -47,7 +50,11 @@ static void usage(FILE *out)
                  "Each command takes --help.\n");
 }
 
-/* Storage never logs; its writer thread reports failures and recoveries through this. */
+/*
+ * Storage never logs; its writer thread reports failures, recoveries and
+ * retention through this (level 1: e.g. retention deleting records still
+ * inside the dedupe window, which `rebuild` then cannot restore).
+ */
 static void on_storage_notice(void *arg, int level, const char *msg)
 {
     (void)arg;
@@ -112,6 +119,11 @@ static int serve(int argc, char **argv)
         .segment_bytes = cfg->segment_bytes,
         .map_size = cfg->map_size,
         .max_batch_events = cfg->max_batch_events,
+        .log_retention_ms = cfg->log_retention_ms,
+        .log_max_bytes = cfg->log_max_bytes,
+        .store_sync = cfg->store_sync,
+        /* Tests stand in for a machine restart with their own boot id (docs/durability.md). */
+        .boot_id_path = getenv("INGESTD_BOOT_ID_FILE"),
         .notify = on_storage_notice,
         .notify_arg = NULL,
     };
@@ -129,6 +141,8 @@ static int serve(int argc, char **argv)
         .commit = commit,
         .window_ms = cfg->window_ms,
         .max_keys = cfg->max_keys,
+        .admin_token = cfg->admin_token[0] != '\0' ? cfg->admin_token : NULL,
+        .data_dir = cfg->data_dir,
     };
     if (api_new(&aopts, &api) != 0) {
         LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "server/config.h"
+#include "storage/store.h"
 #include "server/logging.h"
 
 #define MAXARGS 64
@@ -70,6 +71,9 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.timeout_s, 30);
     assert_int_equal(cfg.max_batch_events, 50000);
     assert_int_equal(cfg.log_level, LOG_LEVEL_INFO);
+    assert_string_equal(cfg.admin_token, ""); /* none: GET /v1/log is off */
+    assert_int_equal(cfg.log_retention_ms, 0);
+    assert_int_equal(cfg.log_max_bytes, 0);
 }
 
 static void check_all_flags(void)
@@ -378,7 +382,8 @@ static void test_help(void **state)
     const char *flags[] = {
         "--listen",          "--data",          "--write-key",         "--window",
         "--max-keys",        "--segment-bytes", "--map-size",          "--threads",
-        "--max-connections", "--timeout",       "--commit-max-events", "--log-level"};
+        "--max-connections", "--timeout",       "--commit-max-events", "--log-level",
+        "--admin-token",     "--log-retention", "--log-max-bytes"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
         if (strstr(buf, flags[i]) == NULL)
             fail_msg("--help lacks %s", flags[i]);
@@ -394,7 +399,10 @@ static void test_help(void **state)
                           "INGESTD_MAX_CONNECTIONS",
                           "INGESTD_TIMEOUT",
                           "INGESTD_COMMIT_MAX_EVENTS",
-                          "INGESTD_LOG_LEVEL"};
+                          "INGESTD_LOG_LEVEL",
+                          "INGESTD_ADMIN_TOKEN",
+                          "INGESTD_LOG_RETENTION",
+                          "INGESTD_LOG_MAX_BYTES"};
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         if (strstr(buf, envs[i]) == NULL)
             fail_msg("--help lacks %s", envs[i]);
@@ -454,8 +462,128 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 12);
+    assert_int_equal(lines, 16);
+    assert_non_null(strstr(log, "admin-token = none"));
+    assert_non_null(strstr(log, "store-sync = meta\n"));
+    assert_non_null(strstr(log, "log-retention = 0\n"));
+    assert_non_null(strstr(log, "log-max-bytes = 0\n"));
     assert_non_null(strstr(log, "Z INFO config "));
+    free(log);
+}
+
+static void test_admin_token(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token", "s3cr3t-T0ken_~+/="), 0);
+    assert_string_equal(cfg.admin_token, "s3cr3t-T0ken_~+/=");
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token=abc"), 0);
+    assert_string_equal(cfg.admin_token, "abc");
+
+    char *env[] = {"INGESTD_ADMIN_TOKEN=from-env", "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_string_equal(cfg.admin_token, "from-env");
+    assert_int_equal(PARSE_ENV(env, "--admin-token", "from-flag"), 0);
+    assert_string_equal(cfg.admin_token, "from-flag");
+    /* An empty variable counts as unset, as for every setting. */
+    char *empty[] = {"INGESTD_ADMIN_TOKEN=", "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(empty, (char *)NULL), 0);
+    assert_string_equal(cfg.admin_token, "");
+
+    /* An empty flag, blanks, control and non-ASCII bytes cannot travel in a Bearer header. */
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token", ""), 2);
+    assert_non_null(strstr(err, "--admin-token"));
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token", "two words"), 2);
+    assert_null(strstr(err, "two words")); /* the error never echoes the secret */
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token", "tab\there"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token", "caf\xc3\xa9"), 2);
+    char bad_env[] = "INGESTD_ADMIN_TOKEN=a b";
+    char *env2[] = {bad_env, "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(env2, (char *)NULL), 2);
+    assert_non_null(strstr(err, "INGESTD_ADMIN_TOKEN"));
+
+    char long_tok[300];
+    memset(long_tok, 'a', sizeof long_tok);
+    long_tok[255] = '\0';
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token", long_tok), 0);
+    assert_int_equal(strlen(cfg.admin_token), 255);
+    long_tok[255] = 'a';
+    long_tok[256] = '\0';
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token", long_tok), 2);
+}
+
+static void test_log_retention(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k", "--log-retention", "7d"), 0);
+    assert_int_equal(cfg.log_retention_ms, 7LL * 86400 * 1000);
+    assert_int_equal(PARSE("--write-key", "k", "--log-retention", "0"), 0);
+    assert_int_equal(cfg.log_retention_ms, 0);
+    assert_int_equal(PARSE("--write-key", "k", "--log-retention=90s"), 0);
+    assert_int_equal(cfg.log_retention_ms, 90000);
+    assert_int_equal(PARSE("--write-key", "k", "--log-retention", "3650d"), 0);
+    assert_int_equal(PARSE("--write-key", "k", "--log-retention", "3651d"), 2);
+    assert_non_null(strstr(err, "--log-retention"));
+    assert_int_equal(PARSE("--write-key", "k", "--log-retention", "forever"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--log-retention", "-1d"), 2);
+
+    assert_int_equal(PARSE("--write-key", "k", "--log-max-bytes", "10GiB"), 0);
+    assert_int_equal(cfg.log_max_bytes, 10ULL << 30);
+    assert_int_equal(PARSE("--write-key", "k", "--log-max-bytes", "0"), 0);
+    assert_int_equal(cfg.log_max_bytes, 0);
+    assert_int_equal(PARSE("--write-key", "k", "--log-max-bytes", "1024TiB"), 0);
+    assert_int_equal(PARSE("--write-key", "k", "--log-max-bytes", "1025TiB"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--log-max-bytes", "lots"), 2);
+    assert_non_null(strstr(err, "--log-max-bytes"));
+
+    char *env[] = {"INGESTD_LOG_RETENTION=48h", "INGESTD_LOG_MAX_BYTES=1G", "INGESTD_WRITE_KEY=k",
+                   NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_int_equal(cfg.log_retention_ms, 48LL * 3600 * 1000);
+    assert_int_equal(cfg.log_max_bytes, 1ULL << 30);
+    assert_int_equal(PARSE_ENV(env, "--log-retention", "0", "--log-max-bytes", "0"), 0);
+    assert_int_equal(cfg.log_retention_ms, 0);
+    assert_int_equal(cfg.log_max_bytes, 0);
+}
+
+static void test_store_sync(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k"), 0);
+    assert_int_equal(cfg.store_sync, STORE_SYNC_META);
+    assert_int_equal(PARSE("--write-key", "k", "--store-sync", "full"), 0);
+    assert_int_equal(cfg.store_sync, STORE_SYNC_FULL);
+    assert_int_equal(PARSE("--write-key", "k", "--store-sync=lazy"), 0);
+    assert_int_equal(cfg.store_sync, STORE_SYNC_NONE);
+    assert_int_equal(PARSE("--write-key", "k", "--store-sync", "meta"), 0);
+    assert_int_equal(cfg.store_sync, STORE_SYNC_META);
+    assert_int_equal(PARSE("--write-key", "k", "--store-sync", "none"), 2);
+    assert_non_null(strstr(err, "meta|full|lazy"));
+    assert_int_equal(PARSE("--write-key", "k", "--store-sync", "lazyx"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--store-sync", "laz"), 2);
+    char *env[] = {"INGESTD_STORE_SYNC=lazy", "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_int_equal(cfg.store_sync, STORE_SYNC_NONE);
+    assert_int_equal(PARSE_ENV(env, "--store-sync", "full"), 0);
+    assert_int_equal(cfg.store_sync, STORE_SYNC_FULL);
+}
+
+static void test_config_log_hides_admin_token(void **state)
+{
+    (void)state;
+    int saved_level = logging_level;
+    logging_level = LOG_LEVEL_INFO;
+    assert_int_equal(PARSE("--write-key", "k", "--admin-token", "tok-ABCDEFGHIJ", "--log-retention",
+                           "7d", "--log-max-bytes", "512MiB"),
+                     0);
+    char *log = capture_config_log();
+    logging_level = saved_level;
+
+    /* Not even a prefix: the token alone grants access to every event. */
+    assert_null(strstr(log, "tok-"));
+    assert_null(strstr(log, "ABC"));
+    assert_non_null(strstr(log, "admin-token = (set, hidden)"));
+    assert_non_null(strstr(log, "log-retention = 7d"));
+    assert_non_null(strstr(log, "log-max-bytes = 512MiB"));
     free(log);
 }
 
@@ -475,6 +603,10 @@ int main(void)
         cmocka_unit_test(test_unknown_and_malformed_args),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_config_log_masks_keys),
+        cmocka_unit_test(test_admin_token),
+        cmocka_unit_test(test_log_retention),
+        cmocka_unit_test(test_store_sync),
+        cmocka_unit_test(test_config_log_hides_admin_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
