@@ -1,4 +1,4 @@
-/* cli_log: `ingestd log cat`, acknowledged events as NDJSON, optionally following the log. */
+/* cli_log: `ingestd log cat|groups`, acknowledged events as NDJSON and consumer group positions. */
 #include "server/cli_log.h"
 
 #include <errno.h>
@@ -11,30 +11,72 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "server/config.h"
+#include "storage/groups.h"
 #include "storage/log.h"
 #include "storage/store.h"
 
-#define POLL_MS 200
+#define POLL_MS       200
+#define COMMIT_MS     1000         /* a following group commits at most this often */
+#define FLUSH_BYTES   (64u * 1024) /* write stdout once this much is buffered */
+#define DEFAULT_DATA  "./data"
+#define OPEN_ATTEMPTS 5 /* a reader open can race retention deleting its segment */
 
-static volatile sig_atomic_t stop_requested;
+/* SIGINT/SIGTERM received so far: 1 stops at the next record, 2 also abandons a blocked write. */
+static volatile sig_atomic_t signals;
 
 static void on_stop(int sig)
 {
     (void)sig;
-    stop_requested = 1;
+    if (signals < 2)
+        signals = signals + 1;
+}
+
+static void usage_cat(FILE *out)
+{
+    fprintf(out,
+            "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
+            "\n"
+            "Prints every acknowledged event (applied to the store) as one JSON line on\n"
+            "stdout, in log order; works while the server runs. Messages go to stderr.\n"
+            "  --data DIR       data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
+            "  --from OFFSET    start at this log offset (default: the oldest retained, or\n"
+            "                   the group's committed offset)\n"
+            "  --follow, -f     keep printing new events, across segment rotation and\n"
+            "                   retention, until SIGINT/SIGTERM\n"
+            "  --group NAME     consumer group (1..64 of A-Z a-z 0-9 . _ -): start at its\n"
+            "                   committed offset (a new group at the oldest retained one or\n"
+            "                   --from; --from wins over a committed offset) and commit the\n"
+            "                   offset after the last event written to stdout: every second\n"
+            "                   while following and on exit (SIGINT/SIGTERM, end of log,\n"
+            "                   closed stdout). Records deleted by retention before the group\n"
+            "                   read them are skipped with a warning.\n"
+            "Exit 0: done (also when stdout was closed); 1: error; 2: usage.\n");
+}
+
+static void usage_groups(FILE *out)
+{
+    fprintf(out, "Usage: ingestd log groups [--data DIR] [--json]\n"
+                 "\n"
+                 "Lists the consumer groups of `log cat --group` with the offset each reads next\n"
+                 "and its lag (acknowledged records it has not committed yet), one per line,\n"
+                 "sorted by name, after a header line; works while the server runs.\n"
+                 "  --data DIR   data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
+                 "  --json       one JSON object per group instead: "
+                 "{\"group\":...,\"offset\":...,\"lag\":...}\n"
+                 "Exit 0: listed; 1: error; 2: usage.\n");
 }
 
 static void usage(FILE *out)
 {
-    fprintf(out, "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow]\n"
+    fprintf(out, "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
+                 "       ingestd log groups [--data DIR] [--json]\n"
                  "\n"
-                 "Prints every acknowledged event (applied to the store) as one JSON line,\n"
-                 "in log order; works while the server runs.\n"
-                 "  --data DIR       data directory (env INGESTD_DATA; default ./data)\n"
-                 "  --from OFFSET    start at this log offset (default: the oldest retained)\n"
-                 "  --follow         keep printing new events until SIGINT/SIGTERM\n");
+                 "  cat      print acknowledged events as NDJSON, in log order\n"
+                 "  groups   list consumer groups with their offsets and lag\n"
+                 "Each takes --help.\n");
 }
 
 static bool exists(const char *path)
@@ -42,6 +84,14 @@ static bool exists(const char *path)
     struct stat sb;
 
     return stat(path, &sb) == 0;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Offset of the oldest retained record (0 with no log yet). */
@@ -60,92 +110,324 @@ static void sleep_poll(void)
     nanosleep(&ts, NULL);
 }
 
-/* Outcome of writing to stdout: 0 ok, 1 reader gone (EPIPE: stop quietly), -1 error. */
-static int put_record(const log_record_t *rec)
-{
-    if (fwrite(rec->data, 1, rec->len, stdout) != rec->len || putchar('\n') == EOF)
-        return errno == EPIPE ? 1 : -1;
-    return 0;
-}
+/* One command-line flag: "--name VALUE" / "--name=VALUE", or a boolean "--name". */
+struct flag {
+    const char *name;
+    const char *alias;  /* may be NULL */
+    const char **value; /* NULL: a boolean flag */
+    bool *set;
+};
 
-static int cat(int argc, char **argv)
+/* Returns 0, 1 for --help, 2 for a usage error (reported on stderr). */
+static int parse_flags(const char *cmd, int argc, char **argv, struct flag *flags, size_t n)
 {
-    const char *data = getenv("INGESTD_DATA");
-    const char *from_s = NULL;
-    bool follow = false, have_from;
-    char storedir[4200], logdir[4200], mdb[4300];
-    store_t *st = NULL;
-    log_reader_t *r = NULL;
-    uint64_t from = 0;
-    int ret = 1;
-
-    if (data == NULL || data[0] == '\0')
-        data = "./data";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *eq = strchr(a, '=');
         size_t nlen = eq != NULL ? (size_t)(eq - a) : strlen(a);
-        const char **dst = NULL;
+        struct flag *f = NULL;
 
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            usage(stdout);
-            return 0;
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
+            return 1;
+        for (size_t k = 0; k < n && f == NULL; k++) {
+            if ((strlen(flags[k].name) == nlen && strncmp(a, flags[k].name, nlen) == 0) ||
+                (flags[k].alias != NULL && strcmp(a, flags[k].alias) == 0))
+                f = &flags[k];
         }
-        if (strcmp(a, "--follow") == 0 || strcmp(a, "-f") == 0) {
-            follow = true;
-            continue;
-        }
-        if (nlen == 6 && strncmp(a, "--data", 6) == 0)
-            dst = &data;
-        else if (nlen == 6 && strncmp(a, "--from", 6) == 0)
-            dst = &from_s;
-        if (dst == NULL) {
-            fprintf(stderr, "ingestd log cat: unknown argument %s\n", a);
-            usage(stderr);
+        if (f == NULL) {
+            fprintf(stderr, "ingestd log %s: unknown argument %s\n", cmd, a);
             return 2;
         }
+        if (f->value == NULL) {
+            if (eq != NULL) {
+                fprintf(stderr, "ingestd log %s: %s takes no value\n", cmd, f->name);
+                return 2;
+            }
+            *f->set = true;
+            continue;
+        }
         if (eq != NULL) {
-            *dst = eq + 1;
+            *f->value = eq + 1;
         } else if (i + 1 < argc) {
-            *dst = argv[++i];
+            *f->value = argv[++i];
         } else {
-            fprintf(stderr, "ingestd log cat: %s needs a value\n", a);
+            fprintf(stderr, "ingestd log %s: %s needs a value\n", cmd, a);
             return 2;
         }
     }
+    return 0;
+}
+
+static const char *default_data(void)
+{
+    const char *data = getenv("INGESTD_DATA");
+
+    return data != NULL && data[0] != '\0' ? data : DEFAULT_DATA;
+}
+
+/* ---- stdout: records buffered, written with write(2) so we know which ones got out whole ---- */
+
+typedef struct out {
+    char *buf;
+    size_t len, cap;
+    size_t *ends;   /* end of each buffered record (with its newline) in buf */
+    uint64_t *next; /* offset after each buffered record */
+    size_t n, ncap;
+    uint64_t done; /* offset after the last record written to stdout completely */
+} out_t;
+
+static void out_free(out_t *o)
+{
+    free(o->buf);
+    free(o->ends);
+    free(o->next);
+}
+
+static int out_add(out_t *o, const log_record_t *rec)
+{
+    size_t need = o->len + rec->len + 1;
+
+    if (need > o->cap) {
+        size_t cap = o->cap ? o->cap : FLUSH_BYTES * 2;
+        while (cap < need)
+            cap *= 2;
+        char *b = realloc(o->buf, cap);
+        if (b == NULL)
+            return -1;
+        o->buf = b;
+        o->cap = cap;
+    }
+    if (o->n == o->ncap) {
+        size_t ncap = o->ncap ? o->ncap * 2 : 256;
+        size_t *e = realloc(o->ends, ncap * sizeof *e);
+        if (e == NULL)
+            return -1;
+        o->ends = e;
+        uint64_t *x = realloc(o->next, ncap * sizeof *x);
+        if (x == NULL)
+            return -1;
+        o->next = x;
+        o->ncap = ncap;
+    }
+    memcpy(o->buf + o->len, rec->data, rec->len);
+    o->buf[o->len + rec->len] = '\n';
+    o->len = need;
+    o->ends[o->n] = need;
+    o->next[o->n] = rec->offset + 1;
+    o->n++;
+    return 0;
+}
+
+/*
+ * Writes the buffer out. Returns 0 when all of it was written, 1 when the
+ * reader went away (EPIPE) or a second SIGINT/SIGTERM abandoned a blocked
+ * write, -1 on another error (errno kept). o->done advances record by record,
+ * so it names exactly what got out whole, whatever happens.
+ */
+static int out_flush(out_t *o)
+{
+    size_t w = 0, k = 0;
+    int ret = 0;
+
+    while (w < o->len) {
+        ssize_t n = write(STDOUT_FILENO, o->buf + w, o->len - w);
+        if (n < 0) {
+            /* The first signal only stops reading: what is buffered still goes out unless
+             * the consumer stalls and a second signal insists. */
+            if (errno == EINTR && signals < 2)
+                continue;
+            ret = errno == EPIPE || errno == EINTR ? 1 : -1;
+            break;
+        }
+        w += (size_t)n;
+        while (k < o->n && o->ends[k] <= w)
+            o->done = o->next[k++];
+    }
+    o->len = 0;
+    o->n = 0;
+    return ret;
+}
+
+/* ---- log cat ---- */
+
+typedef struct cat {
+    const char *data;
+    const char *group; /* NULL: no group */
+    char storedir[4200], logdir[4200], mdb[4300];
+    bool have_committed; /* the group file holds `committed` */
+    uint64_t committed;
+    int64_t committed_at;
+    out_t out;
+} cat_t;
+
+/* Commits the group's position when it moved (or the group is new). 0 or -1 (reported). */
+static int commit_group(cat_t *c)
+{
+    if (c->group == NULL || (c->have_committed && c->committed == c->out.done))
+        return 0;
+    int rc = groups_commit(c->data, c->group, c->out.done);
+    if (rc != GROUPS_OK) {
+        fprintf(stderr, "ingestd log cat: cannot commit group %s at offset %" PRIu64 ": %s%s%s\n",
+                c->group, c->out.done, groups_strerror(rc), rc == GROUPS_EIO ? ": " : "",
+                rc == GROUPS_EIO ? strerror(errno) : "");
+        return -1;
+    }
+    c->have_committed = true;
+    c->committed = c->out.done;
+    c->committed_at = now_ms();
+    return 0;
+}
+
+/* Records [from, first) are gone: say so; the position moves to `first`. */
+static void report_skip(const cat_t *c, uint64_t from, uint64_t first)
+{
+    fprintf(stderr,
+            "ingestd log cat: warning: %s%s%s%" PRIu64 " records (offsets %" PRIu64 "..%" PRIu64
+            ") were deleted by retention before they were read; continuing at offset %" PRIu64 "\n",
+            c->group ? "group " : "", c->group ? c->group : "", c->group ? ": " : "", first - from,
+            from, first - 1, first);
+}
+
+/*
+ * Opens a reader at *pos. When *pos lies before the oldest retained record and
+ * `may_skip`, warns and moves *pos there. Retries when retention deletes the
+ * segment between listing and opening it. LOG_OK or an error (reported).
+ */
+static int open_reader(cat_t *c, uint64_t *pos, bool may_skip, log_reader_t **r)
+{
+    int rc = LOG_INVALID;
+
+    for (int attempt = 0; attempt < OPEN_ATTEMPTS; attempt++) {
+        uint64_t first = first_offset(c->logdir);
+        if (*pos < first) {
+            if (!may_skip) {
+                fprintf(stderr,
+                        "ingestd log cat: offset %" PRIu64
+                        " is not in the log any more (oldest retained %" PRIu64 ")\n",
+                        *pos, first);
+                return LOG_INVALID;
+            }
+            report_skip(c, *pos, first);
+            *pos = first;
+        }
+        rc = log_reader_open(c->logdir, *pos, r);
+        if (rc != LOG_INVALID)
+            break;
+    }
+    if (rc == LOG_INVALID)
+        fprintf(stderr,
+                "ingestd log cat: offset %" PRIu64 " is not in the log (oldest %" PRIu64 ")\n",
+                *pos, first_offset(c->logdir));
+    else if (rc != LOG_OK)
+        fprintf(stderr, "ingestd log cat: cannot read %s: %s\n", c->logdir, log_strerror(rc));
+    return rc;
+}
+
+/* Handles the end of a flush: 0 go on, 1 stop quietly (reader gone), -1 error (reported). */
+static int flushed(int w)
+{
+    if (w < 0)
+        fprintf(stderr, "ingestd log cat: write: %s\n", strerror(errno));
+    return w;
+}
+
+static int cat(int argc, char **argv)
+{
+    cat_t c = {.data = default_data()};
+    const char *from_s = NULL;
+    bool follow = false, have_from;
+    store_t *st = NULL;
+    log_reader_t *r = NULL;
+    uint64_t pos = 0;
+    bool pos_known = false; /* pos set (else: the oldest retained, once a log exists) */
+    bool may_skip = true;   /* only an explicit --from out of range is an error */
+    int ret = 1, rc;
+    struct flag flags[] = {
+        {"--data", NULL, &c.data, NULL},
+        {"--from", NULL, &from_s, NULL},
+        {"--group", NULL, &c.group, NULL},
+        {"--follow", "-f", NULL, &follow},
+    };
+
+    switch (parse_flags("cat", argc, argv, flags, sizeof flags / sizeof flags[0])) {
+    case 0:
+        break;
+    case 1:
+        usage_cat(stdout);
+        return 0;
+    default:
+        usage_cat(stderr);
+        return 2;
+    }
     have_from = from_s != NULL;
-    if (have_from && config_parse_count(from_s, &from) != 0) {
+    if (have_from && config_parse_count(from_s, &pos) != 0) {
         fprintf(stderr, "ingestd log cat: --from needs a record offset (0, 1, 2, ...)\n");
         return 2;
     }
-    if (!exists(data)) {
-        fprintf(stderr, "ingestd log cat: no data directory %s\n", data);
+    if (c.group != NULL && !groups_valid_name(c.group)) {
+        fprintf(stderr,
+                "ingestd log cat: bad group name \"%s\" (1..64 of A-Z a-z 0-9 . _ -, not "
+                "starting with '.')\n",
+                c.group);
+        return 2;
+    }
+    if (!exists(c.data)) {
+        fprintf(stderr, "ingestd log cat: no data directory %s\n", c.data);
         return 1;
     }
-    snprintf(storedir, sizeof storedir, "%s/store", data);
-    snprintf(mdb, sizeof mdb, "%s/data.mdb", storedir);
-    snprintf(logdir, sizeof logdir, "%s/log", data);
+    snprintf(c.storedir, sizeof c.storedir, "%s/store", c.data);
+    snprintf(c.mdb, sizeof c.mdb, "%s/data.mdb", c.storedir);
+    snprintf(c.logdir, sizeof c.logdir, "%s/log", c.data);
+
+    if (have_from) {
+        pos_known = true;
+        may_skip = false;
+    }
+    if (c.group != NULL) {
+        uint64_t g = 0;
+        rc = groups_get(c.data, c.group, &g);
+        if (rc == GROUPS_OK) {
+            c.have_committed = true;
+            c.committed = g;
+            if (have_from) {
+                fprintf(stderr,
+                        "ingestd log cat: group %s is at offset %" PRIu64
+                        "; starting at --from %" PRIu64 " instead\n",
+                        c.group, g, pos);
+            } else {
+                pos = g;
+                pos_known = true;
+            }
+        } else if (rc != GROUPS_NOTFOUND) {
+            fprintf(stderr, "ingestd log cat: cannot read group %s: %s%s%s\n", c.group,
+                    groups_strerror(rc), rc == GROUPS_EIO ? ": " : "",
+                    rc == GROUPS_EIO ? strerror(errno) : "");
+            return 1;
+        }
+    }
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop; /* no SA_RESTART: the poll nap must be interrupted */
+    sa.sa_handler = on_stop; /* no SA_RESTART: the poll nap and a blocked write must end */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    c.committed_at = now_ms();
+    c.out.done = pos; /* a new group with no log yet commits 0 */
     for (;;) {
         uint64_t limit = UINT64_MAX;
         log_record_t rec;
-        int rc;
+        int w = 0;
 
         /* Only what the store has applied is acknowledged; a log without a store
          * (never started, or being rebuilt) has no such mark, so all of it goes. */
-        if (st == NULL && exists(mdb)) {
+        if (st == NULL && exists(c.mdb)) {
             store_options_t so = {.map_size = 0, .read_only = true};
-            rc = store_open(storedir, &so, &st);
+            rc = store_open(c.storedir, &so, &st);
             if (rc != STORE_OK) {
-                fprintf(stderr, "ingestd log cat: cannot open %s: %s\n", storedir,
+                fprintf(stderr, "ingestd log cat: cannot open %s: %s\n", c.storedir,
                         store_strerror(rc));
                 st = NULL;
                 goto out;
@@ -155,63 +437,192 @@ static int cat(int argc, char **argv)
             store_info_t info;
             rc = store_get_info(st, &info);
             if (rc != STORE_OK) {
-                fprintf(stderr, "ingestd log cat: cannot read %s: %s (%s)\n", storedir,
+                fprintf(stderr, "ingestd log cat: cannot read %s: %s (%s)\n", c.storedir,
                         store_strerror(rc), store_detail(st));
                 goto out;
             }
             limit = info.applied;
         }
 
-        if (r == NULL && exists(logdir)) {
-            if (!have_from)
-                from = first_offset(logdir);
-            rc = log_reader_open(logdir, from, &r);
-            if (rc == LOG_INVALID) {
-                fprintf(stderr,
-                        "ingestd log cat: offset %" PRIu64 " is not in the log (oldest %" PRIu64
-                        ")\n",
-                        from, first_offset(logdir));
+        if (r == NULL && exists(c.logdir)) {
+            if (!pos_known)
+                pos = first_offset(c.logdir);
+            pos_known = true;
+            if (open_reader(&c, &pos, may_skip, &r) != LOG_OK)
                 goto out;
-            }
-            if (rc != LOG_OK) {
-                fprintf(stderr, "ingestd log cat: cannot read %s: %s\n", logdir, log_strerror(rc));
-                goto out;
-            }
+            c.out.done = pos;
         }
 
         if (r != NULL) {
-            while ((rc = log_reader_next(r, limit, &rec)) == LOG_OK && !stop_requested) {
-                int w = put_record(&rec);
-                if (w != 0) {
-                    ret = w > 0 ? 0 : 1;
-                    if (w < 0)
-                        fprintf(stderr, "ingestd log cat: write: %s\n", strerror(errno));
+            rc = LOG_END;
+            while (signals == 0 && (rc = log_reader_next(r, limit, &rec)) == LOG_OK) {
+                if (out_add(&c.out, &rec) != 0) {
+                    fprintf(stderr, "ingestd log cat: out of memory\n");
                     goto out;
                 }
+                if (c.out.len >= FLUSH_BYTES) {
+                    w = flushed(out_flush(&c.out));
+                    if (w != 0)
+                        break;
+                    if (follow && now_ms() - c.committed_at >= COMMIT_MS && commit_group(&c))
+                        goto out;
+                }
             }
-            if (rc != LOG_OK && rc != LOG_END) {
-                fprintf(stderr, "ingestd log cat: reading %s at offset %" PRIu64 ": %s\n", logdir,
+            if (w == 0 && signals == 0 && rc != LOG_OK && rc != LOG_END) {
+                fprintf(stderr, "ingestd log cat: reading %s at offset %" PRIu64 ": %s\n", c.logdir,
                         log_reader_position(r), log_strerror(rc));
-                goto out;
+                w = flushed(out_flush(&c.out));
+                if (w == 0)
+                    w = -1;
+            }
+            if (w == 0 && signals == 0 && rc == LOG_END && log_reader_position(r) < limit) {
+                /* Short of the acknowledged end: retention may have deleted the
+                 * segment this reader was about to switch to. */
+                uint64_t at = log_reader_position(r);
+                uint64_t first = first_offset(c.logdir);
+                if (at < first) {
+                    w = flushed(out_flush(&c.out));
+                    if (w == 0) {
+                        log_reader_close(r);
+                        r = NULL;
+                        pos = at;
+                        if (open_reader(&c, &pos, true, &r) != LOG_OK)
+                            goto out;
+                        c.out.done = pos;
+                        continue;
+                    }
+                }
             }
         }
-        if (fflush(stdout) == EOF) {
-            ret = errno == EPIPE ? 0 : 1;
-            if (ret != 0)
-                fprintf(stderr, "ingestd log cat: write: %s\n", strerror(errno));
+        if (w == 0)
+            w = flushed(out_flush(&c.out));
+        if (w != 0) {
+            ret = w > 0 ? 0 : 1;
+            if (commit_group(&c) != 0)
+                ret = 1;
             goto out;
         }
-        if (!follow || stop_requested)
+        if (follow && now_ms() - c.committed_at >= COMMIT_MS && commit_group(&c) != 0)
+            goto out;
+        if (!follow || signals > 0)
             break;
         sleep_poll();
-        if (stop_requested)
+        if (signals > 0)
             break;
     }
-    ret = 0;
+    ret = commit_group(&c) == 0 ? 0 : 1;
 
 out:
     log_reader_close(r);
     store_close(st);
+    out_free(&c.out);
+    return ret;
+}
+
+/* ---- log groups ---- */
+
+/* The acknowledged end of the log: the store's applied offset, or without a store every valid
+ * record. */
+static int acknowledged_end(const char *data, uint64_t *end)
+{
+    char storedir[4200], logdir[4200], mdb[4300];
+    int rc;
+
+    snprintf(storedir, sizeof storedir, "%s/store", data);
+    snprintf(mdb, sizeof mdb, "%s/data.mdb", storedir);
+    snprintf(logdir, sizeof logdir, "%s/log", data);
+    *end = 0;
+    if (exists(mdb)) {
+        store_options_t so = {.map_size = 0, .read_only = true};
+        store_info_t info;
+        store_t *st = NULL;
+        rc = store_open(storedir, &so, &st);
+        if (rc == STORE_OK)
+            rc = store_get_info(st, &info);
+        if (rc != STORE_OK) {
+            fprintf(stderr, "ingestd log groups: cannot read %s: %s\n", storedir,
+                    store_strerror(rc));
+            store_close(st);
+            return -1;
+        }
+        store_close(st);
+        *end = info.applied;
+        return 0;
+    }
+    if (!exists(logdir))
+        return 0;
+    log_reader_t *r = NULL;
+    log_record_t rec;
+    rc = log_reader_open(logdir, first_offset(logdir), &r);
+    while (rc == LOG_OK && (rc = log_reader_next(r, UINT64_MAX, &rec)) == LOG_OK)
+        ;
+    if (rc != LOG_END) {
+        fprintf(stderr, "ingestd log groups: cannot read %s: %s\n", logdir, log_strerror(rc));
+        log_reader_close(r);
+        return -1;
+    }
+    *end = log_reader_position(r);
+    log_reader_close(r);
+    return 0;
+}
+
+static int groups_cmd(int argc, char **argv)
+{
+    const char *data = default_data();
+    bool json = false;
+    groups_entry_t *list = NULL;
+    size_t n = 0, width = 5;
+    uint64_t end = 0;
+    int ret = 1, rc;
+    struct flag flags[] = {
+        {"--data", NULL, &data, NULL},
+        {"--json", NULL, NULL, &json},
+    };
+
+    switch (parse_flags("groups", argc, argv, flags, sizeof flags / sizeof flags[0])) {
+    case 0:
+        break;
+    case 1:
+        usage_groups(stdout);
+        return 0;
+    default:
+        usage_groups(stderr);
+        return 2;
+    }
+    if (!exists(data)) {
+        fprintf(stderr, "ingestd log groups: no data directory %s\n", data);
+        return 1;
+    }
+    rc = groups_list(data, &list, &n);
+    if (rc != GROUPS_OK) {
+        fprintf(stderr, "ingestd log groups: %s%s%s\n", groups_strerror(rc),
+                rc == GROUPS_EIO ? ": " : "", rc == GROUPS_EIO ? strerror(errno) : "");
+        goto out;
+    }
+    if (acknowledged_end(data, &end) != 0)
+        goto out;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(list[i].name);
+        width = l > width ? l : width;
+    }
+    if (!json)
+        printf("%-*s  %12s  %12s\n", (int)width, "GROUP", "OFFSET", "LAG");
+    for (size_t i = 0; i < n; i++) {
+        uint64_t lag = end > list[i].offset ? end - list[i].offset : 0;
+        if (json)
+            printf("{\"group\":\"%s\",\"offset\":%" PRIu64 ",\"lag\":%" PRIu64 "}\n", list[i].name,
+                   list[i].offset, lag);
+        else
+            printf("%-*s  %12" PRIu64 "  %12" PRIu64 "\n", (int)width, list[i].name, list[i].offset,
+                   lag);
+    }
+    if (fflush(stdout) == EOF) {
+        fprintf(stderr, "ingestd log groups: write: %s\n", strerror(errno));
+        goto out;
+    }
+    ret = 0;
+out:
+    free(list);
     return ret;
 }
 
@@ -224,6 +635,8 @@ int cli_log_main(int argc, char **argv)
     }
     if (strcmp(argv[1], "cat") == 0)
         return cat(argc - 1, argv + 1);
+    if (strcmp(argv[1], "groups") == 0)
+        return groups_cmd(argc - 1, argv + 1);
     fprintf(stderr, "ingestd log: unknown subcommand %s\n", argv[1]);
     usage(stderr);
     return 2;

@@ -360,18 +360,20 @@ class Server:
 
 # ---- log cat ------------------------------------------------------------------
 
-def log_cat_cmd(data_dir, from_=None, follow=False):
+def log_cat_cmd(data_dir, from_=None, follow=False, group=None):
     cmd = [BIN, "log", "cat", "--data", data_dir]
     if from_ is not None:
         cmd += ["--from", str(from_)]
     if follow:
         cmd.append("--follow")
+    if group is not None:
+        cmd += ["--group", group]
     return cmd
 
 
-def log_cat(data_dir, from_=None, timeout=30):
-    """Runs `ingestd log cat --data DIR [--from N]`; returns the events as parsed JSON."""
-    p = subprocess.run(log_cat_cmd(data_dir, from_), stdin=subprocess.DEVNULL,
+def log_cat(data_dir, from_=None, timeout=30, group=None):
+    """Runs `ingestd log cat --data DIR [--from N] [--group G]`; returns the events as parsed JSON."""
+    p = subprocess.run(log_cat_cmd(data_dir, from_, group=group), stdin=subprocess.DEVNULL,
                        capture_output=True, timeout=timeout, env=clean_env())
     if p.returncode != 0:
         raise HarnessError("log cat exited %d: %s" % (p.returncode, p.stderr.decode(errors="replace")))
@@ -389,8 +391,8 @@ def log_cat(data_dir, from_=None, timeout=30):
 class Follower:
     """`ingestd log cat --follow` in the background; lines collected by a reader thread."""
 
-    def __init__(self, data_dir, from_=None):
-        self.proc = subprocess.Popen(log_cat_cmd(data_dir, from_, follow=True),
+    def __init__(self, data_dir, from_=None, group=None):
+        self.proc = subprocess.Popen(log_cat_cmd(data_dir, from_, follow=True, group=group),
                                      stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=clean_env())
         self.lines = []
@@ -418,7 +420,25 @@ class Follower:
             return None
         return deadline_wait(check, timeout, what)
 
+    def stop(self, timeout=10.0):
+        """SIGTERM; waits for exit and EOF on stdout. Returns (exit code, stderr text)."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise HarnessError("log cat --follow did not exit within %.0fs of SIGTERM" % timeout)
+        self.thread.join(timeout=timeout)
+        err = self.proc.stderr.read().decode(errors="replace")
+        self.proc.stdout.close()
+        self.proc.stderr.close()
+        return rc, err
+
     def close(self):
+        if self.proc.stdout.closed:
+            return
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
