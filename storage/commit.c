@@ -804,10 +804,16 @@ static void wait_for_work(commit_t *c)
         fire_watches(c, false);
         if (c->head || c->closing)
             break;
-        /* Sleep until work, the next watch deadline, or (storage failed) the next retry. */
+        /*
+         * Sleep until work, the next watch deadline, (storage failed) the next
+         * retry, or (a retention bound is set) the next retention pass: age-bound
+         * retention must run while no events arrive too.
+         */
         int64_t wake = INT64_MAX;
         if (c->failed)
             wake = c->last_recover_ms + RECOVER_EVERY_MS;
+        else if (c->opts.log_retention_ms > 0 || c->opts.log_max_bytes > 0)
+            wake = c->last_retain_ms + RETAIN_EVERY_MS;
         for (watch_t *w = c->watches; w; w = w->next)
             if (w->deadline_ms < wake)
                 wake = w->deadline_ms;
@@ -817,11 +823,13 @@ static void wait_for_work(commit_t *c)
         }
         struct timespec ts = {.tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000};
         pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-        if (c->failed && !c->head &&
-            now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
+        if (!c->head && !c->closing) {
             pthread_mutex_unlock(&c->mu);
-            recover(c, false);
-            refresh_stats(c);
+            if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
+                recover(c, false);
+                refresh_stats(c);
+            }
+            maybe_retain(c); /* rate-limited inside */
             pthread_mutex_lock(&c->mu);
         }
     }

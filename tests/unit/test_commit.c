@@ -1125,6 +1125,29 @@ static void test_retention_inside_window(void **state)
     commit_close(c);
 }
 
+/* Age-bound retention also runs while no events arrive: the idle writer wakes for it. */
+static void test_retention_while_idle(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    o.segment_bytes = 4096;
+    o.log_retention_ms = 1; /* every closed segment is old at once */
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    for (unsigned i = 0; i < 30; i++)
+        submit_range(c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    /* No more writes from here: only the idle wake-up can delete what is left. */
+    int64_t deadline = tu_monotonic_ms() + 15000;
+    do {
+        usleep(10000); /* polling a condition with a deadline, not standing in for one */
+        commit_get_stats(c, &s);
+    } while (s.log_segments > 1 && tu_monotonic_ms() < deadline);
+    assert_int_equal(s.log_segments, 1);
+    assert_true(s.retention_segments > 0);
+    assert_int_equal(s.log_first_offset, s.retention_records);
+    commit_close(c);
+}
+
 /* Lazy mode: a data dir whose boot-id file the test controls. */
 static commit_options_t lazy_opts(const fx_t *fx, char *boot, size_t len, const char *id)
 {
@@ -1252,6 +1275,7 @@ int main(void)
         T(test_store_full_at_commit_redo),
         T(test_watch),
         T(test_retention_inside_window),
+        T(test_retention_while_idle),
         T(test_lazy_clean_close),
         T(test_lazy_machine_crash_rebuilds),
         T(test_lazy_marker_cleared_by_synced_mode),
