@@ -777,8 +777,13 @@ static void maybe_retain(commit_t *c)
     if (res.segments == 0)
         return;
     pthread_mutex_lock(&c->mu);
+    /* Of the records deleted now, [first_offset - records, first_offset), those at or past
+     * the window's oldest key. */
     uint64_t wfirst = c->stats.window_first_offset;
-    uint64_t in_window = res.first_offset > wfirst ? res.first_offset - wfirst : 0;
+    uint64_t from = res.first_offset - res.records;
+    if (wfirst > from)
+        from = wfirst;
+    uint64_t in_window = res.first_offset > from ? res.first_offset - from : 0;
     c->stats.retention_segments += res.segments;
     c->stats.retention_records += res.records;
     c->stats.retention_window_records += in_window;
@@ -793,7 +798,7 @@ static void maybe_retain(commit_t *c)
                "log retention deleted %llu records still inside the dedupe window (offsets %llu.."
                "%llu): their keys are remembered, but `ingestd rebuild` could no longer restore "
                "them; raise --log-retention / --log-max-bytes or shorten --window",
-               (unsigned long long)in_window, (unsigned long long)wfirst,
+               (unsigned long long)in_window, (unsigned long long)from,
                (unsigned long long)res.first_offset - 1);
     refresh_stats(c);
 }
