@@ -393,7 +393,15 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
     } else {
         store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
         src = store_open(path, &so, &c->store);
-        if (src != STORE_OK) {
+        if (src == STORE_VERSION) {
+            /* Written by another format version: the log is the truth, rebuild from it. */
+            notify(c, 1, "the LMDB store has another format version: rebuilding it from the log");
+            if (reset_store(c, path, logdir, &aside, errbuf, errlen) != 0)
+                goto out;
+            pthread_mutex_lock(&c->mu);
+            c->stats.rebuilt_at_open = true;
+            pthread_mutex_unlock(&c->mu);
+        } else if (src != STORE_OK) {
             errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
             goto out;
         }

@@ -8,11 +8,22 @@
 
 #define DEFAULT_MAP_SIZE (1ull << 30)
 #define SEQ_VALUE_LEN    32 /* key(16) | receivedAt(8) | log offset(8) */
+/*
+ * `keys` is MDB_DUPSORT | MDB_DUPFIXED: the first KEY_PREFIX bytes of a dedupe
+ * key are the LMDB key, and the rest plus the sequence number a fixed-size
+ * duplicate value. Duplicate values are packed without per-item headers, so
+ * a key costs its 22 bytes (at the B-tree's fill factor) instead of a node
+ * of 8 + 16 + 8. The 65,536 prefixes keep every bucket small.
+ */
+#define KEY_PREFIX 2
+#define KEY_SUFFIX (KEYHASH_LEN - KEY_PREFIX)
+#define KEY_VALUE  (KEY_SUFFIX + 8) /* suffix | seq */
 
 struct store {
     MDB_env *env;
     MDB_dbi keys, seq, meta;
     MDB_txn *txn;      /* the open write transaction, if any */
+    MDB_cursor *kcur;  /* a cursor on `keys` in txn (LMDB closes it with the txn) */
     uint64_t next_seq; /* committed */
     uint64_t txn_seq;  /* next sequence inside the open transaction */
     bool read_only;
@@ -108,11 +119,9 @@ static int open_dbs(store_t *st)
     int rc = xlate(st, mdb_txn_begin(st->env, NULL, st->read_only ? MDB_RDONLY : 0, &txn));
     if (rc)
         return rc;
-    if ((rc = xlate(st, mdb_dbi_open(txn, "keys", create, &st->keys))) ||
-        (rc = xlate(st, mdb_dbi_open(txn, "seq", create | MDB_INTEGERKEY, &st->seq))) ||
-        (rc = xlate(st, mdb_dbi_open(txn, "meta", create, &st->meta))))
+    if ((rc = xlate(st, mdb_dbi_open(txn, "meta", create, &st->meta))))
         goto out;
-
+    /* The format first: an older store's databases may have other flags. */
     MDB_val k = val("format", 6), v;
     int mrc = mdb_get(txn, st->meta, &k, &v);
     if (mrc == 0) {
@@ -134,6 +143,10 @@ static int open_dbs(store_t *st)
         rc = xlate(st, mrc);
         goto out;
     }
+    if ((rc = xlate(st,
+                    mdb_dbi_open(txn, "keys", create | MDB_DUPSORT | MDB_DUPFIXED, &st->keys))) ||
+        (rc = xlate(st, mdb_dbi_open(txn, "seq", create | MDB_INTEGERKEY, &st->seq))))
+        goto out;
     bool found;
     st->next_seq = 0;
     if ((rc = meta_get_u64(st, txn, "next_seq", &st->next_seq, &found)))
@@ -298,21 +311,70 @@ int store_begin(store_t *st)
     return STORE_OK;
 }
 
+/*
+ * Looks `key` up in `keys` through cursor `cur`: *found, and its sequence
+ * number in *seq when found. Leaves the cursor on or near it.
+ */
+static int find_key(store_t *st, MDB_cursor *cur, const uint8_t key[KEYHASH_LEN], bool *found,
+                    uint64_t *seq)
+{
+    uint8_t probe[KEY_VALUE] = {0};
+    memcpy(probe, key + KEY_PREFIX, KEY_SUFFIX);
+    MDB_val k = val(key, KEY_PREFIX), v = val(probe, sizeof(probe));
+    *found = false;
+    /* The first value of the bucket at or after suffix|0: ours if its suffix matches. */
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_GET_BOTH_RANGE);
+    if (rc == MDB_NOTFOUND)
+        return STORE_OK;
+    if (rc)
+        return xlate(st, rc);
+    if (v.mv_size != KEY_VALUE)
+        return STORE_CORRUPT;
+    if (memcmp(v.mv_data, key + KEY_PREFIX, KEY_SUFFIX) == 0) {
+        *found = true;
+        if (seq)
+            memcpy(seq, (const char *)v.mv_data + KEY_SUFFIX, 8);
+    }
+    return STORE_OK;
+}
+
+/* The `keys` entry (prefix, suffix|seq) of a key. */
+static void key_entry(const uint8_t key[KEYHASH_LEN], uint64_t seq, uint8_t value[KEY_VALUE],
+                      MDB_val *k, MDB_val *v)
+{
+    memcpy(value, key + KEY_PREFIX, KEY_SUFFIX);
+    memcpy(value + KEY_SUFFIX, &seq, 8);
+    *k = val(key, KEY_PREFIX);
+    *v = val(value, KEY_VALUE);
+}
+
+static int cursor(store_t *st, MDB_cursor **cur)
+{
+    if (!st->kcur) {
+        int rc = mdb_cursor_open(st->txn, st->keys, &st->kcur);
+        if (rc)
+            return xlate(st, rc);
+    }
+    *cur = st->kcur;
+    return STORE_OK;
+}
+
 int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
                  uint64_t log_offset, bool *duplicate)
 {
     uint64_t seq = st->txn_seq;
-    MDB_val k = val(key, KEYHASH_LEN), v = val(&seq, sizeof(seq));
+    uint8_t value[KEY_VALUE];
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
     int rc;
 
     *duplicate = false;
-    /* One B-tree descent answers "present?" and inserts when absent. */
-    rc = mdb_put(st->txn, st->keys, &k, &v, MDB_NOOVERWRITE);
-    if (rc == MDB_KEYEXIST) {
-        *duplicate = true;
+    if ((rc = cursor(st, &cur)) || (rc = find_key(st, cur, key, duplicate, NULL)))
+        return rc;
+    if (*duplicate)
         return STORE_OK;
-    }
-    if (rc)
+    key_entry(key, seq, value, &k, &v);
+    if ((rc = mdb_cursor_put(cur, &k, &v, MDB_NODUPDATA)))
         return xlate(st, rc);
 
     uint8_t rec[SEQ_VALUE_LEN];
@@ -330,42 +392,45 @@ int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
 int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
                  uint64_t log_offset)
 {
-    MDB_val k = val(key, KEYHASH_LEN), old;
-    bool dup;
-    int rc = store_insert(st, key, received_ms, log_offset, &dup);
-    if (rc || !dup)
+    uint64_t old_seq = 0;
+    uint8_t value[KEY_VALUE];
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    bool found, dup;
+    int rc;
+
+    if ((rc = cursor(st, &cur)) || (rc = find_key(st, cur, key, &found, &old_seq)))
         return rc;
-    /* Present: retire its older sequence entry, then insert afresh. */
-    int mrc = mdb_get(st->txn, st->keys, &k, &old);
-    if (mrc)
-        return xlate(st, mrc);
-    uint64_t old_seq = get_u64(&old);
-    MDB_val sk = val(&old_seq, sizeof(old_seq));
-    if ((mrc = mdb_del(st->txn, st->seq, &sk, NULL)) && mrc != MDB_NOTFOUND)
-        return xlate(st, mrc);
-    if ((mrc = mdb_del(st->txn, st->keys, &k, NULL)))
-        return xlate(st, mrc);
+    if (found) {
+        /* Present: retire its older entries, then insert afresh. */
+        MDB_val sk = val(&old_seq, sizeof(old_seq));
+        key_entry(key, old_seq, value, &k, &v);
+        int mrc = mdb_del(st->txn, st->keys, &k, &v);
+        if (mrc == 0)
+            mrc = mdb_del(st->txn, st->seq, &sk, NULL);
+        if (mrc && mrc != MDB_NOTFOUND)
+            return xlate(st, mrc);
+    }
     return store_insert(st, key, received_ms, log_offset, &dup);
 }
 
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present)
 {
     MDB_txn *txn = st->txn;
-    MDB_val k = val(key, KEYHASH_LEN), v;
+    MDB_cursor *cur = NULL;
     int rc;
 
     *present = false;
     if (!txn && (rc = begin_read(st, &txn)))
         return rc;
-    rc = mdb_get(txn, st->keys, &k, &v);
+    rc = xlate(st, mdb_cursor_open(txn, st->keys, &cur));
+    if (rc == STORE_OK)
+        rc = find_key(st, cur, key, present, NULL);
+    if (cur)
+        mdb_cursor_close(cur);
     if (txn != st->txn)
         mdb_txn_abort(txn);
-    if (rc == MDB_NOTFOUND)
-        return STORE_OK;
-    if (rc)
-        return xlate(st, rc);
-    *present = true;
-    return STORE_OK;
+    return rc;
 }
 
 int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
@@ -403,17 +468,14 @@ int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t ma
         bool by_size = max_keys > 0 && count > max_keys;
         if (!by_age && !by_size)
             break;
-        /* The key maps to this sequence unless the store is inconsistent; never drop a newer one.
-         */
-        MDB_val kk = val(key, KEYHASH_LEN), kv;
-        mrc = mdb_get(st->txn, st->keys, &kk, &kv);
-        if (mrc == 0 && get_u64(&kv) == seq) {
-            if ((mrc = mdb_del(st->txn, st->keys, &kk, NULL))) {
-                rc = xlate(st, mrc);
-                goto out;
-            }
+        /* Exactly this key's entry with this sequence: a newer one for the key is never hit. */
+        uint8_t value[KEY_VALUE];
+        MDB_val kk, kv;
+        key_entry(key, seq, value, &kk, &kv);
+        mrc = mdb_del(st->txn, st->keys, &kk, &kv);
+        if (mrc == 0)
             count--;
-        } else if (mrc != 0 && mrc != MDB_NOTFOUND) {
+        else if (mrc != MDB_NOTFOUND) {
             rc = xlate(st, mrc);
             goto out;
         }
@@ -444,7 +506,8 @@ int store_commit(store_t *st)
         return rc;
     }
     rc = mdb_txn_commit(st->txn);
-    st->txn = NULL; /* committed or, on error, freed by LMDB */
+    st->txn = NULL; /* committed or, on error, freed by LMDB, with its cursors */
+    st->kcur = NULL;
     if (rc)
         return xlate(st, rc);
     st->next_seq = st->txn_seq;
@@ -454,8 +517,9 @@ int store_commit(store_t *st)
 void store_abort(store_t *st)
 {
     if (st->txn)
-        mdb_txn_abort(st->txn);
+        mdb_txn_abort(st->txn); /* closes kcur too */
     st->txn = NULL;
+    st->kcur = NULL;
     st->txn_seq = st->next_seq;
 }
 
@@ -484,7 +548,7 @@ typedef struct {
     void *arg;
 } scan_t;
 
-static int seq_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
+static int scan_seq_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
 {
     if (k->mv_size != sizeof(uint64_t) || v->mv_size != SEQ_VALUE_LEN)
         return STORE_CORRUPT;
@@ -496,15 +560,19 @@ static int seq_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
     return s->on_seq(s->arg, seq, v->mv_data, ts, off);
 }
 
-static int key_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
+static int scan_key_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
 {
-    if (k->mv_size != KEYHASH_LEN || v->mv_size != sizeof(uint64_t))
+    if (k->mv_size != KEY_PREFIX || v->mv_size != KEY_VALUE)
         return STORE_CORRUPT;
-    uint64_t seq = get_u64(v);
+    uint8_t key[KEYHASH_LEN];
+    uint64_t seq;
+    memcpy(key, k->mv_data, KEY_PREFIX);
+    memcpy(key + KEY_PREFIX, v->mv_data, KEY_SUFFIX);
+    memcpy(&seq, (const char *)v->mv_data + KEY_SUFFIX, 8);
     MDB_val sk = val(&seq, sizeof(seq)), sv;
     bool ok = mdb_get(s->txn, s->st->seq, &sk, &sv) == 0 && sv.mv_size == SEQ_VALUE_LEN &&
-              memcmp(sv.mv_data, k->mv_data, KEYHASH_LEN) == 0;
-    return s->on_key(s->arg, k->mv_data, seq, ok);
+              memcmp(sv.mv_data, key, KEYHASH_LEN) == 0;
+    return s->on_key(s->arg, key, seq, ok);
 }
 
 /* Calls `entry` for every entry of `dbi` in key order; stops at the first non-zero result. */
@@ -542,9 +610,9 @@ int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_f
     scan_t s = {.st = st, .txn = txn, .on_seq = on_seq, .on_key = on_key, .arg = arg};
     rc = read_info(st, txn, info);
     if (rc == STORE_OK && on_seq)
-        rc = walk(&s, st->seq, seq_entry);
+        rc = walk(&s, st->seq, scan_seq_entry);
     if (rc == STORE_OK && on_key)
-        rc = walk(&s, st->keys, key_entry);
+        rc = walk(&s, st->keys, scan_key_entry);
     mdb_txn_abort(txn);
     return rc;
 }

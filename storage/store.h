@@ -10,7 +10,8 @@
 
 /*
  * Three named LMDB databases in one environment (DIR/data.mdb):
- *   keys: 16-byte dedupe key -> u64 sequence number
+ *   keys: MDB_DUPSORT | MDB_DUPFIXED: the key's first 2 bytes -> packed
+ *         duplicates of (the other 14 bytes | u64 sequence number)
  *   seq : u64 sequence (MDB_INTEGERKEY, appended in order)
  *         -> 16-byte key | i64 receivedAt ms | u64 log offset
  *   meta: "format" -> u32, "secret" -> 16 bytes, "applied" -> u64 (the log
@@ -32,7 +33,7 @@ enum store_status {
     STORE_NOTFOUND = -8,
 };
 
-#define STORE_FORMAT_VERSION 1
+#define STORE_FORMAT_VERSION 2 /* 2: `keys` as prefix -> packed suffix|seq duplicates */
 
 /* How LMDB makes its own commits durable (docs/durability.md says which is safe when). */
 enum store_sync {
