@@ -7,7 +7,16 @@
 #include <string.h>
 
 #define DEFAULT_MAP_SIZE (1ull << 30)
-#define SEQ_VALUE_LEN    32 /* key(16) | receivedAt(8) | log offset(8) */
+/*
+ * `seq` is MDB_DUPSORT | MDB_DUPFIXED too: the bucket seq / B (u64,
+ * MDB_INTEGERKEY) -> packed 33-byte duplicates (seq % B | key | receivedAt |
+ * log offset), where B is how many values fill one page exactly (123 for
+ * 4 KiB pages). Sequences only grow, so every put is an append (a new bucket
+ * at the tree's end, a new value at its bucket's end): each bucket is one
+ * full page, with no node header per entry.
+ */
+#define SEQ_VALUE_LEN 33
+#define PAGE_HEADER   16 /* LMDB's page header */
 /*
  * `keys` is MDB_DUPSORT | MDB_DUPFIXED: the first KEY_PREFIX bytes of a dedupe
  * key are the LMDB key, and the rest plus the sequence number a fixed-size
@@ -24,6 +33,7 @@ struct store {
     MDB_dbi keys, seq, meta;
     MDB_txn *txn;      /* the open write transaction, if any */
     MDB_cursor *kcur;  /* a cursor on `keys` in txn (LMDB closes it with the txn) */
+    uint64_t bucket;   /* sequences per `seq` bucket: one page of values */
     uint64_t next_seq; /* committed */
     uint64_t txn_seq;  /* next sequence inside the open transaction */
     bool read_only;
@@ -76,6 +86,43 @@ static uint64_t get_u64(const MDB_val *v)
     if (v->mv_size == sizeof(x))
         memcpy(&x, v->mv_data, sizeof(x));
     return x;
+}
+
+typedef struct {
+    uint64_t seq;
+    uint8_t key[KEYHASH_LEN];
+    int64_t received_ms;
+    uint64_t offset;
+} seq_rec_t;
+
+static int seq_decode(const store_t *st, const MDB_val *k, const MDB_val *v, seq_rec_t *r)
+{
+    uint64_t bucket;
+    if (k->mv_size != sizeof(bucket) || v->mv_size != SEQ_VALUE_LEN)
+        return STORE_CORRUPT;
+    const uint8_t *p = v->mv_data;
+    memcpy(&bucket, k->mv_data, sizeof(bucket));
+    r->seq = bucket * st->bucket + p[0];
+    memcpy(r->key, p + 1, KEYHASH_LEN);
+    memcpy(&r->received_ms, p + 17, 8);
+    memcpy(&r->offset, p + 25, 8);
+    return STORE_OK;
+}
+
+/* Positions `cur` (on `seq`) at the entry of `seq`; *found says whether there is one. */
+static int seq_find(store_t *st, MDB_cursor *cur, uint64_t seq, bool *found)
+{
+    uint64_t bucket = seq / st->bucket;
+    uint8_t probe[SEQ_VALUE_LEN] = {(uint8_t)(seq % st->bucket)};
+    MDB_val k = val(&bucket, sizeof(bucket)), v = val(probe, sizeof(probe));
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_GET_BOTH_RANGE);
+    *found = false;
+    if (rc == MDB_NOTFOUND)
+        return STORE_OK;
+    if (rc)
+        return xlate(st, rc);
+    *found = v.mv_size == SEQ_VALUE_LEN && ((const uint8_t *)v.mv_data)[0] == probe[0];
+    return STORE_OK;
 }
 
 static int meta_get_u64(store_t *st, MDB_txn *txn, const char *name, uint64_t *out, bool *found)
@@ -145,7 +192,9 @@ static int open_dbs(store_t *st)
     }
     if ((rc = xlate(st,
                     mdb_dbi_open(txn, "keys", create | MDB_DUPSORT | MDB_DUPFIXED, &st->keys))) ||
-        (rc = xlate(st, mdb_dbi_open(txn, "seq", create | MDB_INTEGERKEY, &st->seq))))
+        (rc = xlate(st,
+                    mdb_dbi_open(txn, "seq", create | MDB_INTEGERKEY | MDB_DUPSORT | MDB_DUPFIXED,
+                                 &st->seq))))
         goto out;
     bool found;
     st->next_seq = 0;
@@ -184,6 +233,13 @@ int store_open(const char *dir, const store_options_t *opts, store_t **out)
         flags |= MDB_NOSYNC;
     if ((rc = xlate(st, mdb_env_open(st->env, dir, flags, 0644))))
         goto fail;
+    MDB_stat ms;
+    if ((rc = xlate(st, mdb_env_stat(st->env, &ms))))
+        goto fail;
+    /* The page size is the file's: a store's buckets always have the same size. */
+    st->bucket = (ms.ms_psize - PAGE_HEADER) / SEQ_VALUE_LEN;
+    if (st->bucket > 255)
+        st->bucket = 255; /* the position in a bucket is one byte */
     if ((rc = open_dbs(st)))
         goto fail;
     int dead = 0;
@@ -265,9 +321,10 @@ static int read_info(store_t *st, MDB_txn *txn, store_info_t *info)
         return rc;
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     info->oldest_offset = info->applied;
-    if (mrc == 0 && v.mv_size == SEQ_VALUE_LEN) {
-        memcpy(&info->oldest_received_ms, (const char *)v.mv_data + 16, 8);
-        memcpy(&info->oldest_offset, (const char *)v.mv_data + 24, 8);
+    seq_rec_t r;
+    if (mrc == 0 && seq_decode(st, &k, &v, &r) == STORE_OK) {
+        info->oldest_received_ms = r.received_ms;
+        info->oldest_offset = r.offset;
     } else if (mrc != 0 && mrc != MDB_NOTFOUND) {
         rc = xlate(st, mrc);
     }
@@ -378,11 +435,15 @@ int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
         return xlate(st, rc);
 
     uint8_t rec[SEQ_VALUE_LEN];
-    memcpy(rec, key, KEYHASH_LEN);
-    memcpy(rec + 16, &received_ms, 8);
-    memcpy(rec + 24, &log_offset, 8);
-    MDB_val sk = val(&seq, sizeof(seq)), sv = val(rec, sizeof(rec));
-    rc = mdb_put(st->txn, st->seq, &sk, &sv, MDB_APPEND);
+    uint64_t bucket = seq / st->bucket;
+    rec[0] = (uint8_t)(seq % st->bucket);
+    memcpy(rec + 1, key, KEYHASH_LEN);
+    memcpy(rec + 17, &received_ms, 8);
+    memcpy(rec + 25, &log_offset, 8);
+    MDB_val sk = val(&bucket, sizeof(bucket)), sv = val(rec, sizeof(rec));
+    /* The first of a bucket opens it at the tree's end; the others go at its end. */
+    unsigned flags = seq % st->bucket == 0 ? MDB_APPEND : MDB_APPENDDUP;
+    rc = mdb_put(st->txn, st->seq, &sk, &sv, flags);
     if (rc)
         return xlate(st, rc);
     st->txn_seq++;
@@ -403,13 +464,20 @@ int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
         return rc;
     if (found) {
         /* Present: retire its older entries, then insert afresh. */
-        MDB_val sk = val(&old_seq, sizeof(old_seq));
+        MDB_cursor *scur = NULL;
+        bool have;
         key_entry(key, old_seq, value, &k, &v);
         int mrc = mdb_del(st->txn, st->keys, &k, &v);
-        if (mrc == 0)
-            mrc = mdb_del(st->txn, st->seq, &sk, NULL);
         if (mrc && mrc != MDB_NOTFOUND)
             return xlate(st, mrc);
+        if ((rc = xlate(st, mdb_cursor_open(st->txn, st->seq, &scur))))
+            return rc;
+        rc = seq_find(st, scur, old_seq, &have);
+        if (rc == STORE_OK && have)
+            rc = xlate(st, mdb_cursor_del(scur, 0));
+        mdb_cursor_close(scur);
+        if (rc)
+            return rc;
     }
     return store_insert(st, key, received_ms, log_offset, &dup);
 }
@@ -454,24 +522,17 @@ int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t ma
             rc = xlate(st, mrc);
             goto out;
         }
-        if (v.mv_size != SEQ_VALUE_LEN || k.mv_size != sizeof(uint64_t)) {
-            rc = STORE_CORRUPT;
+        seq_rec_t r;
+        if ((rc = seq_decode(st, &k, &v, &r)))
             goto out;
-        }
-        int64_t received;
-        uint64_t seq;
-        uint8_t key[KEYHASH_LEN];
-        memcpy(key, v.mv_data, KEYHASH_LEN);
-        memcpy(&received, (const char *)v.mv_data + 16, 8);
-        memcpy(&seq, k.mv_data, sizeof(seq));
-        bool by_age = received < older_than_ms;
+        bool by_age = r.received_ms < older_than_ms;
         bool by_size = max_keys > 0 && count > max_keys;
         if (!by_age && !by_size)
             break;
         /* Exactly this key's entry with this sequence: a newer one for the key is never hit. */
         uint8_t value[KEY_VALUE];
         MDB_val kk, kv;
-        key_entry(key, seq, value, &kk, &kv);
+        key_entry(r.key, r.seq, value, &kk, &kv);
         mrc = mdb_del(st->txn, st->keys, &kk, &kv);
         if (mrc == 0)
             count--;
@@ -546,18 +607,14 @@ typedef struct {
     store_seq_fn on_seq;
     store_key_fn on_key;
     void *arg;
+    MDB_cursor *seqcur; /* for the key pass's look-ups in `seq` */
 } scan_t;
 
 static int scan_seq_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
 {
-    if (k->mv_size != sizeof(uint64_t) || v->mv_size != SEQ_VALUE_LEN)
-        return STORE_CORRUPT;
-    uint64_t seq, off;
-    int64_t ts;
-    memcpy(&seq, k->mv_data, sizeof(seq));
-    memcpy(&ts, (const char *)v->mv_data + 16, 8);
-    memcpy(&off, (const char *)v->mv_data + 24, 8);
-    return s->on_seq(s->arg, seq, v->mv_data, ts, off);
+    seq_rec_t r;
+    int rc = seq_decode(s->st, k, v, &r);
+    return rc ? rc : s->on_seq(s->arg, r.seq, r.key, r.received_ms, r.offset);
 }
 
 static int scan_key_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
@@ -569,9 +626,17 @@ static int scan_key_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
     memcpy(key, k->mv_data, KEY_PREFIX);
     memcpy(key + KEY_PREFIX, v->mv_data, KEY_SUFFIX);
     memcpy(&seq, (const char *)v->mv_data + KEY_SUFFIX, 8);
-    MDB_val sk = val(&seq, sizeof(seq)), sv;
-    bool ok = mdb_get(s->txn, s->st->seq, &sk, &sv) == 0 && sv.mv_size == SEQ_VALUE_LEN &&
-              memcmp(sv.mv_data, key, KEYHASH_LEN) == 0;
+    /* The sequence entry it names must exist and name it back. */
+    bool ok = false;
+    int rc = seq_find(s->st, s->seqcur, seq, &ok);
+    if (rc)
+        return rc;
+    if (ok) {
+        MDB_val ck, cv;
+        seq_rec_t r;
+        ok = mdb_cursor_get(s->seqcur, &ck, &cv, MDB_GET_CURRENT) == 0 &&
+             seq_decode(s->st, &ck, &cv, &r) == STORE_OK && memcmp(r.key, key, KEYHASH_LEN) == 0;
+    }
     return s->on_key(s->arg, key, seq, ok);
 }
 
@@ -611,8 +676,11 @@ int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_f
     rc = read_info(st, txn, info);
     if (rc == STORE_OK && on_seq)
         rc = walk(&s, st->seq, scan_seq_entry);
-    if (rc == STORE_OK && on_key)
+    if (rc == STORE_OK && on_key &&
+        (rc = xlate(st, mdb_cursor_open(txn, st->seq, &s.seqcur))) == 0) {
         rc = walk(&s, st->keys, scan_key_entry);
+        mdb_cursor_close(s.seqcur);
+    }
     mdb_txn_abort(txn);
     return rc;
 }

@@ -12,8 +12,9 @@
  * Three named LMDB databases in one environment (DIR/data.mdb):
  *   keys: MDB_DUPSORT | MDB_DUPFIXED: the key's first 2 bytes -> packed
  *         duplicates of (the other 14 bytes | u64 sequence number)
- *   seq : u64 sequence (MDB_INTEGERKEY, appended in order)
- *         -> 16-byte key | i64 receivedAt ms | u64 log offset
+ *   seq : MDB_DUPSORT | MDB_DUPFIXED: bucket u64 sequence >> 8 (MDB_INTEGERKEY)
+ *         -> packed duplicates of (sequence & 0xff | 16-byte key | i64
+ *         receivedAt ms | u64 log offset), appended in order
  *   meta: "format" -> u32, "secret" -> 16 bytes, "applied" -> u64 (the log
  *         offset after the last record applied), "next_seq" -> u64
  * Nothing outside store.c includes lmdb.h; LMDB codes are translated here.
@@ -33,7 +34,7 @@ enum store_status {
     STORE_NOTFOUND = -8,
 };
 
-#define STORE_FORMAT_VERSION 2 /* 2: `keys` as prefix -> packed suffix|seq duplicates */
+#define STORE_FORMAT_VERSION 2 /* 2: `keys` and `seq` as packed fixed-size duplicates */
 
 /* How LMDB makes its own commits durable (docs/durability.md says which is safe when). */
 enum store_sync {
