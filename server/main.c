@@ -8,6 +8,7 @@
 
 #include "api/api.h"
 #include "server/cli_admin.h"
+#include "server/cli_filter.h"
 #include "server/cli_log.h"
 #include "server/config.h"
 #include "server/http.h"
@@ -42,6 +43,8 @@ static void usage(FILE *out)
                  "      rebuild the LMDB store from the retained log (server stopped)\n"
                  "  backup --data DIR --to DIR2\n"
                  "      write a consistent copy of the data dir (works while the server runs)\n"
+                 "  filter-bench --filter SPEC --stream artificial:ALPHABET:LENGTH|file:PATH\n"
+                 "      measure a bounded-memory duplicate filter (docs/filters.md)\n"
                  "  version\n"
                  "      print the version\n"
                  "  help\n"
@@ -204,6 +207,8 @@ int main(int argc, char **argv)
         return cli_log_main(argc - 1, argv + 1);
     if (strcmp(cmd, "check") == 0 || strcmp(cmd, "rebuild") == 0 || strcmp(cmd, "backup") == 0)
         return cli_admin_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "filter-bench") == 0)
+        return cli_filter_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("ingestd %s\n", INGESTD_VERSION);
         return 0;

@@ -1,0 +1,480 @@
+/* cli_filter: `ingestd filter-bench`, a filter against an exact set over a synthetic or file
+ * stream. */
+#include "server/cli_filter.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "storage/filter/filter.h"
+#include "storage/keyhash.h"
+
+#define CHUNK          4096 /* keys generated, then timed through the filter, per step */
+#define PROGRESS_NS    5000000000LL
+#define MAX_ALPHABET   (UINT64_C(1) << 34) /* ground truth is a bitmap: 2 GiB at most */
+#define MAX_STREAM_LEN (UINT64_C(1) << 40)
+
+__extension__ typedef unsigned __int128 u128;
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: ingestd filter-bench --filter SPEC [--bits N] [--buckets B]\n"
+            "                            [--fingerprint-bits F]\n"
+            "                            --stream artificial:ALPHABET:LENGTH | file:PATH\n"
+            "                            [--seed S] [--runs R] [--quiet]\n"
+            "\n"
+            "Measures a bounded-memory duplicate filter against an exact set: false positive\n"
+            "rate (unique elements answered DUPLICATE / unique elements), false negative rate\n"
+            "(duplicates answered UNSEEN / duplicates), error rate (FPR + FNR) and nanoseconds\n"
+            "per insert-if-absent (the keyed mix included). See docs/filters.md.\n"
+            "  --filter SPEC           nsq|bloom|sbf|sqf|qht|qqhtd[:SIZE][,key=value...], e.g.\n"
+            "                          qht:8Mbit,buckets=1,fp=3 (keys: bits buckets fp hashes\n"
+            "                          cellbits remainder reduced p target)\n"
+            "  --bits N                memory budget (adds bits=N to SPEC; 8Mbit, 2^20, 1MiB ok)\n"
+            "  --buckets B             buckets per row (sqf, qht, qqhtd)\n"
+            "  --fingerprint-bits F    fingerprint bits (qht, qqhtd; digest bits for nsq)\n"
+            "  --stream artificial:ALPHABET:LENGTH\n"
+            "                          LENGTH symbols drawn uniformly from ALPHABET symbols\n"
+            "                          (2^24 or a number; LENGTH may be 150000000, 1.5e8, 2^27)\n"
+            "  --stream file:PATH      one element per line (empty lines skipped)\n"
+            "  --seed S                first seed (default 1): stream, filter secret, evictions\n"
+            "  --runs R                independent runs with seeds S..S+R-1 (default 1); the\n"
+            "                          summary is the mean\n"
+            "  --quiet                 no progress lines on stderr\n"
+            "Exit 0: done; 1: failure; 2: usage.\n");
+}
+
+/* A count: "150000000", "1.5e8", "2^24". */
+static int parse_count(const char *s, uint64_t max, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (s[0] == '2' && s[1] == '^') {
+        unsigned long e = strtoul(s + 2, &end, 10);
+        if (end == s + 2 || *end != '\0' || e > 62 || (UINT64_C(1) << e) > max)
+            return -1;
+        *out = UINT64_C(1) << e;
+        return 0;
+    }
+    if (!(s[0] >= '0' && s[0] <= '9'))
+        return -1;
+    double v = strtod(s, &end);
+    if (errno != 0 || *end != '\0' || v < 1 || v > (double)max || v != floor(v))
+        return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+    uint64_t z = (*s += UINT64_C(0x9e3779b97f4a7c15));
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    return z ^ (z >> 31);
+}
+
+static void fill_secret(uint64_t seed, uint64_t salt, uint8_t out[16])
+{
+    uint64_t s = seed * UINT64_C(0x2545f4914f6cdd1d) ^ salt;
+    uint64_t a = splitmix(&s), b = splitmix(&s);
+    memcpy(out, &a, 8);
+    memcpy(out + 8, &b, 8);
+}
+
+/* ---- the streams ---- */
+
+typedef struct {
+    bool artificial;
+    uint64_t alphabet, length; /* artificial */
+    const char *path;          /* file */
+    char *data;                /* file contents (mmap) */
+    size_t size;
+    uint64_t lines;
+} stream_t;
+
+/* The exact set behind the ground truth: a bitmap over the alphabet, or a hash set of keys. */
+typedef struct {
+    uint64_t *bitmap;
+    uint8_t (*slots)[16];
+    uint64_t mask;
+    bool has_zero;
+} truth_t;
+
+/* Inserts; returns true when it was already there. */
+static bool truth_insert_key(truth_t *t, const uint8_t key[16])
+{
+    static const uint8_t zero[16];
+    if (memcmp(key, zero, 16) == 0) {
+        bool was = t->has_zero;
+        t->has_zero = true;
+        return was;
+    }
+    uint64_t h;
+    memcpy(&h, key, 8);
+    for (uint64_t i = h & t->mask;; i = (i + 1) & t->mask) {
+        if (memcmp(t->slots[i], key, 16) == 0)
+            return true;
+        if (memcmp(t->slots[i], zero, 16) == 0) {
+            memcpy(t->slots[i], key, 16);
+            return false;
+        }
+    }
+}
+
+static bool truth_insert_symbol(truth_t *t, uint64_t sym)
+{
+    uint64_t bit = UINT64_C(1) << (sym & 63);
+    bool was = (t->bitmap[sym >> 6] & bit) != 0;
+    t->bitmap[sym >> 6] |= bit;
+    return was;
+}
+
+static int truth_init(truth_t *t, const stream_t *st)
+{
+    memset(t, 0, sizeof *t);
+    if (st->artificial) {
+        t->bitmap = calloc((size_t)((st->alphabet + 63) / 64), sizeof *t->bitmap);
+        return t->bitmap != NULL ? 0 : -1;
+    }
+    uint64_t cap = 16;
+    while (cap < 2 * st->lines)
+        cap <<= 1;
+    t->slots = calloc((size_t)cap, sizeof *t->slots);
+    t->mask = cap - 1;
+    return t->slots != NULL ? 0 : -1;
+}
+
+static void truth_free(truth_t *t)
+{
+    free(t->bitmap);
+    free(t->slots);
+}
+
+static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
+{
+    memset(st, 0, sizeof *st);
+    if (strncmp(arg, "artificial:", 11) == 0) {
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", arg + 11);
+        char *colon = strchr(buf, ':');
+        if (colon == NULL) {
+            snprintf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH", arg);
+            return 2;
+        }
+        *colon = '\0';
+        st->artificial = true;
+        if (parse_count(buf, MAX_ALPHABET, &st->alphabet) != 0 ||
+            parse_count(colon + 1, MAX_STREAM_LEN, &st->length) != 0) {
+            snprintf(err, errlen,
+                     "--stream %s: ALPHABET (2^N or a number, at most 2^34) and LENGTH must "
+                     "be positive whole numbers",
+                     arg);
+            return 2;
+        }
+        return 0;
+    }
+    if (strncmp(arg, "file:", 5) == 0 && arg[5] != '\0') {
+        st->path = arg + 5;
+        int fd = open(st->path, O_RDONLY | O_CLOEXEC);
+        struct stat sb;
+        if (fd < 0 || fstat(fd, &sb) != 0) {
+            snprintf(err, errlen, "%s: %s", st->path, strerror(errno));
+            if (fd >= 0)
+                close(fd);
+            return 1;
+        }
+        st->size = (size_t)sb.st_size;
+        if (st->size > 0) {
+            st->data = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (st->data == MAP_FAILED) {
+                st->data = NULL;
+                snprintf(err, errlen, "%s: %s", st->path, strerror(errno));
+                close(fd);
+                return 1;
+            }
+        }
+        close(fd);
+        for (size_t i = 0; i < st->size;) {
+            const char *nl = memchr(st->data + i, '\n', st->size - i);
+            size_t end = nl != NULL ? (size_t)(nl - st->data) : st->size;
+            if (end > i && !(end == i + 1 && st->data[i] == '\r'))
+                st->lines++;
+            i = end + 1;
+        }
+        if (st->lines == 0) {
+            snprintf(err, errlen, "%s: no elements (one per line)", st->path);
+            return 1;
+        }
+        st->length = st->lines;
+        return 0;
+    }
+    snprintf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH or file:PATH", arg);
+    return 2;
+}
+
+static void stream_close(stream_t *st)
+{
+    if (st->data != NULL)
+        munmap(st->data, st->size);
+}
+
+/* ---- one run ---- */
+
+typedef struct {
+    uint64_t n, dups, fp, fn;
+    int64_t filter_ns;
+} counts_t;
+
+static int run_once(const filter_spec_t *spec, const stream_t *st, uint64_t seed, int run, int runs,
+                    bool quiet, counts_t *c)
+{
+    uint8_t fsecret[16], skey[16];
+    fill_secret(seed, UINT64_C(0xf11e7), fsecret);
+    fill_secret(seed, UINT64_C(0x57ea3), skey);
+    filter_t *f = NULL;
+    truth_t truth;
+    uint8_t(*keys)[16] = malloc(CHUNK * sizeof *keys);
+    bool *dup = malloc(CHUNK * sizeof *dup);
+    int *answer = malloc(CHUNK * sizeof *answer);
+    int ret = 1;
+
+    memset(c, 0, sizeof *c);
+    if (keys == NULL || dup == NULL || answer == NULL || truth_init(&truth, st) != 0) {
+        fprintf(stderr, "ingestd filter-bench: out of memory for the exact set\n");
+        free(keys);
+        free(dup);
+        free(answer);
+        return 1;
+    }
+    int rc = filter_new(spec, fsecret, &f);
+    if (rc != 0) {
+        fprintf(stderr, "ingestd filter-bench: %s\n", filter_strerror(rc));
+        goto out;
+    }
+
+    uint64_t rng = seed ^ UINT64_C(0x6a09e667f3bcc908);
+    size_t pos = 0; /* file offset */
+    int64_t start = now_ns(), last = start;
+    for (uint64_t done = 0; done < st->length;) {
+        size_t n = st->length - done < CHUNK ? (size_t)(st->length - done) : CHUNK;
+        for (size_t i = 0; i < n; i++) {
+            if (st->artificial) {
+                uint64_t sym = (uint64_t)(((u128)splitmix(&rng) * st->alphabet) >> 64);
+                keyhash_siphash128(skey, &sym, sizeof sym, keys[i]);
+                dup[i] = truth_insert_symbol(&truth, sym);
+            } else {
+                size_t b, e;
+                for (;;) {
+                    const char *nl = memchr(st->data + pos, '\n', st->size - pos);
+                    b = pos;
+                    e = nl != NULL ? (size_t)(nl - st->data) : st->size;
+                    pos = e + 1;
+                    if (e > b && st->data[e - 1] == '\r')
+                        e--;
+                    if (e > b)
+                        break;
+                }
+                keyhash_siphash128(skey, st->data + b, e - b, keys[i]);
+                dup[i] = truth_insert_key(&truth, keys[i]);
+            }
+        }
+        int64_t t0 = now_ns();
+        for (size_t i = 0; i < n; i++)
+            answer[i] = filter_insert_if_absent(f, keys[i]);
+        int64_t t1 = now_ns();
+        c->filter_ns += t1 - t0;
+        for (size_t i = 0; i < n; i++) {
+            if (dup[i]) {
+                c->dups++;
+                c->fn += answer[i] == FILTER_UNSEEN;
+            } else {
+                c->fp += answer[i] == FILTER_DUPLICATE;
+            }
+        }
+        done += n;
+        c->n = done;
+        if (!quiet && t1 - last >= PROGRESS_NS && done < st->length) {
+            double el = (double)(t1 - start) / 1e9;
+            fprintf(stderr,
+                    "filter-bench: run %d/%d %5.1f%% (%" PRIu64 "/%" PRIu64
+                    ") %.0f s elapsed, ~%.0f s left\n",
+                    run, runs, 100.0 * (double)done / (double)st->length, done, st->length, el,
+                    el * (double)(st->length - done) / (double)done);
+            last = t1;
+        }
+    }
+    ret = 0;
+out:
+    filter_free(f);
+    truth_free(&truth);
+    free(keys);
+    free(dup);
+    free(answer);
+    return ret;
+}
+
+static double rate(uint64_t num, uint64_t den)
+{
+    return den == 0 ? 0.0 : (double)num / (double)den;
+}
+
+int cli_filter_main(int argc, char **argv)
+{
+    const char *filter = NULL, *bits = NULL, *buckets = NULL, *fpbits = NULL, *stream = NULL;
+    uint64_t seed = 1, runs = 1;
+    bool quiet = false;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout);
+            return 0;
+        }
+        if (strcmp(a, "--quiet") == 0) {
+            quiet = true;
+            continue;
+        }
+        const char **slot = NULL;
+        const char *sv = NULL, *rv = NULL;
+        if (strcmp(a, "--filter") == 0)
+            slot = &filter;
+        else if (strcmp(a, "--bits") == 0)
+            slot = &bits;
+        else if (strcmp(a, "--buckets") == 0)
+            slot = &buckets;
+        else if (strcmp(a, "--fingerprint-bits") == 0)
+            slot = &fpbits;
+        else if (strcmp(a, "--stream") == 0)
+            slot = &stream;
+        else if (strcmp(a, "--seed") == 0)
+            slot = &sv;
+        else if (strcmp(a, "--runs") == 0)
+            slot = &rv;
+        else {
+            fprintf(stderr, "ingestd filter-bench: unknown argument \"%s\"\n\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "ingestd filter-bench: %s needs a value\n", a);
+            return 2;
+        }
+        *slot = argv[++i];
+        if (sv != NULL) {
+            char *end;
+            errno = 0;
+            unsigned long long x = strtoull(sv, &end, 10);
+            if (errno != 0 || end == sv || *end != '\0' || sv[0] == '-') {
+                fprintf(stderr, "ingestd filter-bench: --seed %s: want a whole number\n", sv);
+                return 2;
+            }
+            seed = x;
+        }
+        if (rv != NULL && parse_count(rv, 1000000, &runs) != 0) {
+            fprintf(stderr, "ingestd filter-bench: --runs %s: want 1..1000000\n", rv);
+            return 2;
+        }
+    }
+    if (filter == NULL || stream == NULL) {
+        fprintf(stderr, "ingestd filter-bench: --filter and --stream are required\n\n");
+        usage(stderr);
+        return 2;
+    }
+
+    /* The flags are spec items appended to --filter; later items win. */
+    char text[512], err[256];
+    int len = snprintf(text, sizeof text, "%s", filter);
+    const char *extra[][2] = {{"bits", bits}, {"buckets", buckets}, {"fp", fpbits}};
+    for (size_t i = 0; i < 3; i++)
+        if (extra[i][1] != NULL && len > 0 && (size_t)len < sizeof text)
+            len += snprintf(text + len, sizeof text - (size_t)len, "%s%s=%s",
+                            strchr(text, ':') != NULL ? "," : ":", extra[i][0], extra[i][1]);
+    if (len < 0 || (size_t)len >= sizeof text) {
+        fprintf(stderr, "ingestd filter-bench: filter spec too long\n");
+        return 2;
+    }
+    filter_spec_t spec;
+    if (filter_parse_spec(text, &spec, err, sizeof err) != 0) {
+        fprintf(stderr, "ingestd filter-bench: --filter: %s\n", err);
+        return 2;
+    }
+
+    stream_t st;
+    int rc = stream_open(stream, &st, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "ingestd filter-bench: %s\n", err);
+        stream_close(&st);
+        return rc;
+    }
+
+    char canon[256];
+    filter_spec_format(&spec, canon, sizeof canon);
+    filter_t *probe = NULL;
+    uint8_t zero[16] = {0};
+    if (filter_new(&spec, zero, &probe) != 0) {
+        fprintf(stderr, "ingestd filter-bench: out of memory\n");
+        stream_close(&st);
+        return 1;
+    }
+    uint64_t mem = filter_memory_bits(probe);
+    double afpr = filter_asymptotic_fpr(probe);
+    filter_free(probe);
+
+    printf("filter      %s (table %" PRIu64 " bits, asymptotic FPR %.2f%%)\n", canon, mem,
+           100 * afpr);
+    printf("stream      %s, %" PRIu64 " elements, seed %" PRIu64 ", %" PRIu64 " run%s\n", stream,
+           st.length, seed, runs, runs == 1 ? "" : "s");
+
+    double sum_fpr = 0, sum_fnr = 0, sum_dup = 0, sum_ns = 0;
+    counts_t c = {0};
+    for (uint64_t r = 0; r < runs; r++) {
+        if (run_once(&spec, &st, seed + r, (int)r + 1, (int)runs, quiet, &c) != 0) {
+            stream_close(&st);
+            return 1;
+        }
+        double fpr = rate(c.fp, c.n - c.dups), fnr = rate(c.fn, c.dups);
+        double ns = (double)c.filter_ns / (double)c.n;
+        sum_fpr += fpr;
+        sum_fnr += fnr;
+        sum_dup += rate(c.dups, c.n);
+        sum_ns += ns;
+        if (runs > 1)
+            printf("run %-7" PRIu64 " seed %" PRIu64 ": FPR %.2f%% FNR %.2f%% error %.2f%% "
+                   "(dups %.2f%%) %.1f ns/op\n",
+                   r + 1, seed + r, 100 * fpr, 100 * fnr, 100 * (fpr + fnr),
+                   100 * rate(c.dups, c.n), ns);
+    }
+    double k = (double)runs;
+    printf("elements    %" PRIu64 " per run, %.2f%% duplicates%s\n", c.n, 100 * sum_dup / k,
+           runs > 1 ? " (mean)" : "");
+    printf("FPR         %.2f%%  (unique elements answered DUPLICATE / unique elements)\n",
+           100 * sum_fpr / k);
+    printf("FNR         %.2f%%  (duplicates answered UNSEEN / duplicates)\n", 100 * sum_fnr / k);
+    printf("error       %.2f%%  (FPR + FNR)\n", 100 * (sum_fpr + sum_fnr) / k);
+    printf("ns/op       %.1f  (insert-if-absent with the keyed mix)\n", sum_ns / k);
+    printf("RESULT filter=%s stream=%s n=%" PRIu64 " runs=%" PRIu64 " seed=%" PRIu64
+           " mem_bits=%" PRIu64 " dup_pct=%.2f fpr_pct=%.2f fnr_pct=%.2f err_pct=%.2f "
+           "ns_per_op=%.1f\n",
+           canon, stream, c.n, runs, seed, mem, 100 * sum_dup / k, 100 * sum_fpr / k,
+           100 * sum_fnr / k, 100 * (sum_fpr + sum_fnr) / k, sum_ns / k);
+    stream_close(&st);
+    return 0;
+}
