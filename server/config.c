@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "server/logging.h"
+#include "storage/filter/filter.h"
 
 #define MS_PER_S   INT64_C(1000)
 #define MS_PER_DAY (86400 * MS_PER_S)
@@ -88,6 +89,11 @@ static const struct setting settings[] = {
     {"log-max-bytes", "INGESTD_LOG_MAX_BYTES", "0", K_SIZE, 0, 1024 * TIB, FIELD(log_max_bytes),
      "SIZE",
      "delete the oldest closed log segments while the log is larger than this; 0: no bound"},
+    {"store", "INGESTD_STORE", "lmdb", K_PATH, 1, sizeof(((config_t *)0)->store) - 1, FIELD(store),
+     "lmdb|memory:SPEC",
+     "where the de-duplication window lives: lmdb (exact, on disk), or memory:SPEC, a "
+     "bounded-memory filter such as memory:qqhtd:8Mbit or memory:nsq:64Mbit (no disk, fixed "
+     "memory, approximate: a false positive drops a unique event; docs/filters.md)"},
     /* The words' positions are enum store_sync's values (storage/store.h). */
     {"store-sync", "INGESTD_STORE_SYNC", "meta", K_CHOICE, 0, 0, FIELD(store_sync),
      "meta|full|lazy",
@@ -654,6 +660,19 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
                 "no write key: give --write-key KEY[:SOURCE] or set INGESTD_WRITE_KEY "
                 "(comma-separated)");
         goto out;
+    }
+    if (strcmp(cfg->store, "lmdb") != 0) {
+        filter_spec_t spec;
+        char ferr[160];
+        if (strncmp(cfg->store, "memory:", 7) != 0) {
+            set_err(errbuf, errlen, "invalid --store \"%s\": expected lmdb or memory:SPEC",
+                    cfg->store);
+            goto out;
+        }
+        if (filter_parse_spec(cfg->store + 7, &spec, ferr, sizeof(ferr)) != FILTER_OK) {
+            set_err(errbuf, errlen, "invalid --store \"%s\": %s", cfg->store, ferr);
+            goto out;
+        }
     }
     rc = 0;
 

@@ -28,6 +28,7 @@ typedef struct config {
     int log_level;            /* --log-level (INGESTD_LOG_LEVEL), default info */
     int store_sync;           /* --store-sync meta|full|lazy (INGESTD_STORE_SYNC): enum
                                  store_sync, default meta */
+    char store[128];          /* --store lmdb|memory:SPEC (INGESTD_STORE), default lmdb */
     char admin_token[256];    /* --admin-token (INGESTD_ADMIN_TOKEN), default "" (none): when set,
                                  GET /v1/log needs `Authorization: Bearer TOKEN`; else it is off */
     int64_t log_retention_ms; /* --log-retention (INGESTD_LOG_RETENTION), default 0: keep forever */

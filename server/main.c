@@ -125,6 +125,7 @@ static int serve(int argc, char **argv)
         .log_retention_ms = cfg->log_retention_ms,
         .log_max_bytes = cfg->log_max_bytes,
         .store_sync = cfg->store_sync,
+        .memory_filter = strncmp(cfg->store, "memory:", 7) == 0 ? cfg->store + 7 : NULL,
         /* Tests stand in for a machine restart with their own boot id (docs/durability.md). */
         .boot_id_path = getenv("INGESTD_BOOT_ID_FILE"),
         .notify = on_storage_notice,

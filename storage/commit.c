@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/filter/filter.h"
 #include "storage/fsutil.h"
 #include "storage/log.h"
 #include "storage/store.h"
@@ -42,7 +43,10 @@ struct commit {
     char *data_dir;
     char *log_dir;
     int lockfd;
-    store_t *store;
+    store_t *store;   /* LMDB, or NULL in memory mode */
+    bool memory;      /* memory mode (opts.memory_filter): a filter instead of LMDB */
+    filter_t *filter; /* memory mode: the bounded-memory filter, while open */
+    filter_spec_t fspec;
     log_t *log;
     uint8_t secret[KEYHASH_SECRET_LEN];
 
@@ -132,7 +136,17 @@ static int load_secret(commit_t *c, char *errbuf, size_t errlen)
         errf(errbuf, errlen, "%s: %s", path, strerror(errno));
         goto out;
     }
-    int src = store_secret(c->store, have_file ? file_secret : NULL, c->secret);
+    if (!c->store) {
+        /* Memory mode: the file is the only home of the secret. */
+        if (have_file)
+            memcpy(c->secret, file_secret, sizeof(file_secret));
+        else if (keyhash_random(c->secret, sizeof(c->secret)) != 0) {
+            errf(errbuf, errlen, "generating the hash secret: %s", strerror(errno));
+            goto out;
+        }
+    }
+    int src =
+        c->store ? store_secret(c->store, have_file ? file_secret : NULL, c->secret) : STORE_OK;
     if (src != STORE_OK) {
         errf(errbuf, errlen, "reading the hash secret: %s", store_strerror(src));
         goto out;
@@ -209,6 +223,8 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
              (unsigned long long)si.applied, (unsigned long long)li.next_offset);
         return -1;
     }
+    if (si.applied == 0 && si.keys == 0)
+        si.applied = li.first_offset; /* a new store over a log retention has shortened */
     if (si.applied < li.first_offset) {
         errf(errbuf, errlen, "the store's applied offset %llu is older than the log's start %llu",
              (unsigned long long)si.applied, (unsigned long long)li.first_offset);
@@ -248,6 +264,8 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
 
 static void close_storage(commit_t *c)
 {
+    filter_free(c->filter);
+    c->filter = NULL;
     log_close(c->log);
     c->log = NULL;
     store_close(c->store);
@@ -356,6 +374,74 @@ static int reset_store(commit_t *c, const char *path, const char *logdir, char *
 }
 
 /*
+ * Memory mode: the log, and a fresh filter that learns every retained
+ * record's key again. Rebuilding at every open (start and recovery) is what
+ * makes a failed batch's keys, recorded as the batch was built, forgotten.
+ */
+static int open_memory(commit_t *c, char *errbuf, size_t errlen)
+{
+    char *logdir = fsutil_join(c->data_dir, "log");
+    log_reader_t *r = NULL;
+    uint8_t fsecret[16];
+    log_info_t li;
+    int rc = -1, lrc;
+
+    if (!logdir)
+        goto out;
+    log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
+                        .discard = c->discard,
+                        .discard_from = c->discard_from};
+    if ((lrc = log_open(logdir, &lo, &c->log)) != LOG_OK) {
+        errf(errbuf, errlen, "opening log %s: %s", logdir, log_strerror(lrc));
+        goto out;
+    }
+    if (load_secret(c, errbuf, errlen) != 0)
+        goto out;
+    /* The filter's own secret, derived: the data dir's secret itself never leaves keyhash. */
+    keyhash_siphash128(c->secret, "ingestd filter", 14, fsecret);
+    if ((lrc = filter_new(&c->fspec, fsecret, &c->filter)) != FILTER_OK) {
+        errf(errbuf, errlen, "creating the filter: %s", filter_strerror(lrc));
+        goto out;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->stats.filter_bits = filter_memory_bits(c->filter);
+    c->stats.filter_fpr = filter_asymptotic_fpr(c->filter);
+    pthread_mutex_unlock(&c->mu);
+    log_get_info(c->log, &li);
+    if ((lrc = log_reader_open(logdir, li.first_offset, &r)) != LOG_OK) {
+        errf(errbuf, errlen, "reading the log: %s", log_strerror(lrc));
+        goto out;
+    }
+    log_record_t rec;
+    uint64_t n = 0;
+    while ((lrc = log_reader_next(r, li.next_offset, &rec)) == LOG_OK) {
+        filter_insert_if_absent(c->filter, rec.key);
+        n++;
+    }
+    if (lrc != LOG_END) {
+        errf(errbuf, errlen, "reading the log at offset %llu: %s",
+             (unsigned long long)log_reader_position(r), log_strerror(lrc));
+        goto out;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->stats.replayed_at_open += n;
+    pthread_mutex_unlock(&c->mu);
+    if ((lrc = log_sync(c->log)) != LOG_OK || fsutil_sync_dir(c->data_dir) != 0 ||
+        probe_write(logdir) != 0) {
+        errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
+        goto out;
+    }
+    c->discard = false;
+    rc = 0;
+out:
+    log_reader_close(r);
+    if (rc != 0)
+        close_storage(c);
+    free(logdir);
+    return rc;
+}
+
+/*
  * Opens store and log from what is on disk, exactly as at start: the log's
  * tail is recovered (never below LMDB's applied offset), then LMDB catches
  * up from the log, then one fdatasync proves the log can be made durable.
@@ -363,6 +449,9 @@ static int reset_store(commit_t *c, const char *path, const char *logdir, char *
  */
 static int open_storage(commit_t *c, char *errbuf, size_t errlen)
 {
+    if (c->memory)
+        return open_memory(c, errbuf, errlen);
+
     char *path = fsutil_join(c->data_dir, "store");
     char *logdir = fsutil_join(c->data_dir, "log");
     char *marker = path ? fsutil_join(path, UNSYNCED_MARKER) : NULL;
@@ -492,6 +581,11 @@ static void refresh_stats(commit_t *c)
         c->stats.store_map_size = si.map_size;
         c->stats.store_used_bytes = si.used_bytes;
     }
+    if (c->filter && c->log) {
+        /* No LMDB: what the log holds durably is what was acknowledged. */
+        c->stats.committed_offset = li.synced_offset;
+        c->stats.window_first_offset = li.first_offset;
+    }
     if (c->log) {
         c->stats.log_first_offset = li.first_offset;
         c->stats.log_next_offset = li.next_offset;
@@ -576,6 +670,54 @@ static int ensure_recs(commit_t *c, size_t n)
     c->recs = nr;
     c->recs_cap = cap;
     return 0;
+}
+
+/*
+ * Memory mode's batch: the filter answers each key (and records it), the
+ * accepted events go to the log in one append and one fsync. On failure the
+ * log is rolled back and recovery rebuilds the filter from the log.
+ */
+static int apply_memory(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo)
+{
+    log_info_t li;
+    size_t nrec = 0;
+
+    memset(bo, 0, sizeof(*bo));
+    if (ensure_recs(c, nevents) != 0)
+        return APPLY_FAILED;
+    log_get_info(c->log, &li);
+    for (commit_req_t *q = batch; q; q = q->next) {
+        for (size_t i = 0; i < q->n; i++) {
+            commit_event_t *ev = &q->events[i];
+            if (filter_insert_if_absent(c->filter, ev->key) == FILTER_DUPLICATE) {
+                ev->result = COMMIT_DUPLICATE;
+                bo->duplicates++;
+                continue;
+            }
+            ev->result = COMMIT_ACCEPTED;
+            ev->offset = li.next_offset + nrec;
+            log_record_t *lr = &c->recs[nrec++];
+            lr->received_ms = ev->received_ms;
+            memcpy(lr->key, ev->key, KEYHASH_LEN);
+            lr->data = ev->data;
+            lr->len = ev->len;
+        }
+    }
+    if (nrec > 0) {
+        int lrc = log_append(c->log, c->recs, nrec);
+        if (lrc == LOG_OK) {
+            double t0 = now_msf();
+            lrc = log_sync(c->log);
+            bo->fsync_ms = now_msf() - t0;
+            bo->synced = true;
+        }
+        if (lrc != LOG_OK) {
+            log_rollback(c->log);
+            return APPLY_FAILED;
+        }
+    }
+    bo->accepted = nrec;
+    return APPLY_OK;
 }
 
 /*
@@ -679,7 +821,8 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
     if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
         recover(c, false);
     while (!c->failed) {
-        int ar = apply_batch(c, batch, nevents, &bo, &store_rc);
+        int ar = c->filter ? apply_memory(c, batch, nevents, &bo)
+                           : apply_batch(c, batch, nevents, &bo, &store_rc);
         if (ar == APPLY_GROW && grows < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
             grows++;
             continue;
@@ -923,6 +1066,18 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
         goto fail;
     }
     c->opts.data_dir = c->data_dir;
+    if (opts->memory_filter) {
+        char ferr[256];
+        if (filter_parse_spec(opts->memory_filter, &c->fspec, ferr, sizeof(ferr)) != FILTER_OK) {
+            errf(errbuf, errlen, "--store memory:%s: %s", opts->memory_filter, ferr);
+            rc = COMMIT_INVALID;
+            goto fail;
+        }
+        c->opts.memory_filter = NULL; /* borrowed; the parsed spec is what counts from here */
+        c->memory = true;
+        c->stats.memory_store = true;
+        filter_spec_format(&c->fspec, c->stats.filter_spec, sizeof(c->stats.filter_spec));
+    }
     if (fsutil_mkdirs(c->data_dir) != 0) {
         errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
         goto fail;

@@ -56,22 +56,28 @@ struct commit_req {
 typedef void (*commit_notify_fn)(void *arg, int level, const char *msg);
 
 typedef struct commit_options {
-    const char *data_dir;     /* holds store/ and log/; created if missing */
-    int64_t window_ms;        /* age bound of the window (> 0) */
-    uint64_t max_keys;        /* size bound of the window (0: none) */
-    uint64_t segment_bytes;   /* log segment roll size */
-    uint64_t map_size;        /* initial LMDB map size (0: default) */
-    size_t max_batch_events;  /* cap on events per group commit (0: default 50,000) */
-    int store_sync;           /* enum store_sync (storage/store.h); 0: STORE_SYNC_META.
-                                 STORE_SYNC_NONE is the "lazy" protocol: DIR/store/UNSYNCED
-                                 holds the boot id while LMDB has unsynced commits; a start
-                                 that finds it from another boot rebuilds the store from the
-                                 log; a clean close syncs LMDB and removes it */
-    const char *boot_id_path; /* where the kernel's boot id is read; NULL: the /proc file */
-    bool lock_held;           /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
-    int64_t log_retention_ms; /* delete closed log segments older than this (0: keep) */
-    uint64_t log_max_bytes;   /* delete the oldest closed segments beyond this size (0: keep) */
-    commit_notify_fn notify;  /* may be NULL; called on the writer thread */
+    const char *data_dir;      /* holds store/ and log/; created if missing */
+    int64_t window_ms;         /* age bound of the window (> 0) */
+    uint64_t max_keys;         /* size bound of the window (0: none) */
+    uint64_t segment_bytes;    /* log segment roll size */
+    uint64_t map_size;         /* initial LMDB map size (0: default) */
+    size_t max_batch_events;   /* cap on events per group commit (0: default 50,000) */
+    int store_sync;            /* enum store_sync (storage/store.h); 0: STORE_SYNC_META.
+                                  STORE_SYNC_NONE is the "lazy" protocol: DIR/store/UNSYNCED
+                                  holds the boot id while LMDB has unsynced commits; a start
+                                  that finds it from another boot rebuilds the store from the
+                                  log; a clean close syncs LMDB and removes it */
+    const char *boot_id_path;  /* where the kernel's boot id is read; NULL: the /proc file */
+    const char *memory_filter; /* non-NULL: no LMDB; de-duplicate with this bounded-memory filter
+                                  (a storage/filter/filter.h spec such as "qqhtd:8Mbit"),
+                                  rebuilt from the retained log at every open. The window is
+                                  then the filter's: it forgets on its own, --window and
+                                  max_keys do not apply, and a false positive loses a unique
+                                  event. The log stays durable as ever */
+    bool lock_held;            /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
+    int64_t log_retention_ms;  /* delete closed log segments older than this (0: keep) */
+    uint64_t log_max_bytes;    /* delete the oldest closed segments beyond this size (0: keep) */
+    commit_notify_fn notify;   /* may be NULL; called on the writer thread */
     void *notify_arg;
 } commit_options_t;
 
@@ -95,6 +101,10 @@ typedef struct commit_stats {
     bool storage_failed;          /* storage failed and is being re-established: commits answer
                                      COMMIT_UNAVAILABLE meanwhile */
     uint64_t recoveries;          /* times storage was re-established after a failure */
+    bool memory_store;            /* de-duplicating with a filter (memory_filter), not LMDB */
+    char filter_spec[96];         /* its canonical spec */
+    uint64_t filter_bits;         /* its table size */
+    double filter_fpr;            /* its asymptotic false positive rate (0..1) */
     bool rebuilt_at_open;         /* lazy mode: the machine restarted with LMDB unsynced, so the
                                      store was rebuilt from the log */
     uint64_t committed_offset;    /* log offset after the last acknowledged record */

@@ -1254,6 +1254,65 @@ static void test_lazy_marker_cleared_by_synced_mode(void **state)
     commit_close(c);
 }
 
+/*
+ * --store memory: a filter instead of LMDB. Duplicates are caught within and across requests,
+ * the filter is rebuilt from the log at open (so a restart keeps deduplicating), no LMDB store
+ * is made, and the log holds each accepted event once.
+ */
+static void test_memory_store(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    /* Bloom never forgets, so every re-send must be caught; with 110 keys in 1 Mbit its false
+     * positive chance is ~1e-22. (NSQ would forget keys that share a bucket: ~30% here.) */
+    o.memory_filter = "bloom:1Mbit";
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    commit_get_stats(c, &s);
+    assert_true(s.memory_store);
+    assert_non_null(strstr(s.filter_spec, "bloom"));
+    assert_true(s.filter_bits > 0);
+
+    submit_range(c, 0, 100, tu_now_ms(), COMMIT_ACCEPTED);
+    submit_range(c, 50, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.accepted, 100);
+    assert_int_equal(s.duplicates, 50);
+    assert_int_equal(s.committed_offset, 100);
+    commit_close(c);
+
+    char store[600];
+    snprintf(store, sizeof(store), "%s/store", fx->dir);
+    assert_int_not_equal(access(store, F_OK), 0);
+
+    c = open_commit(&o);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.replayed_at_open, 100);
+    submit_range(c, 0, 100, tu_now_ms(), COMMIT_DUPLICATE);
+    submit_range(c, 100, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_close(c);
+    expect_log_records(fx, 110);
+
+    /* The same data dir in LMDB mode: a new store is built from the log. */
+    o.memory_filter = NULL;
+    c = open_commit(&o);
+    submit_range(c, 0, 110, tu_now_ms(), COMMIT_DUPLICATE);
+    commit_close(c);
+}
+
+/* A bad spec is refused at open with a readable reason. */
+static void test_memory_store_bad_spec(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    commit_t *c = NULL;
+    char err[256] = "";
+    o.memory_filter = "qht:bits=zero";
+    assert_int_equal(commit_open(&o, &c, err, sizeof(err)), COMMIT_INVALID);
+    assert_null(c);
+    assert_non_null(strstr(err, "qht"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1279,6 +1338,8 @@ int main(void)
         T(test_lazy_clean_close),
         T(test_lazy_machine_crash_rebuilds),
         T(test_lazy_marker_cleared_by_synced_mode),
+        T(test_memory_store),
+        T(test_memory_store_bad_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -462,9 +462,10 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 16);
+    assert_int_equal(lines, 17);
     assert_non_null(strstr(log, "admin-token = none"));
     assert_non_null(strstr(log, "store-sync = meta\n"));
+    assert_non_null(strstr(log, "store = lmdb\n"));
     assert_non_null(strstr(log, "log-retention = 0\n"));
     assert_non_null(strstr(log, "log-max-bytes = 0\n"));
     assert_non_null(strstr(log, "Z INFO config "));
@@ -567,6 +568,25 @@ static void test_store_sync(void **state)
     assert_int_equal(cfg.store_sync, STORE_SYNC_FULL);
 }
 
+static void test_store(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k"), 0);
+    assert_string_equal(cfg.store, "lmdb");
+    assert_int_equal(PARSE("--write-key", "k", "--store", "memory:qqhtd:8Mbit"), 0);
+    assert_string_equal(cfg.store, "memory:qqhtd:8Mbit");
+    assert_int_equal(PARSE("--write-key", "k", "--store=memory:nsq:1Mbit"), 0);
+    assert_int_equal(PARSE("--write-key", "k", "--store", "memory:nsq"), 2); /* no size */
+    assert_int_equal(PARSE("--write-key", "k", "--store", "memory:"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--store", "memory:cuckoo"), 2);
+    assert_non_null(strstr(err, "cuckoo"));
+    assert_int_equal(PARSE("--write-key", "k", "--store", "redis"), 2);
+    assert_non_null(strstr(err, "lmdb or memory:SPEC"));
+    char *env[] = {"INGESTD_STORE=memory:bloom:1Mbit", "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_string_equal(cfg.store, "memory:bloom:1Mbit");
+}
+
 static void test_config_log_hides_admin_token(void **state)
 {
     (void)state;
@@ -606,6 +626,7 @@ int main(void)
         cmocka_unit_test(test_admin_token),
         cmocka_unit_test(test_log_retention),
         cmocka_unit_test(test_store_sync),
+        cmocka_unit_test(test_store),
         cmocka_unit_test(test_config_log_hides_admin_token),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
