@@ -30,10 +30,12 @@ typedef struct batch_options {
     int64_t now_ms;          /* receivedAt */
     batch_uuid_fn uuid;      /* NULL: batch_uuid_v4 */
     void *uuid_arg;
+    size_t size_hint; /* the body's length, to size the events' buffer once; 0: unknown */
 } batch_options_t;
 
 typedef struct batch_event {
-    char *data; /* normalised compact JSON, no newline, no NUL; malloc'ed, freed by batch_clear */
+    char *data; /* normalised compact JSON, no newline, followed by a NUL (not counted in len);
+                 * points into the batch's arena, valid until batch_clear */
     size_t len;
     uint8_t key[KEYHASH_LEN]; /* keyhash(secret, source, messageId) */
     size_t index;             /* position in the request's batch array (0 for single routes) */
@@ -46,6 +48,7 @@ typedef struct batch_reject {
 
 /* The outcome of one request; zero-initialise it, release it with batch_clear(). */
 typedef struct batch {
+    char *arena;           /* one block holding every event's data, back to back */
     batch_event_t *events; /* valid events, in request order */
     size_t nevents;
     batch_reject_t *rejected; /* rejected events, in request order */
@@ -74,11 +77,12 @@ const char *batch_write_key(const json_t *root, size_t *len);
 /*
  * Validates and normalises every event of `root` (see the brief: types, ids,
  * messageId assignment, receivedAt, source, sentAt, timestamp correction,
- * context/integrations merge, writeKey stripped, 32 KB cap). May modify
- * `root`. Per-event problems land in out->rejected; whole-request problems
- * (batch not an array, empty, more than API_MAX_BATCH_EVENTS, bad batch-level
- * sentAt/context/integrations) return BATCH_BAD_REQUEST with err->text and an
- * empty *out. BATCH_NOMEM leaves *out empty. Thread-safe for distinct roots.
+ * context/integrations merge, writeKey stripped, 32 KB cap). Leaves `root`
+ * as it is: the events are written from it directly into out->arena.
+ * Per-event problems land in out->rejected; whole-request problems (batch
+ * not an array, empty, more than API_MAX_BATCH_EVENTS, bad batch-level
+ * sentAt/context/integrations) return BATCH_BAD_REQUEST with err->text and
+ * an empty *out. BATCH_NOMEM leaves *out empty. Thread-safe for distinct roots.
  */
 int batch_build(json_t *root, const batch_options_t *opts, batch_t *out, batch_error_t *err);
 

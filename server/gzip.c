@@ -44,6 +44,15 @@ int gzip_inflate(const char *in, size_t len, size_t cap, char **out, size_t *out
     zs_live = true;
 
     bufcap = limit < FIRST_CHUNK ? limit : FIRST_CHUNK;
+    /* A gzip member ends with its uncompressed size mod 2^32 (RFC 1952, ISIZE): start with a
+     * buffer that size, so a typical body inflates without regrowing and copying. Only a hint:
+     * a wrong or hostile value costs at most the cap, and growth below still handles the rest. */
+    if (len >= 18 && (unsigned char)in[0] == 0x1f && (unsigned char)in[1] == 0x8b) {
+        const unsigned char *t = (const unsigned char *)in + len - 4;
+        size_t isize = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
+        if (isize > bufcap)
+            bufcap = isize < limit ? isize : limit;
+    }
     buf = malloc(bufcap + 1);
     if (buf == NULL) {
         status = GZIP_NOMEM;

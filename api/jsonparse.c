@@ -1,0 +1,459 @@
+/* jsonparse: strict JSON to a jansson tree without jansson's per-byte lexer. */
+#include "api/jsonparse.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Why: json_loadb reads one byte at a time through a UTF-8 checking stream and copies every
+ * string byte by byte into a growing buffer; that was half of the CPU an event costs. This
+ * parser scans strings in place and hands jansson whole strings. It must agree with
+ * json_loadb exactly, so every rule below is jansson 2.14's (load.c, utf.c); anything it does
+ * not handle returns NULL and json_loadb decides instead.
+ */
+
+typedef struct parser {
+    const unsigned char *s, *end;
+    char *scratch; /* decoded strings with escapes; never longer than their text */
+    size_t used;   /* scratch bytes held by the keys of the objects being parsed */
+    size_t cap;
+    int depth;
+} parser_t;
+
+static json_t *value(parser_t *p);
+
+/* Word-at-a-time byte tests (bit hacks from Sean Anderson's collection): non-zero when some
+ * byte of w is below n (n <= 128), or equals c. */
+#define SWAR_ONES       0x0101010101010101ULL
+#define SWAR_HIGHS      0x8080808080808080ULL
+#define SWAR_LESS(w, n) (((w)-SWAR_ONES * (n)) & ~(w)&SWAR_HIGHS)
+#define SWAR_HAS(w, c)  SWAR_LESS((w) ^ (SWAR_ONES * (unsigned char)(c)), 1)
+
+static bool is_digit(unsigned char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static void skip_ws(parser_t *p)
+{
+    while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
+        p->s++;
+}
+
+/* Length of the UTF-8 sequence at s (first byte >= 0x80), or 0 when jansson's utf8_check_first /
+ * utf8_check_full would refuse it: overlong forms, surrogates, above U+10FFFF, truncated. */
+static size_t utf8_len(const unsigned char *s, const unsigned char *end)
+{
+    unsigned c = s[0], v;
+    size_t n;
+
+    if (c < 0xC2)
+        return 0;
+    if (c <= 0xDF) {
+        n = 2;
+        v = c & 0x1F;
+    } else if (c <= 0xEF) {
+        n = 3;
+        v = c & 0x0F;
+    } else if (c <= 0xF4) {
+        n = 4;
+        v = c & 0x07;
+    } else {
+        return 0;
+    }
+    if ((size_t)(end - s) < n)
+        return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    if (v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+        return 0;
+    if ((n == 2 && v < 0x80) || (n == 3 && v < 0x800) || (n == 4 && v < 0x10000))
+        return 0;
+    return n;
+}
+
+static int hex4(const unsigned char *s, const unsigned char *end, unsigned *out)
+{
+    unsigned v = 0;
+    if (end - s < 4)
+        return -1;
+    for (int i = 0; i < 4; i++) {
+        unsigned c = s[i], d;
+        if (c >= '0' && c <= '9')
+            d = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            d = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            d = c - 'A' + 10;
+        else
+            return -1;
+        v = v << 4 | d;
+    }
+    *out = v;
+    return 0;
+}
+
+static size_t utf8_put(char *d, unsigned v)
+{
+    if (v < 0x80) {
+        d[0] = (char)v;
+        return 1;
+    }
+    if (v < 0x800) {
+        d[0] = (char)(0xC0 | (v >> 6));
+        d[1] = (char)(0x80 | (v & 0x3F));
+        return 2;
+    }
+    if (v < 0x10000) {
+        d[0] = (char)(0xE0 | (v >> 12));
+        d[1] = (char)(0x80 | ((v >> 6) & 0x3F));
+        d[2] = (char)(0x80 | (v & 0x3F));
+        return 3;
+    }
+    d[0] = (char)(0xF0 | (v >> 18));
+    d[1] = (char)(0x80 | ((v >> 12) & 0x3F));
+    d[2] = (char)(0x80 | ((v >> 6) & 0x3F));
+    d[3] = (char)(0x80 | (v & 0x3F));
+    return 4;
+}
+
+/*
+ * The string whose opening quote p->s points at. *out is the text itself when it has no
+ * escapes, else decoded into the scratch buffer at p->used (the caller keeps it by advancing
+ * p->used). Refuses control characters, bad UTF-8, bad escapes, lone surrogates and \u0000
+ * (jansson refuses a NUL without JSON_ALLOW_NUL).
+ */
+static int string(parser_t *p, const char **out, size_t *out_len)
+{
+    const unsigned char *s = p->s + 1, *start = s, *end = p->end;
+
+    while (s < end) {
+        /* Eight plain ASCII bytes at a time: no quote, backslash, control or non-ASCII byte. */
+        while (end - s >= 8) {
+            uint64_t w;
+            memcpy(&w, s, 8);
+            if ((w & SWAR_HIGHS) | SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\'))
+                break;
+            s += 8;
+        }
+        while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
+            s++;
+        if (s >= end)
+            break;
+        unsigned char c = *s;
+        if (c == '"') {
+            *out = (const char *)start;
+            *out_len = (size_t)(s - start);
+            p->s = s + 1;
+            return 0;
+        }
+        if (c == '\\')
+            break;
+        if (c < 0x20)
+            return -1;
+        size_t n = utf8_len(s, end);
+        if (n == 0)
+            return -1;
+        s += n;
+    }
+    if (s >= end)
+        return -1;
+
+    /* Escapes: decode into the scratch buffer. Decoded text is never longer than the text, and
+     * the strings held at once (keys on the current path) come from disjoint parts of the
+     * input, so one buffer the size of the input always suffices. */
+    if (!p->scratch) {
+        p->cap = (size_t)(p->end - p->s);
+        p->scratch = malloc(p->cap);
+        if (!p->scratch)
+            return -1;
+    }
+    char *d0 = p->scratch + p->used, *d = d0;
+    memcpy(d, start, (size_t)(s - start));
+    d += s - start;
+    while (s < end) {
+        unsigned char c = *s;
+        if (c == '"') {
+            *out = d0;
+            *out_len = (size_t)(d - d0);
+            p->s = s + 1;
+            return 0;
+        }
+        if (c < 0x20)
+            return -1;
+        if (c >= 0x80) {
+            size_t n = utf8_len(s, end);
+            if (n == 0)
+                return -1;
+            memcpy(d, s, n);
+            d += n;
+            s += n;
+            continue;
+        }
+        if (c != '\\') {
+            *d++ = (char)c;
+            s++;
+            continue;
+        }
+        if (++s >= end)
+            return -1;
+        switch (*s) {
+        case '"':
+        case '\\':
+        case '/':
+            *d++ = (char)*s++;
+            break;
+        case 'b':
+            *d++ = '\b';
+            s++;
+            break;
+        case 'f':
+            *d++ = '\f';
+            s++;
+            break;
+        case 'n':
+            *d++ = '\n';
+            s++;
+            break;
+        case 'r':
+            *d++ = '\r';
+            s++;
+            break;
+        case 't':
+            *d++ = '\t';
+            s++;
+            break;
+        case 'u': {
+            unsigned v, w;
+            if (hex4(s + 1, end, &v) != 0)
+                return -1;
+            s += 5;
+            if (v >= 0xD800 && v <= 0xDBFF) {
+                if (end - s < 6 || s[0] != '\\' || s[1] != 'u' || hex4(s + 2, end, &w) != 0 ||
+                    w < 0xDC00 || w > 0xDFFF)
+                    return -1;
+                s += 6;
+                v = ((v - 0xD800) << 10) + (w - 0xDC00) + 0x10000;
+            } else if ((v >= 0xDC00 && v <= 0xDFFF) || v == 0) {
+                return -1;
+            }
+            d += utf8_put(d, v);
+            break;
+        }
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+/* jansson's number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?; an integer unless
+ * it has a fraction or an exponent. */
+static json_t *number(parser_t *p)
+{
+    const unsigned char *s = p->s, *t = s, *end = p->end;
+    bool neg = false, real = false;
+
+    if (*t == '-') {
+        neg = true;
+        t++;
+    }
+    if (t >= end || !is_digit(*t))
+        return NULL;
+    if (*t == '0') {
+        t++;
+        if (t < end && is_digit(*t))
+            return NULL;
+    } else {
+        while (t < end && is_digit(*t))
+            t++;
+    }
+    size_t int_digits = (size_t)(t - s) - neg;
+    if (t < end && *t == '.') {
+        real = true;
+        t++;
+        if (t >= end || !is_digit(*t))
+            return NULL;
+        while (t < end && is_digit(*t))
+            t++;
+    }
+    if (t < end && (*t == 'e' || *t == 'E')) {
+        real = true;
+        t++;
+        if (t < end && (*t == '+' || *t == '-'))
+            t++;
+        if (t >= end || !is_digit(*t))
+            return NULL;
+        while (t < end && is_digit(*t))
+            t++;
+    }
+    p->s = t;
+
+    if (!real) {
+        /* 18 digits always fit in json_int_t; longer ones go to strtoll's range check. */
+        if (int_digits > 18)
+            return NULL;
+        json_int_t v = 0;
+        for (const unsigned char *c = s + neg; c < t; c++)
+            v = v * 10 + (*c - '0');
+        return json_integer(neg ? -v : v);
+    }
+    char buf[64], *e;
+    size_t n = (size_t)(t - s);
+    if (n >= sizeof(buf))
+        return NULL;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    errno = 0;
+    double d = strtod(buf, &e);
+    if (e != buf + n || ((d == HUGE_VAL || d == -HUGE_VAL) && errno == ERANGE))
+        return NULL; /* jansson: "real number overflow" */
+    return json_real(d);
+}
+
+static json_t *literal(parser_t *p, const char *word, size_t n, json_t *v)
+{
+    if ((size_t)(p->end - p->s) < n || memcmp(p->s, word, n) != 0)
+        return NULL;
+    p->s += n;
+    return v;
+}
+
+static json_t *object(parser_t *p)
+{
+    json_t *obj = json_object();
+    if (!obj)
+        return NULL;
+    p->s++;
+    skip_ws(p);
+    if (p->s < p->end && *p->s == '}') {
+        p->s++;
+        return obj;
+    }
+    for (;;) {
+        const char *k;
+        size_t klen, mark = p->used;
+        if (p->s >= p->end || *p->s != '"' || string(p, &k, &klen) != 0)
+            goto fail;
+        if (p->scratch && k == p->scratch + mark)
+            p->used += klen; /* keep the decoded key while its value is parsed */
+        skip_ws(p);
+        if (p->s >= p->end || *p->s != ':')
+            goto fail;
+        p->s++;
+        json_t *v = value(p);
+        if (!v)
+            goto fail;
+        /* The call json_loadb makes: a repeated key keeps its first position, the last value. */
+        if (json_object_setn_new_nocheck(obj, k, klen, v) != 0)
+            goto fail;
+        p->used = mark;
+        skip_ws(p);
+        if (p->s >= p->end)
+            goto fail;
+        if (*p->s == '}') {
+            p->s++;
+            return obj;
+        }
+        if (*p->s != ',')
+            goto fail;
+        p->s++;
+        skip_ws(p);
+    }
+fail:
+    json_decref(obj);
+    return NULL;
+}
+
+static json_t *array(parser_t *p)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    p->s++;
+    skip_ws(p);
+    if (p->s < p->end && *p->s == ']') {
+        p->s++;
+        return arr;
+    }
+    for (;;) {
+        json_t *v = value(p);
+        if (!v || json_array_append_new(arr, v) != 0)
+            goto fail;
+        skip_ws(p);
+        if (p->s >= p->end)
+            goto fail;
+        if (*p->s == ']') {
+            p->s++;
+            return arr;
+        }
+        if (*p->s != ',')
+            goto fail;
+        p->s++;
+    }
+fail:
+    json_decref(arr);
+    return NULL;
+}
+
+static json_t *value(parser_t *p)
+{
+    json_t *v = NULL;
+    skip_ws(p);
+    if (p->s >= p->end)
+        return NULL;
+    switch (*p->s) {
+    case '{':
+    case '[':
+        if (p->depth >= JSONPARSE_MAX_DEPTH)
+            return NULL;
+        p->depth++;
+        v = *p->s == '{' ? object(p) : array(p);
+        p->depth--;
+        return v;
+    case '"': {
+        const char *str;
+        size_t n;
+        if (string(p, &str, &n) != 0)
+            return NULL;
+        return json_stringn_nocheck(str, n);
+    }
+    case 't':
+        return literal(p, "true", 4, json_true());
+    case 'f':
+        return literal(p, "false", 5, json_false());
+    case 'n':
+        return literal(p, "null", 4, json_null());
+    default:
+        if (*p->s == '-' || is_digit(*p->s))
+            return number(p);
+        return NULL;
+    }
+}
+
+json_t *jsonparse(const char *s, size_t len)
+{
+    parser_t p = {
+        .s = (const unsigned char *)s,
+        .end = (const unsigned char *)s + len,
+    };
+    if (!s || len == 0)
+        return NULL;
+    json_t *v = value(&p);
+    if (v) {
+        skip_ws(&p);
+        if (p.s != p.end) {
+            json_decref(v);
+            v = NULL;
+        }
+    }
+    free(p.scratch);
+    return v;
+}

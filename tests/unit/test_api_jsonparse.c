@@ -1,0 +1,202 @@
+/*
+ * test_api_jsonparse: the fast parser must never disagree with jansson. Whatever jsonparse()
+ * accepts, json_loadb() accepts too, with the same tree in the same member order; whatever
+ * json_loadb() rejects, jsonparse() rejects (returns NULL). Checked on hand-picked edge cases
+ * and on seeded random mutations of valid documents.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "api/jsonparse.h"
+
+static char *dump(const json_t *j)
+{
+    return json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY |
+                             JSON_REAL_PRECISION(17));
+}
+
+/* The property, for one input. Returns 1 when jsonparse decided (non-NULL), else 0. */
+static int agree(const char *s, size_t len)
+{
+    json_error_t err;
+    json_t *fast = jsonparse(s, len);
+    json_t *ref = json_loadb(s, len, JSON_DECODE_ANY, &err);
+    int decided = fast != NULL;
+    if (fast) {
+        if (!ref)
+            fail_msg("jsonparse accepted what jansson rejects (%s): %.*s", err.text, (int)len, s);
+        char *a = dump(fast), *b = dump(ref);
+        assert_non_null(a);
+        assert_non_null(b);
+        if (strcmp(a, b) != 0)
+            fail_msg("trees differ for %.*s:\n fast %s\n ref  %s", (int)len, s, a, b);
+        free(a);
+        free(b);
+    }
+    json_decref(fast);
+    json_decref(ref);
+    return decided;
+}
+
+static void test_valid_documents(void **state)
+{
+    (void)state;
+    static const char *const docs[] = {
+        "{}",
+        "[]",
+        "{\"a\":1,\"b\":[true,false,null],\"c\":{\"d\":\"e\"}}",
+        "  {\"batch\" : [ {\"type\":\"track\", \"event\":\"x\"} ] }  \n",
+        "{\"k\":1,\"k\":2}", /* repeated key: first position, last value */
+        "{\"a\":1,\"k\":1,\"b\":2,\"k\":[3]}",
+        "\"plain\"",
+        "\"esc \\\" \\\\ \\/ \\b \\f \\n \\r \\t\"",
+        "\"\\u00e9\\u4e2d\\ud83d\\ude00\"",
+        "\"caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80\"",
+        "0",
+        "-0",
+        "123456789012345678",
+        "-123456789012345678",
+        "1.5",
+        "-0.0",
+        "1e10",
+        "1E-10",
+        "2.5e+3",
+        "0.1",
+        "19.99",
+        "1.7976931348623157e308",
+        "[1,[2,[3,[4,[5]]]]]",
+        "{\"long\":\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+    };
+    for (size_t i = 0; i < sizeof(docs) / sizeof(docs[0]); i++)
+        assert_int_equal(agree(docs[i], strlen(docs[i])), 1);
+}
+
+static void test_invalid_documents(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        " ",
+        "{",
+        "{\"a\":}",
+        "{\"a\" 1}",
+        "{\"a\":1,}",
+        "[1,]",
+        "[1 2]",
+        "{} x",
+        "{}{}",
+        "01",
+        "-",
+        "1.",
+        ".5",
+        "1e",
+        "1e+",
+        "+1",
+        "NaN",
+        "Infinity",
+        "tru",
+        "nul",
+        "\"unterminated",
+        "\"bad \\x escape\"",
+        "\"\\u12\"",
+        "\"\\ud800\"",        /* lone high surrogate */
+        "\"\\udc00\"",        /* lone low surrogate */
+        "\"\\ud800\\u0041\"", /* high surrogate, then not a low one */
+        "\"\\u0000\"",        /* NUL: jansson refuses it unless JSON_ALLOW_NUL */
+        "\"tab\there\"",      /* raw control character */
+        "\"\xc3\"",           /* truncated UTF-8 */
+        "\"\xc0\xaf\"",       /* overlong */
+        "\"\xed\xa0\x80\"",   /* UTF-8 encoded surrogate */
+        "\"\xff\"",
+        "1e999", /* overflow */
+        "[\"a\" \"b\"]",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        size_t len = strlen(bad[i]);
+        agree(bad[i], len);
+        assert_null(jsonparse(bad[i], len));
+    }
+    /* The trailing NUL case, which strlen cannot express. */
+    assert_null(jsonparse("{\"a\":1}\0", 8));
+}
+
+static void test_outside_the_subset_falls_back(void **state)
+{
+    (void)state;
+    /* Nesting deeper than the limit: jansson decides (and does accept this). */
+    char deep[2 * (JSONPARSE_MAX_DEPTH + 10) + 1];
+    size_t n = 0;
+    for (int i = 0; i < JSONPARSE_MAX_DEPTH + 10; i++)
+        deep[n++] = '[';
+    for (int i = 0; i < JSONPARSE_MAX_DEPTH + 10; i++)
+        deep[n++] = ']';
+    assert_int_equal(agree(deep, n), 0);
+    /* 19-digit integers are left to jansson (overflow rules). */
+    assert_int_equal(agree("9223372036854775807", 19), 0);
+    assert_int_equal(agree("92233720368547758070", 20), 0);
+}
+
+/* Seeded random mutations of valid documents: flips, deletions, insertions of JSON-ish bytes. */
+static void test_mutations_agree(void **state)
+{
+    (void)state;
+    static const char *const seeds[] = {
+        "{\"batch\":[{\"type\":\"track\",\"userId\":\"u1\",\"event\":\"Order\",\"properties\":"
+        "{\"revenue\":19.99,\"items\":[1,2,3],\"ok\":true,\"none\":null}}],\"sentAt\":"
+        "\"2026-11-22T07:32:02.123Z\"}",
+        "{\"a\":\"\\u00e9\\ud83d\\ude00\",\"b\":-1.5e-3,\"c\":[{},[],\"x\\ny\"]}",
+        "[123456789012345678,-0.0,\"caf\xc3\xa9\",{\"k\":1,\"k\":2}]",
+    };
+    static const char alphabet[] = "{}[]\",:\\u0123456789.eE+-tfnrl \x80\xc3\xff";
+    unsigned seed = 12345;
+    unsigned decided = 0, total = 0;
+    char buf[512];
+    for (int round = 0; round < 20000; round++) {
+        const char *src = seeds[round % 3];
+        size_t len = strlen(src);
+        memcpy(buf, src, len);
+        int edits = 1 + (int)(rand_r(&seed) % 3);
+        for (int e = 0; e < edits && len > 0 && len < sizeof(buf) - 1; e++) {
+            size_t at = (size_t)rand_r(&seed) % len;
+            char ch = alphabet[(size_t)rand_r(&seed) % (sizeof(alphabet) - 1)];
+            switch (rand_r(&seed) % 3) {
+            case 0:
+                buf[at] = ch;
+                break;
+            case 1:
+                memmove(buf + at, buf + at + 1, len - at - 1);
+                len--;
+                break;
+            default:
+                memmove(buf + at + 1, buf + at, len - at);
+                buf[at] = ch;
+                len++;
+                break;
+            }
+        }
+        decided += (unsigned)agree(buf, len);
+        total++;
+    }
+    /* Some mutants stay valid and must have been decided by the fast path, not all fallback. */
+    assert_true(decided > 100);
+    assert_true(decided < total);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_valid_documents),
+        cmocka_unit_test(test_invalid_documents),
+        cmocka_unit_test(test_outside_the_subset_falls_back),
+        cmocka_unit_test(test_mutations_agree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
