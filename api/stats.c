@@ -172,6 +172,13 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
+    /* Which store holds the window; a filter states its error rate, which operators must know. */
+    json_t *dd = json_object_get(j, "dedupe");
+    json_object_set_new(dd, "store", json_string(s.memory_store ? "memory" : "lmdb"));
+    if (s.memory_store)
+        json_object_set_new(dd, "filter",
+                            json_pack("{s:s, s:I, s:f}", "spec", s.filter_spec, "memory_bits",
+                                      (json_int_t)s.filter_bits, "asymptotic_fpr", s.filter_fpr));
     api_resp_json(resp, 200, j);
 }
 
@@ -267,6 +274,10 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
            s.storage_failed ? 1.0 : 0.0);
     metric(f, "storage_recoveries_total", "counter",
            "Times storage was re-established from disk after a failure.", (double)s.recoveries);
+    if (s.memory_store)
+        metric(f, "dedupe_filter_asymptotic_fpr", "gauge",
+               "Memory store: the filter's asymptotic false positive rate (a lost unique event).",
+               s.filter_fpr);
     metric(f, "uptime_seconds", "gauge", "Seconds since start.", (double)uptime_s(api));
     if (fclose(f) != 0 || !buf) {
         free(buf);
