@@ -232,6 +232,7 @@ int main(int argc, char **argv)
     lat_us = calloc(lat_cap, sizeof(*lat_us));
     if (!lat_us)
         return 1;
+    uint64_t events = o.events; /* run() overwrites o.events */
     if (o.preload > 0) {
         /* Fill the window with distinct ids at the largest batches the writer takes. */
         fprintf(stderr, "preloading %" PRIu64 " keys\n", o.preload);
@@ -243,7 +244,6 @@ int main(int argc, char **argv)
         o.batch = b;
         o.preload = keep;
     }
-    uint64_t events = o.events;
     commit_stats_t s0, s1;
     commit_get_stats(commit, &s0);
     double t0 = now_s();
