@@ -672,6 +672,31 @@ static int ensure_recs(commit_t *c, size_t n)
     return 0;
 }
 
+/* Marks `ev` accepted at log offset `off` and stages its log record. */
+static void take_event(commit_t *c, commit_event_t *ev, uint64_t off, size_t *nrec)
+{
+    log_record_t *lr = &c->recs[(*nrec)++];
+    ev->result = COMMIT_ACCEPTED;
+    ev->offset = off;
+    lr->received_ms = ev->received_ms;
+    memcpy(lr->key, ev->key, KEYHASH_LEN);
+    lr->data = ev->data;
+    lr->len = ev->len;
+}
+
+/* Appends the staged records and fdatasyncs them, timing the sync. Returns a log status. */
+static int write_log(commit_t *c, size_t nrec, batch_out_t *bo)
+{
+    int lrc = log_append(c->log, c->recs, nrec);
+    if (lrc == LOG_OK) {
+        double t0 = now_msf();
+        lrc = log_sync(c->log);
+        bo->fsync_ms = now_msf() - t0;
+        bo->synced = true;
+    }
+    return lrc;
+}
+
 /*
  * Memory mode's batch: the filter answers each key (and records it), the
  * accepted events go to the log in one append and one fsync. On failure the
@@ -694,27 +719,12 @@ static int apply_memory(commit_t *c, commit_req_t *batch, size_t nevents, batch_
                 bo->duplicates++;
                 continue;
             }
-            ev->result = COMMIT_ACCEPTED;
-            ev->offset = li.next_offset + nrec;
-            log_record_t *lr = &c->recs[nrec++];
-            lr->received_ms = ev->received_ms;
-            memcpy(lr->key, ev->key, KEYHASH_LEN);
-            lr->data = ev->data;
-            lr->len = ev->len;
+            take_event(c, ev, li.next_offset + nrec, &nrec);
         }
     }
-    if (nrec > 0) {
-        int lrc = log_append(c->log, c->recs, nrec);
-        if (lrc == LOG_OK) {
-            double t0 = now_msf();
-            lrc = log_sync(c->log);
-            bo->fsync_ms = now_msf() - t0;
-            bo->synced = true;
-        }
-        if (lrc != LOG_OK) {
-            log_rollback(c->log);
-            return APPLY_FAILED;
-        }
+    if (nrec > 0 && write_log(c, nrec, bo) != LOG_OK) {
+        log_rollback(c->log);
+        return APPLY_FAILED;
     }
     bo->accepted = nrec;
     return APPLY_OK;
@@ -760,13 +770,7 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
                 bo->duplicates++;
                 continue;
             }
-            ev->result = COMMIT_ACCEPTED;
-            ev->offset = off;
-            log_record_t *lr = &c->recs[nrec++];
-            lr->received_ms = ev->received_ms;
-            memcpy(lr->key, ev->key, KEYHASH_LEN);
-            lr->data = ev->data;
-            lr->len = ev->len;
+            take_event(c, ev, off, &nrec);
         }
     }
     /* The size bound after inserting, so it holds when the commit ends. */
@@ -780,14 +784,7 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
         rc = store_set_applied(c->store, li.next_offset + nrec);
         if (rc != STORE_OK)
             goto store_fail;
-        int lrc = log_append(c->log, c->recs, nrec);
-        if (lrc == LOG_OK) {
-            double t0 = now_msf();
-            lrc = log_sync(c->log);
-            bo->fsync_ms = now_msf() - t0;
-            bo->synced = true;
-        }
-        if (lrc != LOG_OK) {
+        if (write_log(c, nrec, bo) != LOG_OK) {
             store_abort(c->store);
             log_rollback(c->log); /* a failure here leaves the log failed: recovery reopens */
             return APPLY_FAILED;
