@@ -14,7 +14,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
-    && cmake --build /build -j"$(nproc)" \
+    && cmake --build /build -j"$(nproc)" --target ingestd \
     && strip /build/ingestd
 
 FROM debian:bookworm-slim
