@@ -81,19 +81,11 @@ struct req {
     api_resp_t resp;
 };
 
-static int64_t now_ms(void)
+static int64_t clock_ms(clockid_t clk)
 {
     struct timespec ts;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(clk, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -283,8 +275,8 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     }
     r->h = h;
     r->conn = conn;
-    r->now_ms = now_ms();
-    r->mono_ms = mono_ms();
+    r->now_ms = clock_ms(CLOCK_REALTIME);
+    r->mono_ms = clock_ms(CLOCK_MONOTONIC);
     r->path = url;
     q = strchr(url, '?');
     if (q != NULL) {
