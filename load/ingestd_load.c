@@ -59,6 +59,7 @@ typedef struct {
     uint64_t events;   /* events to send at most (UINT64_MAX: bound by duration only) */
     uint64_t duration; /* seconds at most (0: bound by events only) */
     double dup_ratio;
+    double rate; /* --rate: events/s to offer, open loop (0: closed loop, as fast as answered) */
     bool gzip, allow_remote, quiet;
     uint64_t timeout; /* seconds a request may take before it counts as an error */
     const char *verify_dir, *ingestd_bin;
@@ -278,7 +279,8 @@ static void render_event(char *dst, uint64_t id)
 
 /* ---- connections and workers ------------------------------------------------------------ */
 
-enum { C_CLOSED, C_WAIT, C_CONNECTING, C_SENDING, C_READING, C_DONE };
+/* C_IDLE: connected, waiting for the next scheduled send (--rate only). */
+enum { C_CLOSED, C_WAIT, C_CONNECTING, C_IDLE, C_SENDING, C_READING, C_DONE };
 
 typedef struct worker worker_t;
 
@@ -297,6 +299,7 @@ typedef struct {
     unsigned nids;
     char *in; /* response bytes, NUL-terminated */
     size_t in_len, in_cap;
+    bool in_idle; /* on its worker's idle stack (--rate) */
 } conn_t;
 
 struct worker {
@@ -310,6 +313,11 @@ struct worker {
     uint8_t *acked; /* --verify: per counter, 1 once a 200 answer acknowledged it */
     size_t acked_cap;
     uint64_t failing_since; /* ns: first of the failed connects since the last success (0: none) */
+    /* --rate: the next request is due at sched_next (ns); one every interval_ns on this thread.
+     * Connections with nothing in flight wait on the idle stack until then. */
+    uint64_t sched_next, interval_ns;
+    conn_t **idle;
+    unsigned nidle;
     z_stream z;
     bool z_ok;
     pthread_t th;
@@ -558,10 +566,43 @@ static int parse_response(conn_t *c, bool *close_after)
 
 static void conn_start(conn_t *c)
 {
+    if (o.rate > 0) {
+        /* Open loop: the schedule, not the answer, decides when the next request goes out. */
+        c->state = C_IDLE;
+        c->in_len = 0;
+        if (!c->in_idle) {
+            c->in_idle = true;
+            c->w->idle[c->w->nidle++] = c;
+        }
+        return;
+    }
     if (next_request(c))
         conn_progress(c);
     else
         conn_close(c, C_DONE);
+}
+
+/*
+ * --rate: sends every request whose time has come on an idle connection. Latency
+ * counts from the scheduled time, not the send, so a server that falls behind
+ * shows it in the percentiles (no coordinated omission): a request waiting for a
+ * free connection is waiting for the server.
+ */
+static void dispatch_due(worker_t *w, uint64_t t)
+{
+    while (w->nidle > 0 && w->sched_next <= t) {
+        conn_t *c = w->idle[--w->nidle];
+        c->in_idle = false;
+        if (c->state != C_IDLE)
+            continue; /* closed meanwhile; it comes back when it reconnects */
+        if (!next_request(c)) {
+            conn_close(c, C_DONE);
+            continue;
+        }
+        c->t_start = w->sched_next;
+        w->sched_next += w->interval_ns;
+        conn_progress(c);
+    }
 }
 
 /* Moves c forward as far as the socket allows (edge-triggered: until EAGAIN). */
@@ -580,6 +621,15 @@ static void conn_progress(conn_t *c)
         c->w->failing_since = 0;
         add(&st.connects, 1);
         conn_start(c);
+        return;
+    }
+    if (c->state == C_IDLE) {
+        char b[256];
+        ssize_t n = read(c->fd, b, sizeof(b));
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        conn_close(c, C_WAIT); /* closed by the server (or it spoke unasked): reconnect */
+        c->retry_at = 0;
         return;
     }
     while (c->state == C_SENDING) {
@@ -669,10 +719,26 @@ static void *worker_main(void *arg)
                     conn_close(c, C_DONE);
                 }
             }
+            if (o.rate > 0 && (atomic_load(&fatal) || interrupted || w->handed >= w->quota ||
+                               (t_deadline && t >= t_deadline))) {
+                for (unsigned i = 0; i < w->nconns; i++)
+                    if (w->conns[i].state == C_IDLE)
+                        conn_close(&w->conns[i], C_DONE);
+            }
             if (w->live == 0)
                 break;
         }
-        int n = epoll_wait(w->ep, evs, 64, 50);
+        int wait_ms = 50;
+        if (o.rate > 0) {
+            dispatch_due(w, t);
+            if (w->nidle > 0) {
+                uint64_t due = w->sched_next > t ? w->sched_next - t : 0;
+                wait_ms = (int)((due + 999999) / 1000000);
+                if (wait_ms > 50)
+                    wait_ms = 50;
+            }
+        }
+        int n = epoll_wait(w->ep, evs, 64, wait_ms);
         for (int i = 0; i < n; i++)
             conn_progress(evs[i].data.ptr);
     }
@@ -692,8 +758,16 @@ static int worker_init(worker_t *w, unsigned index, unsigned nconns, uint64_t qu
     w->rng = (seed ^ (index + 1)) * 1099511628211ull | 1;
     w->ep = epoll_create1(EPOLL_CLOEXEC);
     w->conns = calloc(nconns, sizeof(*w->conns));
-    if (w->ep < 0 || !w->conns)
+    w->idle = calloc(nconns, sizeof(*w->idle));
+    if (w->ep < 0 || !w->conns || !w->idle)
         return -1;
+    if (o.rate > 0) {
+        /* Each thread offers its share of the rate, whole batches at even intervals. */
+        w->interval_ns = (uint64_t)((double)o.batch * o.threads * 1e9 / o.rate);
+        if (w->interval_ns == 0)
+            w->interval_ns = 1;
+        w->sched_next = t_begin + w->interval_ns * index / o.threads;
+    }
     if (o.gzip) {
         if (deflateInit2(&w->z, (int)o.gzip_level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) !=
             Z_OK)
@@ -727,6 +801,7 @@ static void worker_free(worker_t *w)
         free(w->conns[i].gz);
     }
     free(w->conns);
+    free(w->idle);
     free(w->acked);
     if (w->z_ok)
         deflateEnd(&w->z);
@@ -871,6 +946,11 @@ static void usage(FILE *f)
             "  --events N            events to send in all, duplicates included (default\n"
             "                        1000000 when --duration is not given)\n"
             "  --duration D          stop sending after D: 30, 30s, 5m, 1h (at most 24h)\n"
+            "  --rate EVENTS         open loop: offer EVENTS events/s in evenly spaced batches,\n"
+            "                        whatever the answers; latency counts from each batch's\n"
+            "                        scheduled time, so a server that falls behind shows it\n"
+            "                        (default: closed loop, each connection sends again once\n"
+            "                        answered). --connections bounds the batches in flight\n"
             "  --dup-ratio R         share of events that are exact re-sends of an earlier\n"
             "                        event (same messageId, same bytes), 0..1 (default 0)\n"
             "  --gzip                send bodies gzip-compressed (Content-Encoding: gzip)\n"
@@ -1020,7 +1100,7 @@ static int parse_args(int argc, char **argv)
         static const char *const valued[] = {
             "--url",        "--write-key",   "--connections", "--threads", "--batch",
             "--events",     "--event-bytes", "--duration",    "--timeout", "--dup-ratio",
-            "--gzip-level", "--run-id",      "--verify",      "--ingestd"};
+            "--gzip-level", "--run-id",      "--verify",      "--ingestd",  "--rate"};
         bool known = false;
         for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
             known |= !strcmp(a, valued[k]);
@@ -1067,6 +1147,12 @@ static int parse_args(int argc, char **argv)
             o.dup_ratio = strtod(v, &end);
             if (errno || *end || end == v || !(o.dup_ratio >= 0 && o.dup_ratio <= 1))
                 return bad(a, v, "must be 0..1");
+        } else if (!strcmp(a, "--rate")) {
+            char *end;
+            errno = 0;
+            o.rate = strtod(v, &end);
+            if (errno || *end || end == v || !(o.rate >= 1 && o.rate <= 1e9))
+                return bad(a, v, "must be 1..10^9 events/s");
         } else if (!strcmp(a, "--gzip-level")) {
             if (!parse_u64(v, 1, 9, &x))
                 return bad(a, v, "must be 1..9");
@@ -1211,6 +1297,9 @@ int main(int argc, char **argv)
            "dup ratio %.3f, gzip %s, run id %s\n",
            o.url, o.connections, o.threads, o.threads > 1 ? "s" : "", o.batch, ev_len, o.dup_ratio,
            o.gzip ? "on" : "off", o.run_id);
+    if (o.rate > 0)
+        printf("open loop: %.0f events/s offered, latency from each batch's scheduled time\n",
+               o.rate);
     printf("%.2f s: %" PRIu64 " requests (%" PRIu64 " answered 200), %" PRIu64
            " events sent (%" PRIu64 " in 200 answers)\n",
            secs, rq, rq_ok, ev, ev_ok);
@@ -1247,7 +1336,7 @@ int main(int argc, char **argv)
     for (unsigned s = 0; s < 600; s++)
         if (ld(&st.status[s]))
             printf(" status_%u=%" PRIu64, s, ld(&st.status[s]));
-    printf(" verify=%s\n", vres);
+    printf(" rate=%.0f verify=%s\n", o.rate, vres);
     fflush(stdout);
     for (unsigned t = 0; t < o.threads; t++)
         worker_free(&workers[t]);

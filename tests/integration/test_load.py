@@ -84,6 +84,22 @@ class Load(ServerTestCase):
         self.assertEqual(int(s["accepted"]) + int(s["duplicates"]), 1234)
         self.assertEqual(int(s["errors"]) + int(s["non200"]), 0)
 
+    def test_open_loop_rate_never_offers_more_than_the_schedule(self):
+        # 2000 events/s in batches of 10: one request every 5 ms. The schedule bounds what is
+        # offered from above whatever the server does (a slow server only lowers it).
+        p = self.load("--rate", "2000", "--duration", "2s", "--batch", "10", "--connections",
+                      "4", "--verify", self.srv.data_dir, "--ingestd", BIN)
+        self.assertRun(p)
+        s = summary(p.stdout)
+        self.assertEqual(s["verify"], "ok", p.stdout)
+        self.assertEqual(float(s["rate"]), 2000.0)
+        sent = int(s["events_sent"])
+        self.assertGreater(sent, 0)
+        self.assertEqual(sent % 10, 0)
+        self.assertLessEqual(sent, 2000 * 2 + 10, p.stdout)
+        self.assertEqual(int(s["errors"]) + int(s["non200"]), 0)
+        self.assertIn("open loop: 2000 events/s offered", p.stdout)
+
     def test_verify_fails_on_a_data_dir_without_the_events(self):
         empty = tempfile.mkdtemp(prefix="ingestd-it-empty-")
         try:
@@ -121,6 +137,8 @@ class Load(ServerTestCase):
             ["--threads", "3"],
             ["--no-such-option"],
             ["--events"],
+            ["--rate", "0"],
+            ["--rate", "fast"],
         ]
         for args in cases:
             p = subprocess.run([LOAD_BIN, "--write-key", "k"] + args, stdin=subprocess.DEVNULL,
@@ -134,7 +152,7 @@ class Load(ServerTestCase):
                            env=clean_env())
         self.assertEqual(p.returncode, 0)
         for opt in ("--url", "--write-key", "--connections", "--batch", "--events", "--duration",
-                    "--dup-ratio", "--gzip", "--event-bytes", "--verify", "--allow-remote",
+                    "--dup-ratio", "--gzip", "--event-bytes", "--verify", "--allow-remote", "--rate",
                     "SUMMARY"):
             self.assertIn(opt, p.stdout)
 
