@@ -179,6 +179,13 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         json_object_set_new(dd, "filter",
                             json_pack("{s:s, s:I, s:f}", "spec", s.filter_spec, "memory_bits",
                                       (json_int_t)s.filter_bits, "asymptotic_fpr", s.filter_fpr));
+    /* LMDB checkpoints (storage/commit.h): the write transaction commits about once a second. */
+    json_t *cm = json_object_get(j, "commit");
+    json_object_set_new(cm, "checkpoints", json_integer((json_int_t)s.checkpoints));
+    json_object_set_new(cm, "checkpoint_failures", json_integer((json_int_t)s.checkpoint_failures));
+    json_object_set_new(cm, "checkpoint_ms_avg",
+                        json_real(ratio(s.checkpoint_ms_total, s.checkpoints)));
+    json_object_set_new(cm, "checkpoint_ms_max", json_real(s.checkpoint_ms_max));
     api_resp_json(resp, 200, j);
 }
 
@@ -236,6 +243,13 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
     metric(f, "fsyncs_total", "counter", "Log fsyncs.", (double)s.fsyncs);
     metric(f, "fsync_seconds_total", "counter", "Time spent in fsync.", s.fsync_ms_total / 1000.0);
     metric(f, "fsync_seconds_max", "gauge", "Longest fsync.", s.fsync_ms_max / 1000.0);
+    metric(f, "checkpoints_total", "counter",
+           "LMDB checkpoints (commits of the write transaction).", (double)s.checkpoints);
+    metric(f, "checkpoint_failures_total", "counter",
+           "Failed LMDB checkpoints (storage re-established from the log; no request failed).",
+           (double)s.checkpoint_failures);
+    metric(f, "checkpoint_seconds_total", "counter", "Time spent in LMDB checkpoints.",
+           s.checkpoint_ms_total / 1000.0);
     metric(f, "log_bytes", "gauge", "Bytes in the log.", (double)s.log_bytes);
     metric(f, "log_segments", "gauge", "Log segment files.", (double)s.log_segments);
     metric(f, "log_first_offset", "gauge", "Offset of the oldest retained record.",

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "server/config.h"
+#include "storage/commit.h"
 #include "storage/groups.h"
 #include "storage/log.h"
 #include "storage/store.h"
@@ -442,6 +443,11 @@ static int cat(int argc, char **argv)
                 goto out;
             }
             limit = info.applied;
+            /* LMDB checkpoints about once a second; the server says what it acknowledged
+             * since. A limit past the log's end only means the reader stops at the end. */
+            uint64_t acked;
+            if (commit_read_acked(c.data, &acked) == 0 && acked > limit)
+                limit = acked;
         }
 
         if (r == NULL && exists(c.logdir)) {
@@ -547,6 +553,9 @@ static int acknowledged_end(const char *data, uint64_t *end)
         }
         store_close(st);
         *end = info.applied;
+        uint64_t acked;
+        if (commit_read_acked(data, &acked) == 0 && acked > *end)
+            *end = acked; /* acknowledged since LMDB's last checkpoint */
         return 0;
     }
     if (!exists(logdir))

@@ -495,7 +495,11 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
         say(report, arg, 1, "%s/secret is missing or unreadable", data_dir);
         goto out;
     }
-    /* LMDB first: its copy fixes the moment, the log is then cut at that copy's applied offset. */
+    /*
+     * LMDB first, then the log, cut at what was acknowledged by then: the copy's applied offset
+     * (its last checkpoint) or, further, what the server says it acknowledged since (ACKED,
+     * read after the copy). A server started on the backup replays the difference.
+     */
     store_options_t so = {.read_only = true};
     int src_rc = store_open(src_store, &so, &st);
     if (src_rc == STORE_OK)
@@ -515,16 +519,19 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
     say(report, arg, 0,
         "store: compacted copy taken at applied offset %" PRIu64 " (%" PRIu64 " keys)", si.applied,
         si.keys);
+    uint64_t cut = si.applied, acked;
+    if (commit_read_acked(data_dir, &acked) == 0 && acked > cut)
+        cut = acked;
 
     if (log_describe(src_log, &li, &bases) != LOG_OK || li.segments == 0) {
         say(report, arg, 1, "log: cannot list %s", src_log);
         goto out;
     }
-    /* Where the applied offset falls: its segment and byte position. */
+    /* Where the cut falls: its segment and byte position. */
     uint64_t cut_base = 0, cut_pos = 0;
-    int lrc = log_reader_open(src_log, si.applied, &r);
+    int lrc = log_reader_open(src_log, cut, &r);
     if (lrc != LOG_OK) {
-        say(report, arg, 1, "log: offset %" PRIu64 ": %s", si.applied, log_strerror(lrc));
+        say(report, arg, 1, "log: offset %" PRIu64 ": %s", cut, log_strerror(lrc));
         goto out;
     }
     log_reader_tell(r, &cut_base, &cut_pos);
@@ -555,11 +562,15 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
         goto io;
     }
     close(fd);
+    /* The records past the copy's applied offset were acknowledged: readers of the backup
+     * (`log cat`) show them, and a server started on it replays them. */
+    if (cut > si.applied && commit_write_acked_file(to_dir, cut) != 0)
+        goto io;
     if (fsutil_sync_dir(dst_log) != 0 || fsutil_sync_dir(dst_store) != 0 ||
         fsutil_sync_dir(to_dir) != 0)
         goto io;
     say(report, arg, 0, "log: %" PRIu64 " segments, %" PRIu64 " bytes, up to offset %" PRIu64, segs,
-        copied, si.applied);
+        copied, cut);
     rc = ADMIN_OK;
     goto out;
 io:

@@ -28,6 +28,21 @@
 #define READER_CHECK_MS   10000
 #define RECOVER_EVERY_MS  1000
 #define RETAIN_EVERY_MS   1000
+/*
+ * LMDB checkpoints. Group commits insert their keys into one long LMDB write
+ * transaction and are acknowledged once the log is fsynced; the transaction
+ * is committed (a checkpoint) every CHECKPOINT_MS, or after CHECKPOINT_EVENTS
+ * events, or at close. A page dirtied by many batches is then copied and
+ * written once per checkpoint instead of once per batch. What a crash loses
+ * of LMDB since the last checkpoint the log replays at start (it is durable:
+ * every batch in the transaction was fsynced to the log before its ack).
+ * CHECKPOINT_EVENTS keeps a transaction's dirty pages (about one leaf page per
+ * key in a big window, 4 KiB each in memory until written) well under LMDB's limit of
+ * 128 Ki dirty pages.
+ */
+#define CHECKPOINT_MS     1000
+#define CHECKPOINT_EVENTS 32768
+#define ACKED_FILE        "ACKED" /* in DIR/store: the acknowledged end, for readers */
 
 /* A long-polling reader waiting for the committed offset to pass `offset`. */
 typedef struct watch {
@@ -69,6 +84,10 @@ struct commit {
     uint64_t discard_from;   /* the end of its last successful sync */
     int64_t last_recover_ms; /* monotonic time of the last re-establishing attempt */
     int64_t last_retain_ms;  /* monotonic time retention last ran */
+    bool txn_open;           /* an LMDB write transaction holds batches since the checkpoint */
+    int64_t txn_since_ms;    /* monotonic time it was begun */
+    uint64_t txn_events;     /* events of the batches in it */
+    int acked_fd;            /* DIR/store/ACKED, or -1 */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -264,6 +283,11 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
 
 static void close_storage(commit_t *c)
 {
+    /* An open transaction is aborted with the store: the log holds all of it. */
+    c->txn_open = false;
+    if (c->acked_fd >= 0)
+        close(c->acked_fd);
+    c->acked_fd = -1;
     filter_free(c->filter);
     c->filter = NULL;
     log_close(c->log);
@@ -447,6 +471,41 @@ out:
  * up from the log, then one fdatasync proves the log can be made durable.
  * Used at start and to re-establish the durable state after a failure.
  */
+/*
+ * Tells readers outside the process (`log cat`, `log groups`) how far the log
+ * is acknowledged: LMDB's applied offset lags by up to a checkpoint. Fixed
+ * width, rewritten in place, never fsynced: it is only ever written after the
+ * log sync it reports, so whatever version of it survives a crash is at or
+ * below the durable end of the log, and a start rewrites it.
+ */
+static int format_acked(char buf[32], uint64_t offset)
+{
+    return snprintf(buf, 32, "%020llu\n", (unsigned long long)offset);
+}
+
+static void write_acked(commit_t *c, uint64_t offset)
+{
+    char buf[32];
+    if (c->acked_fd < 0)
+        return;
+    int n = format_acked(buf, offset);
+    if (pwrite(c->acked_fd, buf, (size_t)n, 0) != n) {
+        close(c->acked_fd); /* readers fall back to LMDB's applied offset */
+        c->acked_fd = -1;
+    }
+}
+
+static void open_acked(commit_t *c, const char *storedir, uint64_t offset)
+{
+    char *path = fsutil_join(storedir, ACKED_FILE);
+    c->acked_fd = path ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
+    if (c->acked_fd < 0)
+        notify(c, 1, "cannot write %s (%s): `log cat` will see records up to a second late",
+               path ? path : ACKED_FILE, strerror(errno));
+    free(path);
+    write_acked(c, offset);
+}
+
 static int open_storage(commit_t *c, char *errbuf, size_t errlen)
 {
     if (c->memory)
@@ -546,6 +605,11 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
     if (fsutil_sync_dir(c->data_dir) != 0 || probe_write(logdir) != 0) {
         errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
         goto out;
+    }
+    {
+        log_info_t li;
+        log_get_info(c->log, &li);
+        open_acked(c, path, li.next_offset); /* the replay applied all of it */
     }
     /* A marker left by a lazy run in this boot: once LMDB is synced, it is no longer needed. */
     if (!lazy && !crashed && access(marker, F_OK) == 0 && store_flush(c->store) == STORE_OK &&
@@ -652,9 +716,8 @@ typedef struct {
 
 enum apply_result {
     APPLY_OK,
-    APPLY_GROW,     /* the map filled before anything was written: grow and redo */
-    APPLY_FAILED,   /* nothing of the batch is durable */
-    APPLY_UNAPPLIED /* the batch is durable in the log but LMDB did not commit it */
+    APPLY_GROW,   /* the map filled before anything was written: grow and redo */
+    APPLY_FAILED, /* nothing of the batch is durable */
 };
 
 static int ensure_recs(commit_t *c, size_t n)
@@ -730,10 +793,21 @@ static int apply_memory(commit_t *c, commit_req_t *batch, size_t nevents, batch_
     return APPLY_OK;
 }
 
+/* Drops the open LMDB transaction. Batches acknowledged in it are in the log only until
+ * recovery replays them, so every caller goes on to recover() before de-duplicating again. */
+static void abort_txn(commit_t *c)
+{
+    store_abort(c->store);
+    c->txn_open = false;
+}
+
 /*
- * One attempt at a batch: a single LMDB write transaction and a single log
- * append + fsync. The log is synced before LMDB commits, so LMDB's applied
- * offset never runs ahead of what the log holds durably.
+ * One attempt at a batch: its keys go into the open LMDB write transaction
+ * (begun if none is), its records into one log append + fsync. It is
+ * acknowledged once the log is synced; LMDB commits at the next checkpoint
+ * (CHECKPOINT_MS), so LMDB's applied offset never runs ahead of what the log
+ * holds durably. On failure the transaction is aborted and the caller
+ * recovers, which replays the batches acknowledged since the checkpoint.
  */
 static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
                        int *store_rc)
@@ -749,9 +823,14 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
     if (ensure_recs(c, nevents) != 0)
         return APPLY_FAILED;
     log_get_info(c->log, &li);
-    rc = store_begin(c->store);
-    if (rc != STORE_OK)
-        goto store_fail;
+    if (!c->txn_open) {
+        rc = store_begin(c->store);
+        if (rc != STORE_OK)
+            goto store_fail;
+        c->txn_open = true;
+        c->txn_since_ms = now_ms(CLOCK_MONOTONIC);
+        c->txn_events = 0;
+    }
     size_t steps = nevents * 2 > MIN_EVICT_STEPS ? nevents * 2 : MIN_EVICT_STEPS;
     /* Age out first, so a key past the window is accepted again rather than dropped. */
     rc = store_evict(c->store, now - c->opts.window_ms, 0, steps, &bo->evicted_age,
@@ -785,28 +864,56 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
         if (rc != STORE_OK)
             goto store_fail;
         if (write_log(c, nrec, bo) != LOG_OK) {
-            store_abort(c->store);
+            abort_txn(c);
             log_rollback(c->log); /* a failure here leaves the log failed: recovery reopens */
             return APPLY_FAILED;
         }
     }
     bo->accepted = nrec;
-    rc = store_commit(c->store);
-    if (rc != STORE_OK) {
-        /*
-         * The records are durable in the log, the source of truth: they are
-         * accepted. Re-opening replays them into LMDB. Truncating them away
-         * instead would be wrong if LMDB did commit after all (a failed meta
-         * write can still reach the disk).
-         */
-        *store_rc = rc;
-        return nrec > 0 ? APPLY_UNAPPLIED : APPLY_FAILED;
-    }
+    c->txn_events += nevents;
     return APPLY_OK;
 store_fail:
-    store_abort(c->store);
+    abort_txn(c);
     *store_rc = rc;
-    return rc == STORE_FULL ? APPLY_GROW : APPLY_FAILED;
+    return rc == STORE_FULL || rc == STORE_TXN_FULL ? APPLY_GROW : APPLY_FAILED;
+}
+
+/*
+ * Commits the open LMDB transaction. Every batch in it is durable in the log
+ * and acknowledged, so a failure here costs nothing: the writer re-opens
+ * storage from disk, which replays those batches from the last checkpoint.
+ */
+static void checkpoint(commit_t *c)
+{
+    if (!c->txn_open)
+        return;
+    c->txn_open = false;
+    double t0 = now_msf();
+    int rc = store_commit(c->store);
+    double ms = now_msf() - t0;
+    pthread_mutex_lock(&c->mu);
+    if (rc == STORE_OK) {
+        c->stats.checkpoints++;
+        c->stats.checkpoint_ms_last = ms;
+        c->stats.checkpoint_ms_total += ms;
+        if (ms > c->stats.checkpoint_ms_max)
+            c->stats.checkpoint_ms_max = ms;
+    } else {
+        c->stats.checkpoint_failures++;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (rc == STORE_OK)
+        return;
+    notify(c, 1, "LMDB checkpoint failed: %s (%s); re-establishing storage from the log",
+           store_strerror(rc), store_detail(c->store));
+    recover(c, rc == STORE_FULL);
+    refresh_stats(c);
+}
+
+static bool checkpoint_due(const commit_t *c)
+{
+    return c->txn_open && (c->txn_events >= CHECKPOINT_EVENTS ||
+                           now_ms(CLOCK_MONOTONIC) - c->txn_since_ms >= CHECKPOINT_MS);
 }
 
 static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nreqs)
@@ -820,27 +927,37 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
     while (!c->failed) {
         int ar = c->filter ? apply_memory(c, batch, nevents, &bo)
                            : apply_batch(c, batch, nevents, &bo, &store_rc);
-        if (ar == APPLY_GROW && grows < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
-            grows++;
-            continue;
-        }
         if (ar == APPLY_OK) {
             status = COMMIT_OK;
             break;
         }
         bool full = store_rc == STORE_FULL;
+        if (ar == APPLY_GROW && grows++ < MAX_GROW_RETRIES) {
+            /*
+             * The aborted transaction may have held acknowledged batches since the last
+             * checkpoint: re-open (with a doubled map when it was full) to replay them, then
+             * redo this batch in a fresh transaction. A full transaction (too many dirty
+             * pages) needs no bigger map, just the new transaction.
+             */
+            if (recover(c, full))
+                continue;
+            break;
+        }
         notify(c, full ? 1 : 0, "group commit of %zu events failed: %s; re-establishing storage",
                nevents,
                store_rc != STORE_OK ? store_strerror(store_rc)
                                     : strerror(c->log ? log_errno(c->log) : EIO));
-        /* Unapplied but logged: once replay has applied it, the batch stands as computed. */
-        if (recover(c, full) && ar == APPLY_UNAPPLIED)
-            status = COMMIT_OK;
+        recover(c, full);
         break;
     }
     refresh_stats(c);
+    if (status == COMMIT_OK && !c->filter) {
+        pthread_mutex_lock(&c->mu);
+        uint64_t acked = c->stats.committed_offset;
+        pthread_mutex_unlock(&c->mu);
+        write_acked(c, acked);
+    }
     pthread_mutex_lock(&c->mu);
-    c->stats.map_grows += grows;
     c->stats.batches++;
     if (status != COMMIT_OK)
         c->stats.failures++;
@@ -967,6 +1084,8 @@ static void wait_for_work(commit_t *c)
             wake = c->last_recover_ms + RECOVER_EVERY_MS;
         else if (c->opts.log_retention_ms > 0 || c->opts.log_max_bytes > 0)
             wake = c->last_retain_ms + RETAIN_EVERY_MS;
+        if (c->txn_open && c->txn_since_ms + CHECKPOINT_MS < wake)
+            wake = c->txn_since_ms + CHECKPOINT_MS; /* an idle server checkpoints too */
         for (watch_t *w = c->watches; w; w = w->next)
             if (w->deadline_ms < wake)
                 wake = w->deadline_ms;
@@ -982,6 +1101,8 @@ static void wait_for_work(commit_t *c)
                 recover(c, false);
                 refresh_stats(c);
             }
+            if (checkpoint_due(c))
+                checkpoint(c);
             maybe_retain(c); /* rate-limited inside */
             pthread_mutex_lock(&c->mu);
         }
@@ -1026,6 +1147,7 @@ static void *writer(void *arg)
     }
     fire_watches(c, true); /* closing: every long-poll answers now */
     pthread_mutex_unlock(&c->mu);
+    checkpoint(c); /* a clean stop leaves nothing to replay */
     return NULL;
 }
 
@@ -1044,6 +1166,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     if (!c)
         return COMMIT_NOMEM;
     c->lockfd = -1;
+    c->acked_fd = -1;
     c->opts = *opts;
     if (c->opts.max_batch_events == 0)
         c->opts.max_batch_events = DEFAULT_MAX_BATCH;
@@ -1175,6 +1298,46 @@ void commit_close(commit_t *c)
     free(c->data_dir);
     free(c->log_dir);
     free(c);
+}
+
+int commit_write_acked_file(const char *data_dir, uint64_t offset)
+{
+    char *dir = fsutil_join(data_dir, "store");
+    char *path = dir ? fsutil_join(dir, ACKED_FILE) : NULL;
+    char buf[32];
+    int n = format_acked(buf, offset), rc = -1;
+    if (path && fsutil_write_atomic(path, buf, (size_t)n, 0644) == 0)
+        rc = 0;
+    free(path);
+    free(dir);
+    return rc;
+}
+
+int commit_read_acked(const char *data_dir, uint64_t *offset)
+{
+    char *dir = fsutil_join(data_dir, "store");
+    char *path = dir ? fsutil_join(dir, ACKED_FILE) : NULL;
+    char buf[32];
+    int rc = -1;
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd >= 0) {
+        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
+        /* Exactly what write_acked writes: 20 digits and a newline. */
+        if (n == 21 && buf[20] == '\n') {
+            uint64_t v = 0;
+            int i = 0;
+            for (; i < 20 && buf[i] >= '0' && buf[i] <= '9'; i++)
+                v = v * 10 + (uint64_t)(buf[i] - '0');
+            if (i == 20) {
+                *offset = v;
+                rc = 0;
+            }
+        }
+        close(fd);
+    }
+    free(path);
+    free(dir);
+    return rc;
 }
 
 const char *commit_log_dir(const commit_t *c)

@@ -1,5 +1,5 @@
-/* commit: group commit; one writer thread turns pending requests into one LMDB txn + one log fsync.
- */
+/* commit: group commit; one writer thread turns pending requests into one log append + fsync each,
+ * their keys going into an LMDB write transaction committed about once a second (a checkpoint). */
 #ifndef INGESTD_COMMIT_H
 #define INGESTD_COMMIT_H
 
@@ -89,6 +89,9 @@ typedef struct commit_stats {
     uint64_t failures; /* group commits answered COMMIT_UNAVAILABLE (recovered ones: recoveries) */
     uint64_t fsyncs;
     double fsync_ms_last, fsync_ms_max, fsync_ms_total;
+    uint64_t checkpoints;         /* LMDB commits of the batches since the previous one */
+    uint64_t checkpoint_failures; /* failed ones (storage was then re-established from the log) */
+    double checkpoint_ms_last, checkpoint_ms_max, checkpoint_ms_total;
     uint64_t map_grows;
     uint64_t evicted_age, evicted_size; /* keys aged out, by reason */
     uint64_t keys;                      /* keys in the window */
@@ -118,6 +121,11 @@ typedef struct commit_stats {
 /*
  * Opens DIR/store and DIR/log, recovers (truncates a torn log tail, replays
  * log records past LMDB's applied offset), and starts the writer thread.
+ * A group commit is acknowledged once its records are fsynced to the log;
+ * its keys are then in LMDB's open write transaction, which is committed
+ * about once a second, after 32 Ki events, and at close (a checkpoint): a
+ * crash loses at most what the log replays at the next start. A failed
+ * checkpoint fails no request: storage is re-established as below.
  * After a failed group commit (I/O error, failed fsync, LMDB error) the
  * writer answers that batch COMMIT_UNAVAILABLE, closes store and log and
  * re-establishes them from disk exactly as at start (never trusting what a
@@ -127,6 +135,18 @@ typedef struct commit_stats {
  * On failure *errbuf (if not NULL) gets a readable reason.
  */
 int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size_t errlen);
+
+/*
+ * For readers in other processes (`log cat`): the log offset up to which records
+ * are acknowledged, from DIR/store/ACKED, which the server rewrites after every
+ * group commit (LMDB's applied offset lags by up to a checkpoint). Returns 0 and
+ * *offset, or -1 when there is no valid such file (then go by the applied offset).
+ * The log may end before it (a restored backup): never read past the log's end.
+ */
+int commit_read_acked(const char *data_dir, uint64_t *offset);
+
+/* Writes DIR/store/ACKED durably (for `ingestd backup`: the copy's acknowledged end). 0 or -1. */
+int commit_write_acked_file(const char *data_dir, uint64_t offset);
 
 /* The data dir's hash secret; valid until commit_close(). */
 const uint8_t *commit_secret(const commit_t *c);

@@ -49,6 +49,8 @@ static int xlate(store_t *st, int rc)
     switch (rc) {
     case MDB_MAP_FULL:
         return STORE_FULL;
+    case MDB_TXN_FULL:
+        return STORE_TXN_FULL;
     case MDB_NOTFOUND:
         return STORE_NOTFOUND;
     case MDB_CORRUPTED:
@@ -720,6 +722,8 @@ const char *store_strerror(int status)
         return "LMDB store busy (locked or reader table full)";
     case STORE_NOTFOUND:
         return "not found";
+    case STORE_TXN_FULL:
+        return "LMDB write transaction full (too many dirty pages)";
     default:
         return "LMDB error";
     }

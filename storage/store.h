@@ -32,6 +32,8 @@ enum store_status {
     STORE_BUSY = -6,    /* locked by another process / too many readers */
     STORE_ERROR = -7,   /* anything else (see store_strerror) */
     STORE_NOTFOUND = -8,
+    STORE_TXN_FULL = -9, /* the write transaction holds as many dirty pages as LMDB allows:
+                            abort, and go on in a new one (after committing what came before) */
 };
 
 #define STORE_FORMAT_VERSION 2 /* 2: `keys` and `seq` as packed fixed-size duplicates */

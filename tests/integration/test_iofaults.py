@@ -143,9 +143,9 @@ class IoFaults(unittest.TestCase):
         self.acked.update(ids)
 
     def scenario(self, rules, persistent, log_fault, stays_failed=False):
-        """One fault: `log_fault` means it strikes before the log sync (the batch must vanish
-        entirely); otherwise it strikes LMDB after the log sync, where the log is the truth
-        and the batch is either replayed whole or not at all. `stays_failed`: re-opening
+        """One fault of the log: it strikes before the log sync (the batch must vanish
+        entirely) when `log_fault`, else maybe after it (then the batch is either replayed
+        whole or not at all). `stays_failed`: re-opening
         storage cannot succeed while the fault lasts, so /healthz must say 503 meanwhile."""
         what = " + ".join(rules)
         self.await_healthy()
@@ -201,37 +201,67 @@ class IoFaults(unittest.TestCase):
         self.scenario(["fail write EIO *.seg 1 partial", "fail ftruncate EIO *.seg 1"],
                       persistent=False, log_fault=True)
 
-    def test_write_eio_lmdb(self):
-        self.scenario(["fail write EIO data.mdb *"], persistent=True, log_fault=False,
-                      stays_failed=True)
+    # LMDB faults strike at a checkpoint, after batches were fsynced to the log and answered:
+    # those stand (the log is the truth); recovery replays them once the fault is gone.
 
-    def test_fsync_eio_lmdb(self):
-        self.scenario(["fail fsync EIO data.mdb *"], persistent=True, log_fault=False,
-                      stays_failed=True)
-
-    def test_write_eio_lmdb_once(self):
-        """A single LMDB write error after the log sync: the log is the truth, re-opening
-        replays the batch, and it is answered 200 as computed (never applied twice)."""
+    def lmdb_scenario(self, rules, persistent):
+        what = " + ".join(rules)
         self.await_healthy()
         st0 = self.srv.stats()
         nhits = len(self.hits())
         ids = self.batch()
-        self.set_faults("fail write EIO data.mdb 1")
+        self.set_faults(*rules)
+        more = []
         try:
             r = self.send(ids)
+            if r.status != 200:
+                # The fault struck a checkpoint of earlier batches first and storage is down.
+                self.assert503(r)
+            deadline_wait(lambda: len(self.hits()) > nhits, RECOVER_TIMEOUT,
+                          "%s: the fault fired at a checkpoint" % what)
+            deadline_wait(lambda: self.srv.stats()["commit"]["checkpoint_failures"]
+                          > st0["commit"]["checkpoint_failures"], RECOVER_TIMEOUT,
+                          "%s: a failed checkpoint counted" % what)
+            if persistent:
+                # Re-opening replays into LMDB, which cannot write: storage stays failed and
+                # new batches fail fast, never a 200.
+                deadline_wait(lambda: self.srv.stats()["storage"]["failed"], RECOVER_TIMEOUT,
+                              "%s: storage failed while the fault lasts" % what)
+                more = self.batch(5)
+                self.assert503(self.send(more))
+                self.assertTrue(self.assert_health_consistent(),
+                                "%s: storage not failed while the fault lasts" % what)
         finally:
             self.set_faults("clear")
-        self.assertGreater(len(self.hits()), nhits, "the fault never fired")
-        if r.status == 503:
-            self.assert503(r)
-            self.await_healthy()
-            visible = self.assert_all_or_nothing(ids, "write EIO data.mdb once")
-            self.resend_exactly_once(ids, visible, "write EIO data.mdb once")
-            return
-        self.assertEqual((r.status, r.json["accepted"]), (200, len(ids)), r)
-        self.assertGreater(self.srv.stats()["storage"]["recoveries"], st0["storage"]["recoveries"])
-        self.acked.update(ids)
-        self.resend_exactly_once(ids, True, "write EIO data.mdb once")
+        # The failed checkpoint is counted before storage is re-established: await both.
+        deadline_wait(lambda: self.srv.stats()["storage"]["recoveries"]
+                      > st0["storage"]["recoveries"], RECOVER_TIMEOUT,
+                      "%s: storage re-established" % what)
+        self.await_healthy()
+        if r.status == 200:
+            self.assertEqual(r.json["accepted"], len(ids), r)
+            counts = self.logged()
+            self.assertEqual([m for m in ids if counts[m] != 1], [], "%s: acked, not once" % what)
+            self.acked.update(ids)
+            self.resend_exactly_once(ids, True, what)
+        else:
+            visible = self.assert_all_or_nothing(ids, what)
+            self.resend_exactly_once(ids, visible, what)
+        if more:
+            visible = self.assert_all_or_nothing(more, what)
+            self.assertFalse(visible, "%s: a batch answered 503 is in the log" % what)
+            self.resend_exactly_once(more, visible, what)
+
+    def test_write_eio_lmdb(self):
+        self.lmdb_scenario(["fail write EIO data.mdb *"], persistent=True)
+
+    def test_fsync_eio_lmdb(self):
+        self.lmdb_scenario(["fail fsync EIO data.mdb *"], persistent=True)
+
+    def test_write_eio_lmdb_once(self):
+        """A single LMDB write error at a checkpoint: re-opening replays what the log holds
+        past the last good checkpoint, and every answered batch stays answered, once."""
+        self.lmdb_scenario(["fail write EIO data.mdb 1"], persistent=False)
 
     def test_z_power_loss_after_faults(self):
         """Last: cut the power after all the faults above; nothing acknowledged is lost."""
