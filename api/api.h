@@ -41,6 +41,13 @@ typedef struct api_options {
     /* Data directory, for the consumer groups in /stats and /metrics (storage/groups.h); copied
      * by api_new; NULL: no groups reported. */
     const char *data_dir;
+    /* Browser origins allowed by CORS on the ingest routes: "*" (any, never with credentials) or
+     * a comma-separated list such as "https://a.example, http://localhost:3000" (api/cors.h says
+     * what an entry may be). Copied by api_new; NULL or "": "*". A bad list fails api_new. */
+    const char *cors_origin;
+    /* Events per second per write key (token bucket with one second of burst; api/ratelimit.h);
+     * past it ingest requests get 429 with Retry-After. 0: no limit. */
+    uint64_t rate_limit;
 } api_options_t;
 
 /*
@@ -56,7 +63,12 @@ typedef struct api_req {
     const char *path;          /* without query string */
     const char *authorization; /* Authorization header or NULL */
     const char *content_type;  /* Content-Type header or NULL */
-    const char *body;          /* decompressed body (may be NULL when body_len is 0) */
+    /* CORS (api/cors.h): the Origin header and, on a preflight, the Access-Control-Request-Method
+     * and Access-Control-Request-Headers headers; each NULL when absent. */
+    const char *origin;
+    const char *acr_method;
+    const char *acr_headers;
+    const char *body; /* decompressed body (may be NULL when body_len is 0) */
     size_t body_len;
     int64_t now_ms; /* receivedAt: when the request arrived (ms since epoch) */
     /* CLOCK_MONOTONIC ms when the request arrived (api_monotonic_ms()); keep it the same when
@@ -67,12 +79,12 @@ typedef struct api_req {
     void *transport;    /* passed to param */
 } api_req_t;
 
-#define API_MAX_HEADERS 4
+#define API_MAX_HEADERS 8 /* a CORS preflight answer takes 5 */
 
 /* An extra response header. */
 typedef struct api_header {
     const char *name; /* static string */
-    char value[64];
+    char value[256];  /* long enough for a configured CORS origin (CORS_ORIGIN_MAX) */
 } api_header_t;
 
 /* A response. `body` is malloc'ed and owned by whoever holds the struct (free()). */
@@ -141,10 +153,25 @@ int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp);
  */
 int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg);
 
+/*
+ * Replaces the write keys (SIGHUP reload) with deep copies of keys[0..n) (validated as by
+ * api_new). Requests that already looked a key up finish with the old set; later ones see
+ * only the new one, never a mix. A key that stays keeps its rate-limit level. Returns 0, or
+ * -1 (bad key, out of memory) with the old keys still in force. Thread-safe.
+ */
+int api_set_keys(api_t *api, const api_write_key_t *keys, size_t n);
+
 /* Fills *resp with `{"success":false,"error":msg}` and `status` (503/429 get Retry-After). */
 void api_error(api_resp_t *resp, int status, const char *msg);
 
 /* Counts a response by status for /stats and /metrics; the transport calls it once per response. */
 void api_count_response(api_t *api, int status);
+
+/*
+ * Adds "requestId":id to an error body (status >= 400 whose body is a JSON object), so a client can
+ * quote it and an operator find the request's log lines. Other responses are left alone. Returns 0,
+ * or -1 when out of memory (the body is then unchanged). The transport calls it for every answer.
+ */
+int api_resp_add_request_id(api_resp_t *resp, const char *id);
 
 #endif

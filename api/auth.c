@@ -1,7 +1,12 @@
-/* auth: HTTP Basic parsing, base64 decoding and constant-time write-key lookup. */
+/* auth: HTTP Basic parsing, base64 decoding, constant-time write-key lookup, keys files, key sets.
+ */
 #include "api/auth.h"
 
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -137,4 +142,335 @@ const api_write_key_t *auth_lookup(const api_write_key_t *keys, size_t n, const 
             found = &keys[i];
     }
     return found;
+}
+
+/* ---- write keys files ---- */
+
+static void set_err(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *buf, size_t len, const char *fmt, ...)
+{
+    va_list ap;
+    if (!buf || len == 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+void auth_keys_free(api_write_key_t *keys, size_t n)
+{
+    for (size_t i = 0; keys && i < n; i++) {
+        free((char *)keys[i].key);
+        free((char *)keys[i].source);
+    }
+    free(keys);
+}
+
+static char *dup_n(const char *s, size_t n)
+{
+    char *d = malloc(n + 1);
+    if (d) {
+        memcpy(d, s, n);
+        d[n] = '\0';
+    }
+    return d;
+}
+
+static int is_blank(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* A key or source byte that --write-key would refuse (or split on). */
+static int bad_byte(unsigned char c)
+{
+    return c <= 0x20 || c == 0x7f || c == ',';
+}
+
+/* One key of the merged list, for the duplicate check: line 0 means "from base". */
+struct ref {
+    const char *key;
+    size_t line;
+};
+
+static int cmp_ref(const void *a, const void *b)
+{
+    const struct ref *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    if (c != 0)
+        return c;
+    return x->line < y->line ? -1 : x->line > y->line;
+}
+
+/* Fails on a key given twice; `lines[i]` is the file line of out[i] (0: from base). */
+static int check_unique(const api_write_key_t *keys, const size_t *lines, size_t n,
+                        const char *name, char *errbuf, size_t errlen)
+{
+    struct ref *refs = malloc((n ? n : 1) * sizeof(*refs));
+    int rc = 0;
+
+    if (!refs) {
+        set_err(errbuf, errlen, "%s: out of memory", name);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        refs[i] = (struct ref){keys[i].key, lines[i]};
+    qsort(refs, n, sizeof(*refs), cmp_ref);
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(refs[i - 1].key, refs[i].key) != 0)
+            continue;
+        /* Sorted by line within a key: refs[i] is the later one, so always a line of the file. */
+        if (refs[i - 1].line == 0)
+            set_err(errbuf, errlen,
+                    "%s:%zu: write key also given by --write-key or INGESTD_WRITE_KEY", name,
+                    refs[i].line);
+        else
+            set_err(errbuf, errlen, "%s:%zu: write key given twice (also on line %zu)", name,
+                    refs[i].line, refs[i - 1].line);
+        rc = -1;
+        break;
+    }
+    free(refs);
+    return rc;
+}
+
+int auth_keys_parse(const char *text, size_t len, const char *name, const api_write_key_t *base,
+                    size_t nbase, api_write_key_t **out, size_t *n, char *errbuf, size_t errlen)
+{
+    api_write_key_t *keys = NULL;
+    size_t *lines = NULL;
+    size_t nkeys = 0, cap = nbase + 16, lineno = 0;
+    const char *p = text, *end = text + len;
+
+    *out = NULL;
+    *n = 0;
+    if (nbase > AUTH_MAX_KEYS) {
+        set_err(errbuf, errlen, "%s: more than %d write keys in all", name, AUTH_MAX_KEYS);
+        return -1;
+    }
+    keys = calloc(cap, sizeof(*keys));
+    lines = calloc(cap, sizeof(*lines));
+    if (!keys || !lines)
+        goto nomem;
+    for (size_t i = 0; i < nbase; i++) {
+        const char *src = base[i].source && *base[i].source ? base[i].source : "default";
+        keys[i].key = strdup(base[i].key ? base[i].key : "");
+        keys[i].source = strdup(src);
+        nkeys = i + 1;
+        if (!keys[i].key || !keys[i].source)
+            goto nomem;
+    }
+
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *e = nl ? nl : end;
+        const char *b = p;
+        p = nl ? nl + 1 : end;
+        lineno++;
+
+        while (b < e && is_blank((unsigned char)*b))
+            b++;
+        while (e > b && is_blank((unsigned char)e[-1]))
+            e--;
+        if (b == e || *b == '#')
+            continue;
+        const char *sep = memchr(b, ':', (size_t)(e - b));
+        const char *kend = sep ? sep : e;
+        const char *src = sep ? sep + 1 : "default";
+        size_t klen = (size_t)(kend - b);
+        size_t slen = sep ? (size_t)(e - src) : strlen("default");
+
+        if (klen == 0) {
+            set_err(errbuf, errlen, "%s:%zu: empty write key", name, lineno);
+            goto fail;
+        }
+        if (slen == 0) {
+            set_err(errbuf, errlen, "%s:%zu: empty source after ':'", name, lineno);
+            goto fail;
+        }
+        for (const char *c = b; c < e; c++) {
+            if (bad_byte((unsigned char)*c)) {
+                set_err(errbuf, errlen,
+                        "%s:%zu: blank, control character or ',' in a write key or source "
+                        "(one KEY[:SOURCE] per line)",
+                        name, lineno);
+                goto fail;
+            }
+        }
+        if (klen + slen > AUTH_KEY_BYTES) {
+            set_err(errbuf, errlen, "%s:%zu: write key or source too long (max %d bytes)", name,
+                    lineno, AUTH_KEY_BYTES);
+            goto fail;
+        }
+        if (nkeys == AUTH_MAX_KEYS) {
+            set_err(errbuf, errlen, "%s:%zu: more than %d write keys in all", name, lineno,
+                    AUTH_MAX_KEYS);
+            goto fail;
+        }
+        if (nkeys == cap) {
+            size_t ncap = cap * 2;
+            api_write_key_t *k2 = realloc(keys, ncap * sizeof(*keys));
+            if (!k2)
+                goto nomem;
+            keys = k2;
+            size_t *l2 = realloc(lines, ncap * sizeof(*lines));
+            if (!l2)
+                goto nomem;
+            lines = l2;
+            cap = ncap;
+        }
+        keys[nkeys].key = dup_n(b, klen);
+        keys[nkeys].source = dup_n(src, slen);
+        lines[nkeys] = lineno;
+        nkeys++;
+        if (!keys[nkeys - 1].key || !keys[nkeys - 1].source)
+            goto nomem;
+    }
+    if (check_unique(keys, lines, nkeys, name, errbuf, errlen) != 0)
+        goto fail;
+    free(lines);
+    *out = keys;
+    *n = nkeys;
+    return 0;
+nomem:
+    set_err(errbuf, errlen, "%s: out of memory", name);
+fail:
+    auth_keys_free(keys, nkeys);
+    free(lines);
+    return -1;
+}
+
+int auth_keys_load(const char *path, const api_write_key_t *base, size_t nbase,
+                   api_write_key_t **out, size_t *n, char *errbuf, size_t errlen)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = -1;
+
+    *out = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        set_err(errbuf, errlen, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    /* One byte more than allowed tells a file that is too large from one that is just full. */
+    buf = malloc((size_t)AUTH_MAX_FILE_SIZE + 1);
+    if (!buf) {
+        set_err(errbuf, errlen, "%s: out of memory", path);
+        goto out;
+    }
+    len = fread(buf, 1, (size_t)AUTH_MAX_FILE_SIZE + 1, f);
+    if (ferror(f)) {
+        set_err(errbuf, errlen, "%s: read error", path);
+        goto out;
+    }
+    if (len > (size_t)AUTH_MAX_FILE_SIZE) {
+        set_err(errbuf, errlen, "%s: larger than %d bytes", path, AUTH_MAX_FILE_SIZE);
+        goto out;
+    }
+    rc = auth_keys_parse(buf, len, path, base, nbase, out, n, errbuf, errlen);
+out:
+    free(buf);
+    fclose(f);
+    return rc;
+}
+
+/* ---- key sets ---- */
+
+struct auth_keyset {
+    atomic_size_t refs;
+    size_t n;
+    api_write_key_t *keys;
+    ratelimit_t *limits; /* n buckets, or NULL: no rate limit */
+    size_t nlimits;      /* buckets initialised (for a partial failure) */
+};
+
+static void keyset_free(auth_keyset_t *ks)
+{
+    for (size_t i = 0; i < ks->nlimits; i++)
+        ratelimit_destroy(&ks->limits[i]);
+    free(ks->limits);
+    auth_keys_free(ks->keys, ks->n);
+    free(ks);
+}
+
+int auth_keyset_new(const api_write_key_t *keys, size_t n, uint64_t rate_limit, auth_keyset_t *prev,
+                    int64_t now_ms, auth_keyset_t **out)
+{
+    auth_keyset_t *ks = NULL;
+
+    *out = NULL;
+    if (n > 0 && !keys)
+        return -1;
+    ks = calloc(1, sizeof(*ks));
+    if (!ks)
+        return -1;
+    atomic_init(&ks->refs, 1);
+    ks->keys = calloc(n ? n : 1, sizeof(*ks->keys));
+    if (!ks->keys)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        if (!keys[i].key || !*keys[i].key)
+            goto fail;
+        const char *src = keys[i].source && *keys[i].source ? keys[i].source : "default";
+        ks->keys[i].key = strdup(keys[i].key);
+        ks->keys[i].source = strdup(src);
+        ks->n = i + 1;
+        if (!ks->keys[i].key || !ks->keys[i].source)
+            goto fail;
+    }
+    if (rate_limit > 0) {
+        ks->limits = calloc(n ? n : 1, sizeof(*ks->limits));
+        if (!ks->limits)
+            goto fail;
+        for (size_t i = 0; i < n; i++) {
+            if (ratelimit_init(&ks->limits[i], rate_limit, now_ms) != RATELIMIT_OK)
+                goto fail;
+            ks->nlimits = i + 1;
+        }
+        /* A reload must not hand every key a fresh burst: carry the levels over (a plain
+         * search: this runs on SIGHUP, not per request, and the keys are not attacker input). */
+        for (size_t i = 0; prev && prev->limits && i < n; i++)
+            for (size_t j = 0; j < prev->n; j++)
+                if (strcmp(ks->keys[i].key, prev->keys[j].key) == 0) {
+                    ratelimit_copy_state(&ks->limits[i], &prev->limits[j]);
+                    break;
+                }
+    }
+    *out = ks;
+    return 0;
+fail:
+    keyset_free(ks);
+    return -1;
+}
+
+void auth_keyset_retain(auth_keyset_t *ks)
+{
+    atomic_fetch_add_explicit(&ks->refs, 1, memory_order_relaxed);
+}
+
+void auth_keyset_release(auth_keyset_t *ks)
+{
+    if (!ks)
+        return;
+    /* acq_rel: everything done with the set happens before whoever frees it. */
+    if (atomic_fetch_sub_explicit(&ks->refs, 1, memory_order_acq_rel) == 1)
+        keyset_free(ks);
+}
+
+size_t auth_keyset_size(const auth_keyset_t *ks)
+{
+    return ks->n;
+}
+
+const api_write_key_t *auth_keyset_find(auth_keyset_t *ks, const char *key, size_t keylen,
+                                        ratelimit_t **limit)
+{
+    const api_write_key_t *k = auth_lookup(ks->keys, ks->n, key, keylen);
+    if (limit)
+        *limit = k && ks->limits ? &ks->limits[k - ks->keys] : NULL;
+    return k;
 }

@@ -3,8 +3,10 @@
 #define INGESTD_API_AUTH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "api/api.h"
+#include "api/ratelimit.h"
 
 enum auth_status {
     AUTH_OK = 0,
@@ -43,5 +45,75 @@ const api_write_key_t *auth_lookup(const api_write_key_t *keys, size_t n, const 
 
 /* Constant-time (for a given `b`) equality of two byte strings; 1 equal, 0 not. */
 int auth_equal(const char *a, size_t alen, const char *b, size_t blen);
+
+/* ---- write keys files (--write-keys-file) ---- */
+
+#define AUTH_MAX_KEYS      10000 /* write keys in all (flags + file): each lookup scans them all */
+#define AUTH_KEY_BYTES     510   /* key + source bytes at most, as for --write-key */
+#define AUTH_MAX_FILE_SIZE (4 << 20) /* a keys file larger than this is refused */
+
+/*
+ * Parses the text of a write keys file and appends its keys to `base`:
+ * *out gets deep copies of base[0..nbase) followed by the file's keys
+ * (caller frees with auth_keys_free(*out, *n)).
+ *
+ * Format: one KEY[:SOURCE] per line (SOURCE defaults to "default"; the first
+ * ':' separates them); blanks around an item are ignored, as are empty lines
+ * and lines whose first non-blank character is '#'. A key or source with a
+ * blank, control character or ',' (the list separator of --write-key), an
+ * empty key or source, key + source over AUTH_KEY_BYTES, a key given twice
+ * (in the file or also in `base`: two sources for one key would make the
+ * source ambiguous), or more than AUTH_MAX_KEYS keys in all are errors.
+ *
+ * Returns 0, or -1 with `errbuf` set to "NAME:LINE: reason" (never any part
+ * of a key: keys are secrets and errors go to logs). `name` names the text
+ * in errors (the file's path). Thread-safe.
+ */
+int auth_keys_parse(const char *text, size_t len, const char *name, const api_write_key_t *base,
+                    size_t nbase, api_write_key_t **out, size_t *n, char *errbuf, size_t errlen);
+
+/* Reads `path` (at most AUTH_MAX_FILE_SIZE bytes) and parses it with auth_keys_parse. */
+int auth_keys_load(const char *path, const api_write_key_t *base, size_t nbase,
+                   api_write_key_t **out, size_t *n, char *errbuf, size_t errlen);
+
+/* Frees what auth_keys_parse/auth_keys_load returned; NULL is a no-op. */
+void auth_keys_free(api_write_key_t *keys, size_t n);
+
+/* ---- key sets: what requests look keys up in ---- */
+
+/*
+ * An immutable set of write keys plus one rate-limit bucket per key, shared by
+ * reference count so the key set can be replaced (SIGHUP) while requests use
+ * the old one: whoever holds a reference may use the set and the keys it
+ * returned; the last auth_keyset_release frees it.
+ */
+typedef struct auth_keyset auth_keyset_t;
+
+/*
+ * Builds a set from deep copies of keys[0..n) (each key non-empty; a NULL or
+ * empty source becomes "default"). rate_limit > 0 gives every key a full
+ * token bucket of that many events a second (ratelimit.h); a key also in
+ * `prev` (may be NULL) keeps the level of its bucket there. The new set holds
+ * one reference. Returns 0, or -1 (bad key, out of memory).
+ */
+int auth_keyset_new(const api_write_key_t *keys, size_t n, uint64_t rate_limit, auth_keyset_t *prev,
+                    int64_t now_ms, auth_keyset_t **out);
+
+/* Adds a reference; thread-safe. */
+void auth_keyset_retain(auth_keyset_t *ks);
+
+/* Drops a reference, freeing the set with the last one; NULL is a no-op; thread-safe. */
+void auth_keyset_release(auth_keyset_t *ks);
+
+/* Number of keys. */
+size_t auth_keyset_size(const auth_keyset_t *ks);
+
+/*
+ * auth_lookup over the set (constant time in the same sense). Returns the key
+ * (borrowed: valid while the caller holds its reference) and, when rate
+ * limiting is on, *limit = its bucket, else *limit = NULL (limit may be NULL).
+ */
+const api_write_key_t *auth_keyset_find(auth_keyset_t *ks, const char *key, size_t keylen,
+                                        ratelimit_t **limit);
 
 #endif

@@ -49,6 +49,35 @@ void api_error(api_resp_t *resp, int status, const char *msg)
         resp->retry_after = API_RETRY_AFTER_S;
 }
 
+int api_resp_add_request_id(api_resp_t *resp, const char *id)
+{
+    json_t *j;
+    char *s;
+
+    if (resp->status < 400 || resp->body == NULL || id == NULL || resp->content_type == NULL ||
+        strcmp(resp->content_type, JSON_TYPE) != 0)
+        return 0;
+    /* Error bodies are a few dozen bytes and rare on the hot path: parsing them again is cheap
+     * and keeps every error, wherever in the api it was made, in one shape. */
+    j = json_loadb(resp->body, resp->body_len, 0, NULL);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return 0;
+    }
+    if (json_object_set_new(j, "requestId", json_string(id)) != 0) {
+        json_decref(j);
+        return -1;
+    }
+    s = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(j);
+    if (s == NULL)
+        return -1;
+    free(resp->body);
+    resp->body = s;
+    resp->body_len = strlen(s);
+    return 0;
+}
+
 void api_error_commit(api_resp_t *resp, int commit_status)
 {
     switch (commit_status) {

@@ -8,6 +8,7 @@
 
 #include "api/auth.h"
 #include "api/batch.h"
+#include "api/ratelimit.h"
 
 /* One pending request: all the commit borrows lives here until the done callback frees it. */
 struct pending {
@@ -37,16 +38,89 @@ int api_content_type_ok(const char *ct)
     return 0;
 }
 
-int api_header_auth(api_t *api, const char *authorization, const api_write_key_t **found,
-                    api_resp_t *resp)
+int api_keys_init(api_t *api, const api_options_t *opts)
+{
+    if (pthread_rwlock_init(&api->keys_mu, NULL) != 0)
+        return -1;
+    api->keys_mu_ok = true;
+    api->rate_limit = opts->rate_limit;
+    atomic_init(&api->rate_limited_requests, 0);
+    atomic_init(&api->rate_limited_events, 0);
+    atomic_init(&api->queue_full_requests, 0);
+    atomic_init(&api->queue_full_events, 0);
+    return auth_keyset_new(opts->keys, opts->nkeys, opts->rate_limit, NULL, api_monotonic_ms(),
+                           &api->keys);
+}
+
+void api_keys_destroy(api_t *api)
+{
+    auth_keyset_release(api->keys);
+    api->keys = NULL;
+    if (api->keys_mu_ok)
+        pthread_rwlock_destroy(&api->keys_mu);
+    api->keys_mu_ok = false;
+}
+
+struct auth_keyset *api_keys_get(api_t *api)
+{
+    /* The lock only spans the pointer read and the reference: a reload swapping the pointer
+     * (write lock) then cannot free the set between the two. */
+    pthread_rwlock_rdlock(&api->keys_mu);
+    auth_keyset_t *ks = api->keys;
+    auth_keyset_retain(ks);
+    pthread_rwlock_unlock(&api->keys_mu);
+    return ks;
+}
+
+int api_set_keys(api_t *api, const api_write_key_t *keys, size_t n)
+{
+    auth_keyset_t *cur = api_keys_get(api);
+    auth_keyset_t *ks = NULL;
+    int rc = auth_keyset_new(keys, n, api->rate_limit, cur, api_monotonic_ms(), &ks);
+    auth_keyset_release(cur);
+    if (rc != 0)
+        return -1;
+    pthread_rwlock_wrlock(&api->keys_mu);
+    auth_keyset_t *old = api->keys;
+    api->keys = ks;
+    pthread_rwlock_unlock(&api->keys_mu);
+    auth_keyset_release(old); /* freed here, or by the last request still using it */
+    return 0;
+}
+
+/* 429 with Retry-After, counted; `events` is how many the refused request held (0: unknown). */
+static void rate_limited(api_t *api, api_resp_t *resp, uint32_t retry_after_s, size_t events)
+{
+    atomic_fetch_add_explicit(&api->rate_limited_requests, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&api->rate_limited_events, events, memory_order_relaxed);
+    api_error(resp, 429, "rate limit of this write key exceeded, retry later");
+    resp->retry_after = (int)retry_after_s;
+}
+
+/* 503 with Retry-After for a full commit queue, counted. */
+static void queue_full(api_t *api, api_resp_t *resp, size_t events)
+{
+    atomic_fetch_add_explicit(&api->queue_full_requests, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&api->queue_full_events, events, memory_order_relaxed);
+    api_error(resp, 503, "server busy: too many events waiting to be written, retry later");
+}
+
+/*
+ * The key of the Authorization header in `ks`: 0 with *found (NULL when the
+ * header names none) and *limit (its bucket, NULL when not limited), or -1
+ * with a 401/503 in *resp.
+ */
+static int header_key(auth_keyset_t *ks, const char *authorization, const api_write_key_t **found,
+                      ratelimit_t **limit, api_resp_t *resp)
 {
     char *key = NULL;
     size_t len = 0;
 
     *found = NULL;
+    *limit = NULL;
     switch (auth_basic_key(authorization, &key, &len)) {
     case AUTH_OK:
-        *found = auth_lookup(api->keys, api->nkeys, key, len);
+        *found = auth_keyset_find(ks, key, len, limit);
         free(key);
         if (!*found) {
             api_error(resp, 401, "unknown write key");
@@ -62,6 +136,36 @@ int api_header_auth(api_t *api, const char *authorization, const api_write_key_t
         api_error(resp, 503, "out of memory, retry later");
         return -1;
     }
+}
+
+/*
+ * Refusals that need no body: a key whose bucket is empty (429) or a full commit queue (503).
+ * Returns 0, or -1 with *resp filled.
+ */
+static int early_limits(api_t *api, ratelimit_t *limit, api_resp_t *resp)
+{
+    uint32_t wait = 0;
+    if (limit && ratelimit_check(limit, api_monotonic_ms(), &wait) != RATELIMIT_OK) {
+        rate_limited(api, resp, wait, 0);
+        return -1;
+    }
+    if (commit_busy(api->commit)) {
+        queue_full(api, resp, 0);
+        return -1;
+    }
+    return 0;
+}
+
+int api_header_auth(api_t *api, const char *authorization, api_resp_t *resp)
+{
+    const api_write_key_t *found = NULL;
+    ratelimit_t *limit = NULL;
+    auth_keyset_t *ks = api_keys_get(api);
+    int rc = header_key(ks, authorization, &found, &limit, resp);
+    if (rc == 0)
+        rc = early_limits(api, limit, resp);
+    auth_keyset_release(ks);
+    return rc;
 }
 
 /* Appends s as a JSON string body (the rejection reasons are static ASCII sentences; escaped
@@ -174,7 +278,10 @@ static int submit(api_t *api, const api_req_t *req, batch_t *b, api_resp_t *resp
     int rc = commit_submit(api->commit, &p->req);
     if (rc != COMMIT_OK) {
         /* Not queued, so the callback will not run: answer and free here. */
-        api_error_commit(resp, rc);
+        if (rc == COMMIT_BUSY)
+            queue_full(api, resp, p->req.n);
+        else
+            api_error_commit(resp, rc);
         batch_clear(&p->batch);
         free(p);
         return API_DONE;
@@ -187,6 +294,8 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
                api_done_fn done, void *arg)
 {
     const api_write_key_t *wk = NULL;
+    ratelimit_t *limit = NULL;
+    auth_keyset_t *ks = NULL;
     json_t *root = NULL;
     batch_t b = {0};
     batch_error_t err = {{0}};
@@ -200,8 +309,12 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         api_error(resp, 400, "request body too large (max 512000 bytes)");
         return API_DONE;
     }
-    if (api_header_auth(api, req->authorization, &wk, resp) != 0)
-        return API_DONE;
+    /* One key set for the whole request, even if a reload swaps it meanwhile. */
+    ks = api_keys_get(api);
+    if (header_key(ks, req->authorization, &wk, &limit, resp) != 0)
+        goto out;
+    if (early_limits(api, limit, resp) != 0)
+        goto out;
     if (batch_parse(req->body, req->body_len, &root, &err) != BATCH_OK) {
         api_error(resp, 400, err.text);
         goto out;
@@ -213,7 +326,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
             api_error(resp, 401, "missing write key");
             goto out;
         }
-        wk = auth_lookup(api->keys, api->nkeys, k, klen);
+        wk = auth_keyset_find(ks, k, klen, &limit);
         if (!wk) {
             api_error(resp, 401, "unknown write key");
             goto out;
@@ -240,6 +353,15 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     json_decref(root);
     root = NULL;
 
+    /* Every event of the request counts, valid or not, and all of them or none are taken: a
+     * refused request leaves nothing behind, so its retry is exactly the same request. */
+    size_t nall = b.nevents + b.nrejected;
+    uint32_t wait = 0;
+    if (limit && ratelimit_take(limit, nall, api_monotonic_ms(), &wait) != RATELIMIT_OK) {
+        rate_limited(api, resp, wait, nall);
+        goto out;
+    }
+
     atomic_fetch_add_explicit(&api->rejected, b.nrejected, memory_order_relaxed);
     if (single_type && b.nrejected > 0) {
         api_error(resp, 400, b.rejected[0].error);
@@ -250,8 +372,13 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         goto out;
     }
     rc = submit(api, req, &b, resp, done, arg);
+    if (rc == API_DONE && limit) {
+        /* Not queued (503): the retry will pay for these events, so this attempt must not. */
+        ratelimit_give_back(limit, nall, api_monotonic_ms());
+    }
 out:
     json_decref(root);
     batch_clear(&b);
+    auth_keyset_release(ks);
     return rc;
 }

@@ -12,10 +12,21 @@
 #define API_STATUS_SLOTS 600 /* counters for statuses 0..599 */
 
 struct api_poll; /* a parked long-poll (logread.c) */
+struct cors;     /* --cors-origin (cors.h) */
+
+struct auth_keyset; /* write keys + their rate-limit buckets (auth.h) */
 
 struct api {
-    api_write_key_t *keys; /* deep copies, freed by api_free */
-    size_t nkeys;
+    /* The write keys, replaced as a whole by api_set_keys (SIGHUP): a request takes a reference
+     * (api_keys_get) under the read lock, which guards only the pointer, and uses the set
+     * without any lock after that. */
+    pthread_rwlock_t keys_mu;
+    bool keys_mu_ok; /* keys_mu was initialised (api_free after a failed api_new) */
+    struct auth_keyset *keys;
+    uint64_t rate_limit; /* events/s per write key; 0: off */
+    /* Refusals by the limits, for /stats and /metrics (events: those counted before refusal). */
+    atomic_uint_fast64_t rate_limited_requests, rate_limited_events;
+    atomic_uint_fast64_t queue_full_requests, queue_full_events;
     commit_t *commit;
     int64_t window_ms;
     uint64_t max_keys;
@@ -27,6 +38,7 @@ struct api {
     atomic_bool quiescing;
     pthread_mutex_t polls_mu; /* guards polls */
     struct api_poll *polls;   /* parked long-polls, until their watch fires */
+    struct cors *cors;        /* browser origins allowed on the ingest routes */
 };
 
 /* Fills *resp with `json` (compact) and `status`. Steals the reference. Returns 0 or -1 (then *resp
@@ -44,12 +56,22 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
 int api_content_type_ok(const char *content_type);
 
 /*
- * Checks a key given in the Authorization header. Returns 0 with *found (NULL
- * when the header gives no key: the body's writeKey decides), or -1 with a
- * 401 (malformed header, unknown key) or 503 (no memory) in *resp.
+ * Early check of a key given in the Authorization header, before the body is
+ * read. Returns 0 (a known key with room in its rate limit, or no key in the
+ * header: the body's writeKey decides), or -1 with a 401 (malformed header,
+ * unknown key), 429 (the key's rate limit has no room for one event) or 503
+ * (no memory) in *resp.
  */
-int api_header_auth(api_t *api, const char *authorization, const api_write_key_t **found,
-                    api_resp_t *resp);
+int api_header_auth(api_t *api, const char *authorization, api_resp_t *resp);
+
+/* Sets up the write keys of opts (keys_mu, the first key set). Returns 0 or -1. */
+int api_keys_init(api_t *api, const api_options_t *opts);
+
+/* Frees the key set and keys_mu (what api_keys_init set up, also partly). */
+void api_keys_destroy(api_t *api);
+
+/* A reference to the current key set; give it back with auth_keyset_release(). */
+struct auth_keyset *api_keys_get(api_t *api);
 
 /* GET /v1/log: the consumers' read API (logread.c). */
 int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg);

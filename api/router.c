@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "api/cors.h"
+
 enum kind { INGEST, STATS, METRICS, HEALTHZ, LOG };
 
 struct route {
@@ -13,6 +15,8 @@ struct route {
     const char *type; /* event type for single-event routes, NULL for batch/import */
 };
 
+/* analytics.js (analytics-next) posts to its apiHost + "/" + the type's first letter, and to
+ * "/b" when batching, as Segment's API accepts: hence /v1/b, /v1/t, ... */
 static const struct route ROUTES[] = {
     {"/v1/batch", INGEST, NULL},    {"/v1/import", INGEST, NULL},
     {"/v1/track", INGEST, "track"}, {"/v1/identify", INGEST, "identify"},
@@ -20,6 +24,10 @@ static const struct route ROUTES[] = {
     {"/v1/group", INGEST, "group"}, {"/v1/alias", INGEST, "alias"},
     {"/stats", STATS, NULL},        {"/metrics", METRICS, NULL},
     {"/healthz", HEALTHZ, NULL},    {"/v1/log", LOG, NULL},
+    {"/v1/b", INGEST, NULL},        {"/v1/t", INGEST, "track"},
+    {"/v1/i", INGEST, "identify"},  {"/v1/p", INGEST, "page"},
+    {"/v1/s", INGEST, "screen"},    {"/v1/g", INGEST, "group"},
+    {"/v1/a", INGEST, "alias"},
 };
 
 int64_t api_monotonic_ms(void)
@@ -27,15 +35,6 @@ int64_t api_monotonic_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void free_keys(api_write_key_t *keys, size_t n)
-{
-    for (size_t i = 0; keys && i < n; i++) {
-        free((char *)keys[i].key);
-        free((char *)keys[i].source);
-    }
-    free(keys);
 }
 
 int api_new(const api_options_t *opts, api_t **out)
@@ -53,19 +52,8 @@ int api_new(const api_options_t *opts, api_t **out)
         free(api);
         return -1;
     }
-    api->keys = calloc(opts->nkeys ? opts->nkeys : 1, sizeof(*api->keys));
-    if (!api->keys)
+    if (api_keys_init(api, opts) != 0) /* ingest.c */
         goto fail;
-    for (size_t i = 0; i < opts->nkeys; i++) {
-        const api_write_key_t *k = &opts->keys[i];
-        if (!k->key || !*k->key)
-            goto fail;
-        api->keys[i].key = strdup(k->key);
-        api->keys[i].source = strdup(k->source && *k->source ? k->source : "default");
-        api->nkeys = i + 1;
-        if (!api->keys[i].key || !api->keys[i].source)
-            goto fail;
-    }
     if (opts->admin_token && *opts->admin_token) {
         api->admin_token = strdup(opts->admin_token);
         if (!api->admin_token)
@@ -76,6 +64,8 @@ int api_new(const api_options_t *opts, api_t **out)
         if (!api->data_dir)
             goto fail;
     }
+    if (cors_new(opts->cors_origin, &api->cors, NULL, 0) != CORS_OK)
+        goto fail;
     api->commit = opts->commit;
     api->window_ms = opts->window_ms;
     api->max_keys = opts->max_keys;
@@ -94,9 +84,10 @@ void api_free(api_t *api)
 {
     if (!api)
         return;
-    free_keys(api->keys, api->nkeys);
+    api_keys_destroy(api);
     free(api->admin_token);
     free(api->data_dir);
+    cors_free(api->cors);
     pthread_mutex_destroy(&api->polls_mu);
     free(api);
 }
@@ -124,6 +115,59 @@ static const struct route *find_route(const char *path)
     return NULL;
 }
 
+/* Adds the CORS headers of an answer on an ingest route (cors.h) to *resp. */
+static void add_cors(const api_t *api, const api_req_t *req, api_resp_t *resp)
+{
+    cors_headers_t h;
+    cors_actual(api->cors, req->origin, &h);
+    cors_apply(&h, resp);
+}
+
+/* An ingest request answered later by the group commit, whose answer gets CORS headers then. */
+struct cors_pending {
+    api_done_fn done;
+    void *arg;
+    cors_headers_t h; /* computed while the request (and its Origin) was at hand */
+};
+
+static void cors_done(api_resp_t *resp, void *arg)
+{
+    struct cors_pending *p = arg;
+    cors_apply(&p->h, resp);
+    p->done(resp, p->arg);
+    free(p);
+}
+
+/* The ingest routes: an OPTIONS preflight is answered here, everything else by api_ingest. */
+static int ingest(api_t *api, const api_req_t *req, const char *type, api_resp_t *resp,
+                  api_done_fn done, void *arg)
+{
+    cors_headers_t h;
+
+    if (strcmp(req->method, "OPTIONS") == 0) {
+        cors_preflight(api->cors, req->origin, req->acr_headers, resp);
+        return API_DONE;
+    }
+    cors_actual(api->cors, req->origin, &h);
+    if (h.n == 0)
+        return api_ingest(api, req, type, resp, done, arg);
+    struct cors_pending *p = malloc(sizeof(*p));
+    if (!p) {
+        api_error(resp, 503, "out of memory, retry later");
+        cors_apply(&h, resp);
+        return API_DONE;
+    }
+    p->done = done;
+    p->arg = arg;
+    p->h = h;
+    int rc = api_ingest(api, req, type, resp, cors_done, p);
+    if (rc == API_PENDING)
+        return rc; /* p is cors_done's now, and may be gone already */
+    cors_apply(&h, resp);
+    free(p);
+    return rc;
+}
+
 /* 404 / 405 for the request line; NULL route means *resp was filled. */
 static const struct route *route_or_error(const api_t *api, const api_req_t *req, api_resp_t *resp)
 {
@@ -142,9 +186,10 @@ static const struct route *route_or_error(const api_t *api, const api_req_t *req
         }
         return r;
     }
-    if (r->kind == INGEST && strcmp(m, "POST") != 0) {
+    if (r->kind == INGEST && strcmp(m, "POST") != 0 && strcmp(m, "OPTIONS") != 0) {
         api_error(resp, 405, "method not allowed");
         resp->allow = "POST";
+        add_cors(api, req, resp);
         return NULL;
     }
     if (r->kind != INGEST && strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0) {
@@ -160,18 +205,23 @@ int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
     const struct route *r = route_or_error(api, req, resp);
     if (!r)
         return API_DONE;
-    if (r->kind == LOG)
+    /* With an admin token the operator routes need it too; /healthz stays open for probes. */
+    if (r->kind == LOG || ((r->kind == STATS || r->kind == METRICS) && api->admin_token))
         return api_admin_auth(api, req->authorization, resp) == 0 ? API_CONTINUE : API_DONE;
     if (r->kind != INGEST)
         return API_CONTINUE;
+    if (strcmp(req->method, "OPTIONS") == 0) /* a preflight has no body to wait for */
+        return ingest(api, req, r->type, resp, NULL, NULL);
     if (!api_content_type_ok(req->content_type)) {
         api_error(resp, 400, "unsupported Content-Type");
+        add_cors(api, req, resp);
         return API_DONE;
     }
     /* A key in the header is checked now; without one the body's writeKey decides later. */
-    const api_write_key_t *found = NULL;
-    if (api_header_auth(api, req->authorization, &found, resp) != 0)
+    if (api_header_auth(api, req->authorization, resp) != 0) {
+        add_cors(api, req, resp);
         return API_DONE;
+    }
     return API_CONTINUE;
 }
 
@@ -182,12 +232,14 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
         return API_DONE;
     switch (r->kind) {
     case INGEST:
-        return api_ingest(api, req, r->type, resp, done, arg);
+        return ingest(api, req, r->type, resp, done, arg);
     case STATS:
-        api_stats(api, req->now_ms, resp);
+        if (!api->admin_token || api_admin_auth(api, req->authorization, resp) == 0)
+            api_stats(api, req->now_ms, resp);
         return API_DONE;
     case METRICS:
-        api_metrics(api, req->now_ms, resp);
+        if (!api->admin_token || api_admin_auth(api, req->authorization, resp) == 0)
+            api_metrics(api, req->now_ms, resp);
         return API_DONE;
     case LOG:
         return api_log_read(api, req, resp, done, arg);

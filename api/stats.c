@@ -1,6 +1,7 @@
 /* stats: GET /stats (JSON) and GET /metrics (Prometheus text) from commit and api counters. */
 #include "api/internal.h"
 
+#include "api/auth.h"
 #include "storage/groups.h"
 
 #include <inttypes.h>
@@ -179,6 +180,12 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         json_object_set_new(dd, "filter",
                             json_pack("{s:s, s:I, s:f}", "spec", s.filter_spec, "memory_bits",
                                       (json_int_t)s.filter_bits, "asymptotic_fpr", s.filter_fpr));
+    /* Write keys in force and what the limits refused (README "Limits"). */
+    auth_keyset_t *ks = api_keys_get(api);
+    size_t nkeys = auth_keyset_size(ks);
+    auth_keyset_release(ks);
+    json_object_set_new(json_object_get(j, "commit"), "queue_bytes",
+                        json_integer((json_int_t)s.queue_bytes));
     /* LMDB checkpoints (storage/commit.h): the write transaction commits about once a second. */
     json_t *cm = json_object_get(j, "commit");
     json_object_set_new(cm, "checkpoints", json_integer((json_int_t)s.checkpoints));
@@ -186,6 +193,18 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
     json_object_set_new(cm, "checkpoint_ms_avg",
                         json_real(ratio(s.checkpoint_ms_total, s.checkpoints)));
     json_object_set_new(cm, "checkpoint_ms_max", json_real(s.checkpoint_ms_max));
+    // clang-format off
+    json_object_set_new(j, "auth", json_pack("{s:I}", "write_keys", (json_int_t)nkeys));
+    json_object_set_new(j, "limits", json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+        "rate_limit", (json_int_t)api->rate_limit,
+        "rate_limited_requests", (json_int_t)load(&api->rate_limited_requests),
+        "rate_limited_events", (json_int_t)load(&api->rate_limited_events),
+        "queue_max_bytes", (json_int_t)s.queue_max_bytes,
+        "queue_bytes", (json_int_t)s.queue_bytes,
+        "queue_full_requests", (json_int_t)load(&api->queue_full_requests),
+        "queue_full_events", (json_int_t)load(&api->queue_full_events)));
+    // clang-format on
     api_resp_json(resp, 200, j);
 }
 
@@ -240,6 +259,25 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
     metric(f, "commit_failures_total", "counter", "Group commits that failed.", (double)s.failures);
     metric(f, "commit_queue_events", "gauge", "Events waiting for the next group commit.",
            (double)s.queue_events);
+    metric(f, "commit_queue_bytes", "gauge",
+           "Event bytes submitted and not yet answered (bounded by --queue-max-bytes).",
+           (double)s.queue_bytes);
+    metric(f, "commit_queue_max_bytes", "gauge",
+           "Configured bound on commit_queue_bytes (0: none).", (double)s.queue_max_bytes);
+    metric(f, "queue_full_requests_total", "counter",
+           "Requests answered 503 because the commit queue was full.",
+           (double)load(&api->queue_full_requests));
+    metric(f, "queue_full_events_total", "counter",
+           "Events in requests answered 503 for a full commit queue (those whose body was read).",
+           (double)load(&api->queue_full_events));
+    metric(f, "rate_limit_events_per_second", "gauge",
+           "Configured rate limit per write key (--rate-limit; 0: none).", (double)api->rate_limit);
+    metric(f, "rate_limited_requests_total", "counter",
+           "Requests answered 429 by the per-write-key rate limit.",
+           (double)load(&api->rate_limited_requests));
+    metric(f, "rate_limited_events_total", "counter",
+           "Events in requests answered 429 (those whose body was read).",
+           (double)load(&api->rate_limited_events));
     metric(f, "fsyncs_total", "counter", "Log fsyncs.", (double)s.fsyncs);
     metric(f, "fsync_seconds_total", "counter", "Time spent in fsync.", s.fsync_ms_total / 1000.0);
     metric(f, "fsync_seconds_max", "gauge", "Longest fsync.", s.fsync_ms_max / 1000.0);

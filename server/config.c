@@ -94,6 +94,35 @@ static const struct setting settings[] = {
      "where the de-duplication window lives: lmdb (exact, on disk), or memory:SPEC, a "
      "bounded-memory filter such as memory:qqhtd:8Mbit or memory:nsq:64Mbit (no disk, fixed "
      "memory, approximate: a false positive drops a unique event; docs/filters.md)"},
+    {"max-connections-per-ip", "INGESTD_MAX_CONNECTIONS_PER_IP", "256", K_COUNT, 0, 1000000,
+     FIELD(max_connections_per_ip), "N",
+     "concurrent connections from one client address at most; 0: no per-address cap"},
+    {"request-timeout", "INGESTD_REQUEST_TIMEOUT", "60s", K_SECONDS, 1, 3600,
+     FIELD(request_timeout_s), "DURATION",
+     "a request's headers and body must arrive within this, however slowly they trickle "
+     "(1s..1h)"},
+    {"max-header-bytes", "INGESTD_MAX_HEADER_BYTES", "16KiB", K_SIZE, 4 * KIB, MIB,
+     FIELD(max_header_bytes), "SIZE",
+     "request line and headers at most (4KiB..1MiB); more is answered 431"},
+    {"queue-max-bytes", "INGESTD_QUEUE_MAX_BYTES", "64MiB", K_SIZE, MIB, 64 * GIB,
+     FIELD(queue_max_bytes), "SIZE",
+     "event bytes waiting for the group commit at most; past it requests get 503 with "
+     "Retry-After instead of using more memory"},
+    {"rate-limit", "INGESTD_RATE_LIMIT", "0", K_COUNT, 0, UINT64_C(1000000000), FIELD(rate_limit),
+     "EVENTS",
+     "events per second per write key (token bucket, bursts of one second); past it 429 with "
+     "Retry-After; 0: no limit"},
+    {"write-keys-file", "INGESTD_WRITE_KEYS_FILE", NULL, K_PATH, 1,
+     sizeof(((config_t *)0)->write_keys_file) - 1, FIELD(write_keys_file), "FILE",
+     "more write keys, one KEY[:SOURCE] per line (# comments); reloaded on SIGHUP"},
+    {"tls-cert", "INGESTD_TLS_CERT", NULL, K_PATH, 1, sizeof(((config_t *)0)->tls_cert) - 1,
+     FIELD(tls_cert), "FILE", "PEM certificate (chain) to serve HTTPS; needs --tls-key"},
+    {"tls-key", "INGESTD_TLS_KEY", NULL, K_PATH, 1, sizeof(((config_t *)0)->tls_key) - 1,
+     FIELD(tls_key), "FILE", "PEM private key of --tls-cert"},
+    {"cors-origin", "INGESTD_CORS_ORIGIN", "*", K_PATH, 1, sizeof(((config_t *)0)->cors_origin) - 1,
+     FIELD(cors_origin), "ORIGINS",
+     "browser origins allowed by CORS, comma-separated (https://app.example.com), or * for any "
+     "(never with credentials)"},
     /* The words' positions are enum store_sync's values (storage/store.h). */
     {"store-sync", "INGESTD_STORE_SYNC", "meta", K_CHOICE, 0, 0, FIELD(store_sync),
      "meta|full|lazy",
@@ -655,10 +684,11 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         } /* else a K_SECRET without default: stays empty (not set) */
     }
 
-    if (cfg->nwrite_keys == 0) {
+    /* A keys file may hold every key; whether it has any is checked when it is read (main.c). */
+    if (cfg->nwrite_keys == 0 && cfg->write_keys_file[0] == '\0') {
         set_err(errbuf, errlen,
-                "no write key: give --write-key KEY[:SOURCE] or set INGESTD_WRITE_KEY "
-                "(comma-separated)");
+                "no write key: give --write-key KEY[:SOURCE], set INGESTD_WRITE_KEY "
+                "(comma-separated) or give --write-keys-file FILE");
         goto out;
     }
     if (strcmp(cfg->store, "lmdb") != 0) {
@@ -673,6 +703,13 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
             set_err(errbuf, errlen, "invalid --store \"%s\": %s", cfg->store, ferr);
             goto out;
         }
+    }
+    /* Half a TLS configuration would silently serve plain HTTP: refuse it. */
+    if ((cfg->tls_cert[0] != '\0') != (cfg->tls_key[0] != '\0')) {
+        set_err(errbuf, errlen, "%s without %s: give both (PEM files) or neither",
+                cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
+                cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
+        goto out;
     }
     rc = 0;
 
@@ -700,9 +737,11 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
         else
             snprintf(buf, len, "%s:%u", cfg->listen_host, (unsigned)cfg->listen_port);
         return;
-    case K_PATH:
-        snprintf(buf, len, "%s", (const char *)cfg + st->off);
+    case K_PATH: {
+        const char *v = (const char *)cfg + st->off;
+        snprintf(buf, len, "%s", v[0] != '\0' ? v : "none");
         return;
+    }
     case K_KEYS: {
         size_t used = 0;
         buf[0] = '\0';
@@ -801,7 +840,7 @@ void config_usage(FILE *out)
             snprintf(def, sizeof def, "%s", st->def);
         else if (st->kind == K_KEYS)
             snprintf(def, sizeof def, "none (required)");
-        else if (st->kind == K_SECRET)
+        else if (st->kind == K_SECRET || st->kind == K_PATH)
             snprintf(def, sizeof def, "none");
         else
             snprintf(def, sizeof def, "number of CPUs (%u here)", cpu_count());

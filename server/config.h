@@ -33,6 +33,23 @@ typedef struct config {
                                  GET /v1/log needs `Authorization: Bearer TOKEN`; else it is off */
     int64_t log_retention_ms; /* --log-retention (INGESTD_LOG_RETENTION), default 0: keep forever */
     uint64_t log_max_bytes;   /* --log-max-bytes (INGESTD_LOG_MAX_BYTES), default 0: no bound */
+    /* Hardening (issue #6; README "Limits"). */
+    unsigned max_connections_per_ip; /* --max-connections-per-ip (INGESTD_MAX_CONNECTIONS_PER_IP),
+                                        default 256; 0: no per-address cap */
+    unsigned request_timeout_s;      /* --request-timeout (INGESTD_REQUEST_TIMEOUT): headers and
+                                        body must arrive within this, default 60s */
+    uint64_t max_header_bytes;       /* --max-header-bytes (INGESTD_MAX_HEADER_BYTES), request
+                                        line + headers at most, default 16KiB */
+    uint64_t queue_max_bytes;        /* --queue-max-bytes (INGESTD_QUEUE_MAX_BYTES): event bytes
+                                        waiting for the group commit before 503, default 64MiB */
+    uint64_t rate_limit;             /* --rate-limit (INGESTD_RATE_LIMIT): events/s per write key,
+                                        default 0 (off) */
+    char write_keys_file[4096];      /* --write-keys-file (INGESTD_WRITE_KEYS_FILE), "" : none;
+                                        one KEY[:SOURCE] per line, reloaded on SIGHUP */
+    char tls_cert[4096];             /* --tls-cert (INGESTD_TLS_CERT) PEM path, "": plain HTTP */
+    char tls_key[4096];              /* --tls-key (INGESTD_TLS_KEY) PEM path, "": plain HTTP */
+    char cors_origin[1024];          /* --cors-origin (INGESTD_CORS_ORIGIN): allowed browser
+                                        origins, comma-separated, default "*" */
     /* storage for strings the write_keys point into */
     char key_storage[CONFIG_MAX_WRITE_KEYS][512];
 } config_t;

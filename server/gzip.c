@@ -11,6 +11,9 @@
 /* First output buffer size; grown by doubling up to the cap. */
 #define FIRST_CHUNK (16 * 1024)
 
+/* Output handed to one inflate() call at most, so the ratio is checked every this many bytes. */
+#define STEP (64 * 1024)
+
 /* zlib counts in uInt; feed it in pieces so huge inputs cannot overflow avail_in. */
 static uInt clamp_uint(size_t n)
 {
@@ -50,7 +53,8 @@ int gzip_inflate(const char *in, size_t len, size_t cap, char **out, size_t *out
     if (len >= 18 && (unsigned char)in[0] == 0x1f && (unsigned char)in[1] == 0x8b) {
         const unsigned char *t = (const unsigned char *)in + len - 4;
         size_t isize = (size_t)t[0] | (size_t)t[1] << 8 | (size_t)t[2] << 16 | (size_t)t[3] << 24;
-        if (isize > bufcap)
+        /* A bomb announces its size honestly: do not allocate for what the ratio will refuse. */
+        if (isize > bufcap && isize / GZIP_MAX_RATIO <= len)
             bufcap = isize < limit ? isize : limit;
     }
     buf = malloc(bufcap + 1);
@@ -79,13 +83,19 @@ int gzip_inflate(const char *in, size_t len, size_t cap, char **out, size_t *out
             in_left -= zs.avail_in;
         }
         zs.next_out = (Bytef *)(buf + used);
-        zs.avail_out = clamp_uint(bufcap - used);
+        zs.avail_out = clamp_uint(bufcap - used < STEP ? bufcap - used : STEP);
         size_t before = zs.avail_out;
 
         zr = inflate(&zs, Z_NO_FLUSH);
         used += before - zs.avail_out;
         if (used > cap) {
             status = GZIP_TOO_LARGE; /* the byte past the cap arrived: stop here */
+            goto out;
+        }
+        /* Input consumed so far, across members; the division cannot overflow. */
+        size_t consumed = len - in_left - zs.avail_in;
+        if (used > GZIP_RATIO_FLOOR && used / GZIP_MAX_RATIO > consumed) {
+            status = GZIP_RATIO;
             goto out;
         }
 

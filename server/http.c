@@ -4,6 +4,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -14,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +38,36 @@
 /* How long http_stop waits for parked requests to be answered before giving up. */
 #define STOP_WAIT_MS 5000
 
+/* How often the watchdog looks for requests past --request-timeout (bounds its lateness). */
+#define WATCHDOG_TICK_MS 250
+
+/* A client's X-Request-Id is kept when it is this short and made of safe characters. */
+#define REQID_MAX 64
+
+/* A PEM certificate chain or key larger than this is not a PEM file. */
+#define TLS_FILE_MAX (1024 * 1024)
+
+/* Deadline states of a connection (struct conn.deadline_ms); a positive value is armed. */
+#define DEADLINE_OFF     0  /* a request is being answered: no deadline */
+#define DEADLINE_EXPIRED -1 /* the watchdog closed it; the handler must not answer */
+
+/*
+ * Per-connection state, from accept to close (MHD's connection notification). It carries the
+ * deadline of the request on the connection: armed when the connection opens and after each
+ * response, so the headers and body of the next request must arrive within --request-timeout
+ * however slowly they trickle (MHD's own timeout only counts idle time), and disarmed once the
+ * whole request is here. The watchdog thread expires overdue ones; a compare-and-swap on the
+ * deadline decides whether the watchdog or the handler answers, never both.
+ */
+struct conn {
+    struct conn *prev, *next; /* http.conns, under http.wd_mu */
+    MHD_socket fd;
+    _Atomic int64_t deadline_ms;     /* CLOCK_MONOTONIC ms, or DEADLINE_OFF / DEADLINE_EXPIRED */
+    char rid[REQID_MAX + 1];         /* id of the request on it, "" before its headers are in */
+    bool reused;                     /* a response was sent on it already (under wd_mu) */
+    char peer[INET6_ADDRSTRLEN + 8]; /* client address, for log lines */
+};
+
 struct http {
     struct MHD_Daemon *daemon;
     api_t *api;
@@ -50,6 +83,20 @@ struct http {
     pthread_cond_t cv;
     unsigned inflight;  /* request contexts alive (first call .. completed callback) */
     unsigned suspended; /* parked connections whose answer has not arrived yet */
+
+    int64_t request_timeout_ms;
+    size_t max_header_bytes;
+    bool tls;
+    char *tls_cert, *tls_key;  /* PEM text, kept while the daemon runs */
+    _Atomic uint64_t rid_next; /* request ids: a counter from a random start, mixed */
+
+    /* The request-timeout watchdog and the connections it watches. */
+    pthread_mutex_t wd_mu;
+    pthread_cond_t wd_cv;
+    bool wd_stop;
+    bool wd_running;
+    pthread_t wd_thread;
+    struct conn *conns;
 };
 
 enum encoding { ENC_IDENTITY, ENC_GZIP };
@@ -65,6 +112,9 @@ enum phase {
 struct req {
     http_t *h;
     struct MHD_Connection *conn;
+    struct conn *c; /* the connection's state; NULL if it could not be allocated */
+    const char *method;
+    char rid[REQID_MAX + 1]; /* X-Request-Id */
     enum phase phase;
     enum encoding enc;
     int64_t now_ms;
@@ -121,6 +171,67 @@ static unsigned counter_wait_zero(http_t *h, unsigned *c, int timeout_ms)
     return left;
 }
 
+/*
+ * A new request id: 16 hex digits, unique within the process. The counter starts at a random
+ * value and goes through splitmix64's finaliser, a bijection on 64 bits, so distinct counts give
+ * distinct ids that do not read as a sequence (nor reveal the request rate). One atomic add.
+ */
+static void new_request_id(http_t *h, char out[REQID_MAX + 1])
+{
+    uint64_t x = atomic_fetch_add(&h->rid_next, 1);
+
+    x ^= x >> 30;
+    x *= UINT64_C(0xbf58476d1ce4e5b9);
+    x ^= x >> 27;
+    x *= UINT64_C(0x94d049bb133111eb);
+    x ^= x >> 31;
+    snprintf(out, REQID_MAX + 1, "%016" PRIx64, x);
+}
+
+/* A client's id is used as is when it cannot break a header, a JSON string or a log line. */
+static bool safe_request_id(const char *v)
+{
+    size_t n = 0;
+
+    if (v == NULL)
+        return false;
+    for (; v[n] != '\0'; n++) {
+        char ch = v[n];
+        if (n >= REQID_MAX)
+            return false;
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              strchr("-_.:/+=", ch) != NULL))
+            return false;
+    }
+    return n > 0;
+}
+
+/* Disarms the request deadline before answering. False: the watchdog expired it first. */
+static bool deadline_disarm(struct conn *c)
+{
+    if (c == NULL)
+        return true;
+    int64_t d = atomic_load(&c->deadline_ms);
+    while (d != DEADLINE_OFF) {
+        if (d == DEADLINE_EXPIRED)
+            return false;
+        if (atomic_compare_exchange_weak(&c->deadline_ms, &d, DEADLINE_OFF))
+            break;
+    }
+    return true;
+}
+
+/* Arms the deadline for the next request on a keep-alive connection (not once expired). */
+static void deadline_arm(http_t *h, struct conn *c)
+{
+    if (c == NULL)
+        return;
+    int64_t d = atomic_load(&c->deadline_ms);
+    int64_t next = clock_ms(CLOCK_MONOTONIC) + h->request_timeout_ms;
+    while (d != DEADLINE_EXPIRED && !atomic_compare_exchange_weak(&c->deadline_ms, &d, next))
+        ;
+}
+
 static void too_large(api_resp_t *resp)
 {
     char msg[96];
@@ -141,6 +252,14 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     enum MHD_Result ret;
     char retry[16];
 
+    if (!deadline_disarm(r->c)) {
+        /* The watchdog answered 408 and closed the connection already. */
+        free(resp->body);
+        resp->body = NULL;
+        return MHD_NO;
+    }
+    /* Out of memory here leaves the error without its requestId; the header still has it. */
+    (void)api_resp_add_request_id(resp, r->rid);
     if (resp->body != NULL) {
         /* MUST_FREE: MHD free()s the body once sent, which is how api_resp_t says it was made. */
         mr = MHD_create_response_from_buffer(resp->body_len, resp->body, MHD_RESPMEM_MUST_FREE);
@@ -163,6 +282,7 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     }
     if (resp->allow != NULL)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, resp->allow);
+    MHD_add_response_header(mr, "X-Request-Id", r->rid);
     for (size_t i = 0; i < resp->nheaders && i < API_MAX_HEADERS; i++)
         MHD_add_response_header(mr, resp->headers[i].name, resp->headers[i].value);
     if (atomic_load(&h->quiesced)) {
@@ -174,6 +294,8 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     if (ret == MHD_YES) {
         api_count_response(h->api, resp->status);
         r->phase = PH_ANSWERED;
+        /* The path, never the body: event data stays out of the logs. */
+        LOG_DEBUG("http: %s %.200s -> %d", r->method, r->path, resp->status);
     }
     return ret;
 }
@@ -250,10 +372,54 @@ static void fill_req(const struct req *r, const char *method, api_req_t *areq)
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
     areq->content_type =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    areq->origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    areq->acr_method =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Method");
+    areq->acr_headers =
+        MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     areq->now_ms = r->now_ms;
     areq->arrived_mono_ms = r->mono_ms;
     areq->param = get_param;
     areq->transport = r->conn;
+}
+
+/* MHD_get_connection_values iterator: adds up the bytes of a request's headers. */
+static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
+                                        const char *value)
+{
+    size_t *n = cls;
+
+    (void)kind;
+    *n += strlen(key) + (value != NULL ? strlen(value) : 0) + 4; /* ": " and CRLF */
+    return MHD_YES;
+}
+
+/* Request line and headers, as near as MHD lets us count them after parsing. */
+static size_t header_bytes(struct MHD_Connection *conn, const char *method, const char *url)
+{
+    size_t n = strlen(method) + strlen(url) + sizeof " HTTP/1.1\r\n";
+
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_bytes, &n);
+    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_header_bytes, &n);
+    return n;
+}
+
+/* Gives r its request id (the client's, if safe, else a new one) and stamps it on log lines. */
+static void start_request_id(http_t *h, struct req *r)
+{
+    const char *theirs = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Request-Id");
+
+    if (safe_request_id(theirs))
+        snprintf(r->rid, sizeof r->rid, "%s", theirs);
+    else
+        new_request_id(h, r->rid);
+    logging_set_request_id(r->rid);
+    if (r->c != NULL) {
+        /* So the watchdog's 408 and log line name the same request. */
+        pthread_mutex_lock(&h->wd_mu);
+        memcpy(r->c->rid, r->rid, sizeof r->rid);
+        pthread_mutex_unlock(&h->wd_mu);
+    }
 }
 
 /* First call: headers only. Early answers here make MHD skip the body and close. */
@@ -275,6 +441,10 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     }
     r->h = h;
     r->conn = conn;
+    r->method = method;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    r->c = ci != NULL ? ci->socket_context : NULL;
     r->now_ms = clock_ms(CLOCK_REALTIME);
     r->mono_ms = clock_ms(CLOCK_MONOTONIC);
     r->path = url;
@@ -291,9 +461,22 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     }
     *con_cls = r;
     counter_add(h, &h->inflight, +1);
+    start_request_id(h, r);
+    if (r->c != NULL && atomic_load(&r->c->deadline_ms) == DEADLINE_EXPIRED)
+        return MHD_NO; /* the watchdog answered while MHD was still parsing */
 
     if (atomic_load(&h->quiesced))
         return answer_error(r, 503, "server is shutting down, retry later");
+
+    /* MHD's memory pool only stops headers far past the limit (with its own HTML 431); this
+     * is the clear answer for everything between. */
+    size_t hb = header_bytes(conn, method, url);
+    if (hb > h->max_header_bytes) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "request headers too large (%zu bytes; max %zu)", hb,
+                 h->max_header_bytes);
+        return answer_error(r, 431, msg);
+    }
 
     fill_req(r, method, &areq);
     memset(&resp, 0, sizeof resp);
@@ -432,6 +615,9 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     size_t ilen = 0;
     int outcome;
 
+    /* The whole request is here: from now on only the idle timeout applies. */
+    if (!deadline_disarm(r->c))
+        return MHD_NO;
     if (r->phase == PH_DISCARD) {
         too_large(&resp);
         return answer(r, &resp);
@@ -447,6 +633,14 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
         case GZIP_TOO_LARGE:
             too_large(&resp);
             return answer(r, &resp);
+        case GZIP_RATIO: {
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "request body too large: gzip expands more than %d to 1 (a decompression "
+                     "bomb; max %d bytes after decompression)",
+                     GZIP_MAX_RATIO, API_MAX_REQUEST_BYTES);
+            return answer_error(r, 400, msg);
+        }
         case GZIP_NOMEM:
             return answer_error(r, 503, "server out of memory, retry later");
         default:
@@ -469,16 +663,15 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     return settle(h, r, method, outcome, &resp);
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **con_cls)
+static enum MHD_Result dispatch(http_t *h, struct MHD_Connection *conn, const char *url,
+                                const char *method, const char *upload_data,
+                                size_t *upload_data_size, void **con_cls)
 {
-    http_t *h = cls;
     struct req *r = *con_cls;
 
-    (void)version;
     if (r == NULL)
         return first_call(h, conn, url, method, con_cls);
+    logging_set_request_id(r->rid);
 
     if (r->phase == PH_PENDING) {
         /* Called again after MHD_resume_connection: on_done has filled r->resp. */
@@ -496,9 +689,24 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     if (r->phase == PH_ANSWERED)
         return MHD_YES;
+    if (r->c != NULL && atomic_load(&r->c->deadline_ms) == DEADLINE_EXPIRED)
+        return MHD_NO; /* too slow: the watchdog answered 408 */
     if (*upload_data_size > 0)
         return body_chunk(r, upload_data, upload_data_size);
     return final_call(h, r, method);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    enum MHD_Result ret;
+
+    (void)version;
+    ret = dispatch(cls, conn, url, method, upload_data, upload_data_size, con_cls);
+    /* This thread serves other connections next; their lines must not carry this id. */
+    logging_set_request_id(NULL);
+    return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -510,8 +718,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     if (r == NULL)
         return;
+    logging_set_request_id(r->rid);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        LOG_DEBUG("http: %s request ended early (code %d)", r->path, (int)toe);
+        LOG_DEBUG("http: %.200s request ended early (code %d)", r->path, (int)toe);
+    logging_set_request_id(NULL);
+    /* The next request on this keep-alive connection gets the whole timeout again. */
+    if (r->c != NULL) {
+        pthread_mutex_lock(&h->wd_mu);
+        r->c->rid[0] = '\0';
+        r->c->reused = true;
+        pthread_mutex_unlock(&h->wd_mu);
+        deadline_arm(h, r->c);
+    }
     *con_cls = NULL;
     free(r->resp.body);
     free(r->body);
@@ -519,6 +737,194 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     pthread_mutex_destroy(&r->mu);
     free(r);
     counter_add(h, &h->inflight, -1);
+}
+
+/* Accept and close of a connection: its deadline state lives from one to the other. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    http_t *h = cls;
+    struct conn *c;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fi =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *ai =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        c = calloc(1, sizeof *c);
+        if (c == NULL || fi == NULL) {
+            free(c); /* no deadline for this one; the idle timeout still applies */
+            return;
+        }
+        c->fd = fi->connect_fd;
+        atomic_init(&c->deadline_ms, clock_ms(CLOCK_MONOTONIC) + h->request_timeout_ms);
+        snprintf(c->peer, sizeof c->peer, "?");
+        if (ai != NULL && ai->client_addr != NULL) {
+            const struct sockaddr *sa = ai->client_addr;
+            char a[INET6_ADDRSTRLEN];
+            if (sa->sa_family == AF_INET &&
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof a))
+                snprintf(c->peer, sizeof c->peer, "%s:%u", a,
+                         (unsigned)ntohs(((const struct sockaddr_in *)sa)->sin_port));
+            else if (sa->sa_family == AF_INET6 &&
+                     inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a,
+                               sizeof a))
+                snprintf(c->peer, sizeof c->peer, "[%s]:%u", a,
+                         (unsigned)ntohs(((const struct sockaddr_in6 *)sa)->sin6_port));
+        }
+        pthread_mutex_lock(&h->wd_mu);
+        c->next = h->conns;
+        if (h->conns != NULL)
+            h->conns->prev = c;
+        h->conns = c;
+        pthread_mutex_unlock(&h->wd_mu);
+        *socket_context = c;
+        return;
+    }
+    /* MHD_CONNECTION_NOTIFY_CLOSED comes before MHD closes the socket, so once c is off the list
+     * (under wd_mu, which the watchdog holds while it touches c->fd) the fd is never reused
+     * under the watchdog's hands. */
+    c = *socket_context;
+    if (c == NULL)
+        return;
+    pthread_mutex_lock(&h->wd_mu);
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&h->wd_mu);
+    *socket_context = NULL;
+    free(c);
+}
+
+/*
+ * Answers an overdue request and ends its connection; runs on the watchdog with wd_mu held.
+ * MHD 0.9.75 cannot queue a response while headers or a body are still arriving, so over plain
+ * HTTP the 408 is written to the socket here: nothing else writes to it at this point (the
+ * handler lost the compare-and-swap, and MHD sends nothing before the request is complete).
+ * Over TLS the bytes would have to go through the TLS session MHD owns: the connection is only
+ * closed; so is an idle kept-alive one (see `answer`). shutdown() (not close) leaves the fd to MHD,
+ * which sees the end and cleans up.
+ */
+static void expire(http_t *h, struct conn *c)
+{
+    char rid[REQID_MAX + 1];
+    char msg[96];
+    api_resp_t resp;
+    bool answer = !h->tls;
+
+    if (c->reused && c->rid[0] == '\0') {
+        /* Usually just an idle keep-alive connection: not worth an INFO line each. And no 408:
+         * unasked, it could be read as the answer to a request the client sends right now. */
+        LOG_DEBUG("http: kept-alive connection from %s has no complete next request within "
+                  "%" PRId64 "s (--request-timeout); closing",
+                  c->peer, h->request_timeout_ms / 1000);
+        shutdown(c->fd, SHUT_RDWR);
+        return;
+    }
+    if (c->rid[0] != '\0')
+        memcpy(rid, c->rid, sizeof rid);
+    else
+        new_request_id(h, rid); /* its headers never completed: a request all the same */
+    logging_set_request_id(rid);
+    LOG_INFO("http: request from %s not complete within %" PRId64 "s (--request-timeout); %s",
+             c->peer, h->request_timeout_ms / 1000, answer ? "answering 408" : "closing");
+    logging_set_request_id(NULL);
+
+    if (answer) {
+        memset(&resp, 0, sizeof resp);
+        snprintf(msg, sizeof msg, "request not complete within %" PRId64 "s (request timeout)",
+                 h->request_timeout_ms / 1000);
+        api_error(&resp, 408, msg);
+        (void)api_resp_add_request_id(&resp, rid);
+        if (resp.body != NULL) {
+            char head[256];
+            int n = snprintf(head, sizeof head,
+                             "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                             "Content-Type: application/json\r\nX-Request-Id: %s\r\n"
+                             "Content-Length: %zu\r\n\r\n",
+                             rid, resp.body_len);
+            struct iovec iov[2] = {{head, (size_t)n}, {resp.body, resp.body_len}};
+            struct msghdr mh;
+            memset(&mh, 0, sizeof mh);
+            mh.msg_iov = iov;
+            mh.msg_iovlen = 2;
+            /* Best effort, never blocking: a client that does not read gets the close alone. */
+            (void)sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+            api_count_response(h->api, 408);
+        }
+        free(resp.body);
+    }
+    shutdown(c->fd, SHUT_RDWR);
+}
+
+/* The request-timeout watchdog: a few wake-ups a second, a walk over the open connections. */
+static void *watchdog(void *arg)
+{
+    http_t *h = arg;
+    struct timespec next;
+
+    pthread_mutex_lock(&h->wd_mu);
+    while (!h->wd_stop) {
+        int64_t now = clock_ms(CLOCK_MONOTONIC);
+        for (struct conn *c = h->conns; c != NULL; c = c->next) {
+            int64_t d = atomic_load(&c->deadline_ms);
+            if (d > 0 && now >= d &&
+                atomic_compare_exchange_strong(&c->deadline_ms, &d, DEADLINE_EXPIRED))
+                expire(h, c);
+        }
+        clock_gettime(CLOCK_MONOTONIC, &next);
+        next.tv_nsec += (long)WATCHDOG_TICK_MS * 1000000L;
+        if (next.tv_nsec >= 1000000000L) {
+            next.tv_sec++;
+            next.tv_nsec -= 1000000000L;
+        }
+        while (!h->wd_stop && pthread_cond_timedwait(&h->wd_cv, &h->wd_mu, &next) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&h->wd_mu);
+    return NULL;
+}
+
+/* Reads a whole PEM file into a NUL-terminated string (caller frees). Returns 0 or -1. */
+static int read_pem(const char *what, const char *path, char **out, char *errbuf, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t n;
+
+    *out = NULL;
+    if (f == NULL) {
+        snprintf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path, strerror(errno));
+        return -1;
+    }
+    buf = malloc(TLS_FILE_MAX + 1);
+    if (buf == NULL) {
+        fclose(f);
+        snprintf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    n = fread(buf, 1, TLS_FILE_MAX + 1, f);
+    if (ferror(f) || n == 0 || n > TLS_FILE_MAX) {
+        snprintf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path,
+                 ferror(f) ? strerror(errno)
+                 : n == 0  ? "empty file"
+                           : "larger than 1 MiB");
+        fclose(f);
+        free(buf);
+        return -1;
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (strstr(buf, "-----BEGIN ") == NULL) {
+        snprintf(errbuf, errlen, "TLS %s \"%s\" is not a PEM file", what, path);
+        free(buf);
+        return -1;
+    }
+    *out = buf;
+    return 0;
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -575,6 +981,30 @@ bad:
     return -1;
 }
 
+/* The key is a secret: wiped before its memory goes back to the allocator. */
+static void free_tls(http_t *h)
+{
+    if (h->tls_key != NULL) {
+        explicit_bzero(h->tls_key, strlen(h->tls_key));
+        free(h->tls_key);
+        h->tls_key = NULL;
+    }
+    free(h->tls_cert);
+    h->tls_cert = NULL;
+}
+
+static void watchdog_stop(http_t *h)
+{
+    if (!h->wd_running)
+        return;
+    pthread_mutex_lock(&h->wd_mu);
+    h->wd_stop = true;
+    pthread_cond_signal(&h->wd_cv);
+    pthread_mutex_unlock(&h->wd_mu);
+    pthread_join(h->wd_thread, NULL);
+    h->wd_running = false;
+}
+
 int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
 {
     http_t *h = NULL;
@@ -583,6 +1013,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     bool v6;
     unsigned flags;
     const union MHD_DaemonInfo *info;
+    uint64_t seed;
 
     *out = NULL;
     if (resolve(cfg, &ss, &v6, errbuf, errlen) != 0)
@@ -595,19 +1026,51 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     }
     h->api = api;
     h->listen_fd = MHD_INVALID_SOCKET;
+    h->request_timeout_ms = (int64_t)cfg->request_timeout_s * 1000;
+    h->max_header_bytes = (size_t)cfg->max_header_bytes;
     atomic_init(&h->quiesced, false);
+    if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
+        seed = (uint64_t)clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+    atomic_init(&h->rid_next, seed);
     pthread_mutex_init(&h->mu, NULL);
+    pthread_mutex_init(&h->wd_mu, NULL);
     pthread_rwlock_init(&h->gate, NULL);
     /* Monotonic, so a clock step during shutdown cannot stretch the drain. */
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&h->cv, &ca);
+    pthread_cond_init(&h->wd_cv, &ca);
     pthread_condattr_destroy(&ca);
 
     flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG;
     if (v6)
         flags |= MHD_USE_IPv6;
+
+    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}};
+    if (cfg->tls_cert[0] != '\0') {
+        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+            snprintf(errbuf, errlen,
+                     "--tls-cert: this libmicrohttpd was built without TLS support (GnuTLS)");
+            goto fail;
+        }
+        if (read_pem("certificate", cfg->tls_cert, &h->tls_cert, errbuf, errlen) != 0 ||
+            read_pem("key", cfg->tls_key, &h->tls_key, errbuf, errlen) != 0)
+            goto fail;
+        h->tls = true;
+        flags |= MHD_USE_TLS;
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
+        tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    }
+
+    /*
+     * MHD keeps a connection's request line and headers in a per-connection memory pool and
+     * answers 431 itself (HTML) when they do not fit. Room for twice --max-header-bytes plus
+     * I/O buffers means everything up to well past the limit reaches first_call, which answers a
+     * JSON 431; only far larger headers get MHD's own answer.
+     */
+    size_t pool_bytes = 2 * h->max_header_bytes + 16 * 1024;
 
     /* MHD treats a pool of one as an error-prone special case; one thread is just no pool. */
     unsigned pool = cfg->threads > 1 ? cfg->threads : 0;
@@ -617,26 +1080,41 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
         /* The logger goes first, or MHD prints what it logs before it to stderr itself. */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_THREAD_POOL_SIZE, pool,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        cfg->timeout_s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, h, MHD_OPTION_END);
+        cfg->timeout_s, MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (h->daemon == NULL) {
         int e = errno;
-        snprintf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s", v6 ? "[" : "", cfg->listen_host,
-                 v6 ? "]" : "", (unsigned)cfg->listen_port, e != 0 ? ": " : "",
-                 e != 0 ? strerror(e) : "");
+        snprintf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
+                 cfg->listen_host, v6 ? "]" : "", (unsigned)cfg->listen_port, e != 0 ? ": " : "",
+                 e != 0 ? strerror(e) : "",
+                 h->tls ? " (or TLS setup failed: see the line above; does --tls-key belong to "
+                          "--tls-cert?)"
+                        : "");
         goto fail;
     }
+    if (pthread_create(&h->wd_thread, NULL, watchdog, h) != 0) {
+        snprintf(errbuf, errlen, "cannot start the request-timeout watchdog thread");
+        MHD_stop_daemon(h->daemon);
+        goto fail;
+    }
+    h->wd_running = true;
 
     info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    LOG_INFO("listening on http://%s%s%s:%u", v6 ? "[" : "", cfg->listen_host, v6 ? "]" : "",
+    LOG_INFO("listening on %s://%s%s%s:%u", h->tls ? "https" : "http", v6 ? "[" : "",
+             cfg->listen_host, v6 ? "]" : "",
              info != NULL ? (unsigned)info->port : (unsigned)cfg->listen_port);
     *out = h;
     return 0;
 
 fail:
+    free_tls(h);
     pthread_rwlock_destroy(&h->gate);
     pthread_cond_destroy(&h->cv);
+    pthread_cond_destroy(&h->wd_cv);
     pthread_mutex_destroy(&h->mu);
+    pthread_mutex_destroy(&h->wd_mu);
     free(h);
     return -1;
 }
@@ -678,15 +1156,20 @@ void http_stop(http_t *h)
      * guarantees; wait for the stragglers rather than race them.
      */
     unsigned parked = counter_wait_zero(h, &h->suspended, STOP_WAIT_MS);
+    watchdog_stop(h);
     if (parked > 0) {
         LOG_ERROR("http: %u requests still wait for storage; leaving the daemon running", parked);
         return; /* leaked on purpose: the process is about to exit */
     }
+    /* Closes every connection; each one's state goes in its close notification. */
     MHD_stop_daemon(h->daemon);
     if (h->listen_fd != MHD_INVALID_SOCKET)
         close(h->listen_fd);
+    free_tls(h);
     pthread_rwlock_destroy(&h->gate);
     pthread_cond_destroy(&h->cv);
+    pthread_cond_destroy(&h->wd_cv);
     pthread_mutex_destroy(&h->mu);
+    pthread_mutex_destroy(&h->wd_mu);
     free(h);
 }

@@ -13,6 +13,18 @@ int logging_level = LOG_LEVEL_INFO;
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 
+/* The request this thread is working on; "" when none. Thread-local, so no locking. */
+static _Thread_local char current_request_id[LOGGING_REQUEST_ID_MAX + 1];
+
+void logging_set_request_id(const char *id)
+{
+    if (id == NULL) {
+        current_request_id[0] = '\0';
+        return;
+    }
+    snprintf(current_request_id, sizeof current_request_id, "%s", id);
+}
+
 int logging_parse_level(const char *name)
 {
     if (name == NULL)
@@ -47,6 +59,8 @@ void logging_write(int level, const char *fmt, ...)
     n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
     n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ %s ", ts.tv_nsec / 1000000L,
                           level_names[level]);
+    if (current_request_id[0] != '\0')
+        n += (size_t)snprintf(line + n, sizeof line - n, "req=%s ", current_request_id);
 
     va_start(ap, fmt);
     int w = vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
@@ -62,7 +76,8 @@ void logging_write(int level, const char *fmt, ...)
     while (end > n && (line[end - 1] == '\n' || line[end - 1] == '\r'))
         end--;
     for (size_t i = n; i < end; i++) {
-        if (line[i] == '\n' || line[i] == '\r')
+        unsigned char c = (unsigned char)line[i];
+        if (c < 0x20 || c == 0x7f)
             line[i] = ' ';
     }
     line[end++] = '\n';

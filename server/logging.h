@@ -9,7 +9,19 @@ extern int logging_level; /* current level; set once at start-up */
 /* Parses "error|warn|info|debug"; returns the level or -1. */
 int logging_parse_level(const char *name);
 
-/* Writes "2026-11-22T07:32:02.123Z LEVEL message\n" atomically (one write). Thread-safe. */
+/*
+ * Sets the request id stamped on this thread's log lines (copied; at most LOGGING_REQUEST_ID_MAX
+ * bytes kept), or clears it with NULL or "". The HTTP front end sets it while it handles a request
+ * and clears it before returning to libmicrohttpd, so every line about a request carries its id.
+ */
+#define LOGGING_REQUEST_ID_MAX 64
+void logging_set_request_id(const char *id);
+
+/*
+ * Writes "2026-11-22T07:32:02.123Z LEVEL [req=ID ]message\n" atomically (one write); control
+ * characters in the message become spaces, so a client-supplied string cannot forge a line.
+ * Thread-safe.
+ */
 void logging_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define LOGF(level, ...)                                                                           \

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "api/api.h"
+#include "api/auth.h"
+#include "api/cors.h"
 #include "server/cli_admin.h"
 #include "server/cli_filter.h"
 #include "server/cli_log.h"
@@ -74,12 +76,64 @@ static void on_storage_notice(void *arg, int level, const char *msg)
     }
 }
 
+/*
+ * The write keys in force: the flag/env keys of cfg plus those of
+ * --write-keys-file (when given). *keys is freed with auth_keys_free.
+ * Returns 0, or -1 with a "FILE:LINE: reason" in err (never a key).
+ */
+static int load_keys(const config_t *cfg, api_write_key_t **keys, size_t *n, char *err,
+                     size_t errlen)
+{
+    if (cfg->write_keys_file[0] == '\0')
+        return auth_keys_parse("", 0, "flags", cfg->write_keys, cfg->nwrite_keys, keys, n, err,
+                               errlen);
+    if (auth_keys_load(cfg->write_keys_file, cfg->write_keys, cfg->nwrite_keys, keys, n, err,
+                       errlen) != 0)
+        return -1;
+    if (*n == 0) {
+        /* A server without keys would refuse everything: surely a mistake (an emptied file). */
+        snprintf(err, errlen, "%.400s: no write key in the file (and none given by --write-key)",
+                 cfg->write_keys_file);
+        auth_keys_free(*keys, *n);
+        *keys = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+/* SIGHUP: re-reads --write-keys-file; a bad file changes nothing. */
+static void reload_keys(const config_t *cfg, api_t *api)
+{
+    api_write_key_t *keys = NULL;
+    size_t n = 0;
+    char err[512];
+
+    if (cfg->write_keys_file[0] == '\0') {
+        LOG_INFO("SIGHUP: no --write-keys-file to reload; configuration is read once at start");
+        return;
+    }
+    err[0] = '\0';
+    if (load_keys(cfg, &keys, &n, err, sizeof err) != 0) {
+        LOG_ERROR("SIGHUP: write keys not reloaded, the previous keys stay in force: %s", err);
+        return;
+    }
+    if (api_set_keys(api, keys, n) != 0)
+        LOG_ERROR("SIGHUP: write keys not reloaded (out of memory); the previous keys stay in "
+                  "force");
+    else
+        LOG_INFO("SIGHUP: write keys reloaded from %s: %zu keys in force (%zu from flags)",
+                 cfg->write_keys_file, n, cfg->nwrite_keys);
+    auth_keys_free(keys, n);
+}
+
 static int serve(int argc, char **argv)
 {
     config_t *cfg = NULL;
     commit_t *commit = NULL;
     api_t *api = NULL;
     http_t *http = NULL;
+    api_write_key_t *keys = NULL;
+    size_t nkeys = 0;
     sigset_t sigs;
     char err[512];
     int sig = 0, ret = 1;
@@ -111,9 +165,27 @@ static int serve(int argc, char **argv)
         ret = 2;
         goto out;
     }
+    /* Checked here so a bad origin exits 2 with its reason, like any bad flag (api_new would
+     * only fail). */
+    cors_t *cors = NULL;
+    if (cors_new(cfg->cors_origin, &cors, err, sizeof err) != CORS_OK) {
+        fprintf(stderr, "ingestd serve: --cors-origin: %s\n", err[0] ? err : "out of memory");
+        ret = 2;
+        goto out;
+    }
+    cors_free(cors);
+    /* A bad keys file is a bad flag too: exit 2 with FILE:LINE before anything starts. */
+    if (load_keys(cfg, &keys, &nkeys, err, sizeof err) != 0) {
+        fprintf(stderr, "ingestd serve: --write-keys-file: %s\n", err);
+        ret = 2;
+        goto out;
+    }
     logging_level = cfg->log_level;
     LOG_INFO("ingestd %s starting", INGESTD_VERSION);
     config_log(cfg);
+    if (cfg->write_keys_file[0] != '\0')
+        LOG_INFO("write keys: %zu in force (%zu from flags, %zu from %s)", nkeys, cfg->nwrite_keys,
+                 nkeys - cfg->nwrite_keys, cfg->write_keys_file);
 
     commit_options_t copts = {
         .data_dir = cfg->data_dir,
@@ -124,6 +196,7 @@ static int serve(int argc, char **argv)
         .max_batch_events = cfg->max_batch_events,
         .log_retention_ms = cfg->log_retention_ms,
         .log_max_bytes = cfg->log_max_bytes,
+        .queue_max_bytes = cfg->queue_max_bytes,
         .store_sync = cfg->store_sync,
         .memory_filter = strncmp(cfg->store, "memory:", 7) == 0 ? cfg->store + 7 : NULL,
         /* Tests stand in for a machine restart with their own boot id (docs/durability.md). */
@@ -140,13 +213,15 @@ static int serve(int argc, char **argv)
     }
 
     api_options_t aopts = {
-        .keys = cfg->write_keys,
-        .nkeys = cfg->nwrite_keys,
+        .keys = keys,
+        .nkeys = nkeys,
         .commit = commit,
         .window_ms = cfg->window_ms,
         .max_keys = cfg->max_keys,
         .admin_token = cfg->admin_token[0] != '\0' ? cfg->admin_token : NULL,
         .data_dir = cfg->data_dir,
+        .cors_origin = cfg->cors_origin,
+        .rate_limit = cfg->rate_limit,
     };
     if (api_new(&aopts, &api) != 0) {
         LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");
@@ -164,7 +239,7 @@ static int serve(int argc, char **argv)
         if (sigwait(&sigs, &sig) != 0)
             continue;
         if (sig == SIGHUP) {
-            LOG_INFO("SIGHUP ignored: configuration is read once at start");
+            reload_keys(cfg, api);
             continue;
         }
         break;
@@ -190,6 +265,7 @@ out:
     http_stop(http);
     commit_close(commit);
     api_free(api);
+    auth_keys_free(keys, nkeys);
     free(cfg);
     return ret;
 }

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,10 @@ struct commit {
     pthread_cond_t cv;
     commit_req_t *head, *tail; /* queue, under mu */
     size_t queue_events;
+    /* Event bytes submitted and not yet answered (opts.queue_max_bytes bounds it): added under mu
+     * (so check and add are one step), subtracted by the writer, read lock-free by commit_busy. */
+    _Atomic uint64_t queue_bytes;
+    uint64_t busy_requests, busy_events; /* under mu */
     bool closing;
     commit_stats_t stats; /* under mu */
     watch_t *watches;     /* under mu */
@@ -1120,9 +1125,11 @@ static void *writer(void *arg)
         /* Take every waiting request, up to the batch cap (at least one). */
         commit_req_t *batch = c->head, *last = c->head;
         size_t nevents = last->n, nreqs = 1;
+        uint64_t nbytes = last->bytes;
         while (last->next && nevents + last->next->n <= c->opts.max_batch_events) {
             last = last->next;
             nevents += last->n;
+            nbytes += last->bytes;
             nreqs++;
         }
         c->head = last->next;
@@ -1133,6 +1140,11 @@ static void *writer(void *arg)
         pthread_mutex_unlock(&c->mu);
 
         process(c, batch, nevents, nreqs);
+        /* Only now, with every request of the batch answered (and its memory freed by its
+         * submitter), do its bytes stop counting against the bound. */
+        atomic_fetch_sub_explicit(&c->queue_bytes, nbytes, memory_order_relaxed);
+        if (checkpoint_due(c))
+            checkpoint(c);
         maybe_retain(c);
 
         int64_t t = now_ms(CLOCK_MONOTONIC);
@@ -1165,6 +1177,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     c = calloc(1, sizeof(*c));
     if (!c)
         return COMMIT_NOMEM;
+    atomic_init(&c->queue_bytes, 0);
     c->lockfd = -1;
     c->acked_fd = -1;
     c->opts = *opts;
@@ -1245,11 +1258,24 @@ int commit_submit(commit_t *c, commit_req_t *req)
     if (!req || !req->done)
         return COMMIT_INVALID;
     req->next = NULL;
+    req->bytes = 0;
+    for (size_t i = 0; i < req->n; i++)
+        req->bytes += req->events[i].len;
     pthread_mutex_lock(&c->mu);
     if (c->closing) {
         pthread_mutex_unlock(&c->mu);
         return COMMIT_CLOSED;
     }
+    uint64_t queued = atomic_load_explicit(&c->queue_bytes, memory_order_relaxed);
+    uint64_t max = c->opts.queue_max_bytes;
+    /* An empty queue takes anything, so a request larger than the bound is not refused forever. */
+    if (max > 0 && queued > 0 && (queued >= max || req->bytes > max - queued)) {
+        c->busy_requests++;
+        c->busy_events += req->n;
+        pthread_mutex_unlock(&c->mu);
+        return COMMIT_BUSY;
+    }
+    atomic_fetch_add_explicit(&c->queue_bytes, req->bytes, memory_order_relaxed);
     if (c->tail)
         c->tail->next = req;
     else
@@ -1266,7 +1292,17 @@ void commit_get_stats(commit_t *c, commit_stats_t *out)
     pthread_mutex_lock(&c->mu);
     *out = c->stats;
     out->queue_events = c->queue_events;
+    out->queue_bytes = atomic_load_explicit(&c->queue_bytes, memory_order_relaxed);
+    out->queue_max_bytes = c->opts.queue_max_bytes;
+    out->busy_requests = c->busy_requests;
+    out->busy_events = c->busy_events;
     pthread_mutex_unlock(&c->mu);
+}
+
+bool commit_busy(commit_t *c)
+{
+    uint64_t max = c->opts.queue_max_bytes;
+    return max > 0 && atomic_load_explicit(&c->queue_bytes, memory_order_relaxed) >= max;
 }
 
 void commit_close(commit_t *c)
@@ -1393,6 +1429,8 @@ const char *commit_strerror(int status)
         return "invalid argument";
     case COMMIT_OPEN_FAILED:
         return "could not open the data dir";
+    case COMMIT_BUSY:
+        return "too many events waiting to be written";
     default:
         return "unknown commit error";
     }

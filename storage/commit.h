@@ -18,6 +18,8 @@ enum commit_status {
     COMMIT_NOMEM = -3,
     COMMIT_INVALID = -4,     /* bad options */
     COMMIT_OPEN_FAILED = -5, /* open: store or log could not be opened or recovered */
+    COMMIT_BUSY = -6,        /* submit: the queue holds queue_max_bytes of events already; retry
+                                later: nothing was queued */
 };
 
 enum commit_result {
@@ -49,6 +51,7 @@ struct commit_req {
     commit_done_fn done; /* called exactly once, from the writer thread */
     void *arg;
     commit_req_t *next; /* private to commit.c */
+    uint64_t bytes;     /* private to commit.c: the events' data bytes */
 };
 
 /* Operator notices from the writer thread (storage never logs itself); `level` 0 error, 1 warning,
@@ -77,6 +80,11 @@ typedef struct commit_options {
     bool lock_held;            /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
     int64_t log_retention_ms;  /* delete closed log segments older than this (0: keep) */
     uint64_t log_max_bytes;    /* delete the oldest closed segments beyond this size (0: keep) */
+    uint64_t queue_max_bytes;  /* bound on event data bytes submitted and not yet answered (queued
+                                  or in the group commit under way): past it commit_submit
+                                  answers COMMIT_BUSY, so a flood costs no more memory than
+                                  this. A request is always taken while nothing is queued, so
+                                  one larger than the bound still passes. 0: no bound */
     commit_notify_fn notify;   /* may be NULL; called on the writer thread */
     void *notify_arg;
 } commit_options_t;
@@ -101,6 +109,10 @@ typedef struct commit_stats {
     uint64_t replayed_at_open;    /* log records replayed into LMDB at start */
     uint64_t truncated_at_open;   /* torn tail bytes cut off at start */
     size_t queue_events;          /* waiting for the next group commit */
+    uint64_t queue_bytes;         /* event data bytes submitted and not yet answered */
+    uint64_t queue_max_bytes;     /* the bound on queue_bytes (0: none) */
+    uint64_t busy_requests;       /* submits refused with COMMIT_BUSY */
+    uint64_t busy_events;         /* their events */
     bool storage_failed;          /* storage failed and is being re-established: commits answer
                                      COMMIT_UNAVAILABLE meanwhile */
     uint64_t recoveries;          /* times storage was re-established after a failure */
@@ -153,9 +165,18 @@ const uint8_t *commit_secret(const commit_t *c);
 
 /*
  * Queues `req`. Returns COMMIT_OK (done will be called later from the writer
- * thread), or an error (done is NOT called; nothing was queued). Thread-safe.
+ * thread), or an error (done is NOT called; nothing was queued): COMMIT_BUSY
+ * when the event bytes not yet answered plus req's would pass
+ * opts.queue_max_bytes, COMMIT_CLOSED when closing. Thread-safe.
  */
 int commit_submit(commit_t *c, commit_req_t *req);
+
+/*
+ * Whether the queue is at its bound now (commit_submit would answer
+ * COMMIT_BUSY to any request): a cheap early refusal before a request body is
+ * read. Lock-free; thread-safe.
+ */
+bool commit_busy(commit_t *c);
 
 /* The log directory (DIR/log); valid until commit_close(). */
 const char *commit_log_dir(const commit_t *c);

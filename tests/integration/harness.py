@@ -21,12 +21,15 @@ import os
 import re
 import shutil
 import signal
+import ssl
 import subprocess
 import tempfile
 import threading
 import time
 import unittest
 import uuid
+
+import openapi_check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BIN = os.path.abspath(
@@ -36,7 +39,7 @@ START_TIMEOUT = float(os.environ.get("INGESTD_TEST_START_TIMEOUT", "20"))
 STOP_TIMEOUT = float(os.environ.get("INGESTD_TEST_STOP_TIMEOUT", "20"))
 HTTP_TIMEOUT = 20.0
 
-LISTEN_RE = re.compile(r"listening on http://(\[[^\]]+\]|[^\s:/]+):(\d+)")
+LISTEN_RE = re.compile(r"listening on https?://(\[[^\]]+\]|[^\s:/]+):(\d+)")
 UUID4_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 SANITIZER_RE = re.compile(r"(ERROR: (Address|Leak|Undefined)Sanitizer|runtime error: )")
 ISO_MS_UTC_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -127,15 +130,21 @@ class Response:
         return "<HTTP %d %s %r>" % (self.status, dict(self.headers), self.body[:300])
 
 
-def http_request(host, port, method, path, body=None, headers=None, timeout=HTTP_TIMEOUT):
-    """One request on a fresh connection. body: bytes, str, or a JSON-able object."""
+def http_request(host, port, method, path, body=None, headers=None, timeout=HTTP_TIMEOUT,
+                 context=None):
+    """One request on a fresh connection. body: bytes, str, or a JSON-able object.
+
+    context: an ssl.SSLContext to speak HTTPS; None: plain HTTP."""
     hdrs = dict(headers or {})
     if body is not None and not isinstance(body, (bytes, bytearray)):
         if not isinstance(body, str):
             body = json.dumps(body, separators=(",", ":"))
             hdrs.setdefault("Content-Type", "application/json")
         body = body.encode("utf-8")
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    if context is not None:
+        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+    else:
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         try:
             conn.request(method, path, body=body, headers=hdrs)
@@ -145,6 +154,8 @@ def http_request(host, port, method, path, body=None, headers=None, timeout=HTTP
             pass
         r = conn.getresponse()
         data = r.read()
+        # Every answer a test gets through the harness must be one openapi.yaml describes.
+        openapi_check.check_response(method, path, r.status, r.getheaders(), data)
         return Response(r.status, r.getheaders(), data)
     finally:
         conn.close()
@@ -153,8 +164,13 @@ def http_request(host, port, method, path, body=None, headers=None, timeout=HTTP
 class Server:
     """One ingestd `serve` process with its own temporary data dir."""
 
-    def __init__(self, keys=("testkey",), args=(), env=None, data_dir=None, use_flags=True):
+    def __init__(self, keys=("testkey",), args=(), env=None, data_dir=None, use_flags=True,
+                 tls_ca=None):
+        """tls_ca: CA (or self-signed certificate) file that verifies the server when it listens
+        on https:// (--tls-cert); requests then go over TLS."""
         self.keys = list(keys)
+        self.tls_ca = tls_ca
+        self.ssl_context = None  # set by start() when the server says https://
         self.args = list(args)
         self.env = dict(env or {})
         self.use_flags = use_flags
@@ -201,6 +217,12 @@ class Server:
 
         try:
             m = deadline_wait(listening, START_TIMEOUT, "'listening on http://HOST:PORT'")
+            self.ssl_context = None
+            if m.group(0).startswith("listening on https://"):
+                self.ssl_context = ssl.create_default_context(cafile=self.tls_ca)
+                if self.tls_ca is None:
+                    self.ssl_context.check_hostname = False
+                    self.ssl_context.verify_mode = ssl.CERT_NONE
             self.host = m.group(1).strip("[]")
             self.port = int(m.group(2))
             if self.host in ("0.0.0.0", "::", ""):
@@ -319,7 +341,8 @@ class Server:
         hdrs = dict(headers or {})
         if key is not None:
             hdrs["Authorization"] = basic(key)
-        return http_request(self.host, self.port, method, path, body, hdrs, timeout)
+        return http_request(self.host, self.port, method, path, body, hdrs, timeout,
+                            context=self.ssl_context)
 
     def get(self, path, **kw):
         return self.request("GET", path, **kw)
@@ -345,14 +368,28 @@ class Server:
         body.update(top)
         return self.post("/v1/batch", body, key=key)
 
+    def admin_token(self):
+        """The --admin-token (or INGESTD_ADMIN_TOKEN) the server was started with, or None."""
+        for i, a in enumerate(self.args):
+            if a == "--admin-token" and i + 1 < len(self.args):
+                return self.args[i + 1]
+            if a.startswith("--admin-token="):
+                return a.split("=", 1)[1]
+        return self.env.get("INGESTD_ADMIN_TOKEN") or None
+
+    def admin_headers(self):
+        """Authorization for /stats, /metrics and /v1/log when an admin token is set."""
+        tok = self.admin_token()
+        return {"Authorization": "Bearer " + tok} if tok else {}
+
     def stats(self):
-        r = self.get("/stats")
+        r = self.get("/stats", headers=self.admin_headers())
         if r.status != 200 or r.json is None:
             raise HarnessError("GET /stats: %r" % r)
         return r.json
 
     def metrics(self):
-        r = self.get("/metrics")
+        r = self.get("/metrics", headers=self.admin_headers())
         if r.status != 200:
             raise HarnessError("GET /metrics: %r" % r)
         return r

@@ -519,7 +519,7 @@ static void test_after_retention(void **state)
 
     /* /stats and /metrics report it. */
     struct params p = {{0}, {0}};
-    api_req_t req = log_req(&p, NULL, 0);
+    api_req_t req = log_req(&p, BEARER, 0); /* the admin token guards /stats too */
     req.path = "/stats";
     assert_int_equal(api_handle(f->api, &req, &resp, on_done, NULL), API_DONE);
     json_t *j = json_loadb(resp.body, resp.body_len, 0, NULL);
@@ -747,7 +747,7 @@ static void test_stats_groups(void **state)
     assert_int_equal(groups_commit(f->dir, "ahead", 12), GROUPS_OK);
 
     struct params p = {{0}, {0}};
-    api_req_t req = log_req(&p, NULL, 0);
+    api_req_t req = log_req(&p, BEARER, 0); /* the admin token guards /stats too */
     api_resp_t resp = {0};
     req.path = "/stats";
     assert_int_equal(api_handle(f->api, &req, &resp, on_done, NULL), API_DONE);

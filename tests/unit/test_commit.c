@@ -1341,6 +1341,108 @@ static void test_memory_store_bad_spec(void **state)
     assert_non_null(strstr(err, "qht"));
 }
 
+/* A done callback that holds the writer thread until released: the queue cannot drain. */
+typedef struct {
+    tu_waiter_t entered; /* the writer is inside the callback */
+    tu_waiter_t release; /* the test lets it go */
+    tu_waiter_t *done;   /* then counted like any other request */
+} gate_t;
+
+static void gate_done(commit_req_t *req, void *arg)
+{
+    gate_t *g = arg;
+    (void)req;
+    tu_waiter_done(&g->entered);
+    tu_waiter_wait(&g->release);
+    tu_waiter_done(g->done);
+}
+
+/* --queue-max-bytes: past the bound a submit is refused (COMMIT_BUSY) and nothing is queued. */
+static void test_queue_bound(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    tu_waiter_t w;
+    gate_t g;
+    req_t a, b, c, d, e, big;
+    commit_stats_t s;
+    int64_t now = tu_now_ms();
+    /* Ids of one width give payloads of one length L. */
+    unsigned ia[] = {100}, ib[] = {101, 102}, ic[] = {103, 104}, id[] = {105}, ie[] = {106};
+    unsigned ibig[] = {110, 111, 112, 113, 114, 115};
+    char buf[96];
+    uint64_t len = (uint64_t)fmt_payload(buf, sizeof buf, 100);
+
+    o.queue_max_bytes = 4 * len;
+    commit_t *c0 = open_commit(&o);
+    tu_waiter_init(&w);
+    tu_waiter_init(&g.entered);
+    tu_waiter_init(&g.release);
+    g.done = &w;
+    tu_waiter_add(&g.entered, 1);
+    tu_waiter_add(&g.release, 1);
+
+    /* a (L) holds the writer in its callback: its bytes still count until it is answered. */
+    req_init(&a, commit_secret(c0), ia, 1, now, &w);
+    a.req.done = gate_done;
+    a.req.arg = &g;
+    tu_waiter_add(&w, 1);
+    assert_int_equal(commit_submit(c0, &a.req), COMMIT_OK);
+    tu_waiter_wait(&g.entered);
+    assert_false(commit_busy(c0));
+
+    req_init(&b, commit_secret(c0), ib, 2, now, &w); /* 3L */
+    tu_waiter_add(&w, 1);
+    assert_int_equal(commit_submit(c0, &b.req), COMMIT_OK);
+    req_init(&c, commit_secret(c0), ic, 2, now, &w); /* 5L > 4L: refused */
+    assert_int_equal(commit_submit(c0, &c.req), COMMIT_BUSY);
+    assert_false(commit_busy(c0));
+    req_init(&d, commit_secret(c0), id, 1, now, &w); /* 4L: fits exactly */
+    tu_waiter_add(&w, 1);
+    assert_int_equal(commit_submit(c0, &d.req), COMMIT_OK);
+    assert_true(commit_busy(c0));
+    req_init(&e, commit_secret(c0), ie, 1, now, &w);
+    assert_int_equal(commit_submit(c0, &e.req), COMMIT_BUSY);
+    commit_get_stats(c0, &s);
+    assert_int_equal(s.queue_bytes, 4 * len);
+    assert_int_equal(s.queue_max_bytes, 4 * len);
+    assert_int_equal(s.busy_requests, 2);
+    assert_int_equal(s.busy_events, 3);
+
+    tu_waiter_done(&g.release);
+    tu_waiter_wait(&w);
+    assert_int_equal(a.req.status, COMMIT_OK);
+    assert_int_equal(b.req.status, COMMIT_OK);
+    assert_int_equal(d.req.status, COMMIT_OK);
+    /* The writer releases the bytes just after the callbacks return: poll (bounded) for it. */
+    for (int i = 0; i < 5000; i++) {
+        commit_get_stats(c0, &s);
+        if (s.queue_bytes == 0)
+            break;
+        usleep(1000);
+    }
+    assert_int_equal(s.queue_bytes, 0);
+    assert_false(commit_busy(c0));
+
+    /* An empty queue takes a request larger than the bound (else it could never pass). */
+    submit_wait(c0, &big, ibig, 6, now);
+    commit_get_stats(c0, &s);
+    assert_int_equal(s.accepted, 4 + 6);
+
+    commit_close(c0);
+    /* Refused requests left nothing behind: only a, b, d and big are in the log. */
+    expect_log_records(fx, 10);
+    req_free(&a);
+    req_free(&b);
+    req_free(&c);
+    req_free(&d);
+    req_free(&e);
+    req_free(&big);
+    tu_waiter_destroy(&w);
+    tu_waiter_destroy(&g.entered);
+    tu_waiter_destroy(&g.release);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1368,6 +1470,7 @@ int main(void)
         T(test_lazy_marker_cleared_by_synced_mode),
         T(test_memory_store),
         T(test_memory_store_bad_spec),
+        T(test_queue_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -161,7 +161,8 @@ static void test_bomb_stops_early(void **state)
     unsigned char *z = compress_buf(NULL, (size_t)256 << 20, WRAP_GZIP, &zlen);
     assert_true(zlen < 1024 * 1024);
 
-    assert_int_equal(gzip_inflate((const char *)z, zlen, 500 * 1024, &out, &olen), GZIP_TOO_LARGE);
+    /* Refused by its ratio (~1000:1) long before the cap. */
+    assert_int_equal(gzip_inflate((const char *)z, zlen, 500 * 1024, &out, &olen), GZIP_RATIO);
     assert_null(out);
 
 #ifndef UNDER_ASAN
@@ -185,13 +186,87 @@ static void test_bomb_stops_early(void **state)
         char *o = NULL;
         size_t ol;
         int rc = gzip_inflate((const char *)z, zlen, 500 * 1024, &o, &ol);
-        _exit(rc == GZIP_TOO_LARGE ? 0 : 10 - rc);
+        if (rc != GZIP_RATIO)
+            _exit(10 - rc);
+        /* With a cap far above the address space left, only the ratio can stop it. */
+        rc = gzip_inflate((const char *)z, zlen, (size_t)1 << 30, &o, &ol);
+        _exit(rc == GZIP_RATIO ? 0 : 20 - rc);
     }
     int st = 0;
     assert_int_equal(waitpid(pid, &st, 0), pid);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
 #endif
+    free(z);
+}
+
+/* A batch of identical tiny events: the most compressible request a real client sends (~270x). */
+static void test_ratio_legit_batch_passes(void **state)
+{
+    (void)state;
+    const char *ev = "{\"type\":\"track\",\"event\":\"x\",\"userId\":\"u\"},";
+    size_t evlen = strlen(ev), n = 2500 * evlen + 16, zlen, olen;
+    char *body = malloc(n), *out = NULL;
+    size_t used = 0;
+
+    assert_non_null(body);
+    used += (size_t)sprintf(body, "{\"batch\":[");
+    for (int i = 0; i < 2500; i++) {
+        memcpy(body + used, ev, evlen);
+        used += evlen;
+    }
+    memcpy(body + used - 1, "]}", 3);
+    used += 1;
+    unsigned char *z = compress_buf(body, used, WRAP_GZIP, &zlen);
+    assert_true(used / zlen > 100); /* it really is highly compressed */
+    assert_true(used / zlen < GZIP_MAX_RATIO);
+
+    assert_int_equal(gzip_inflate((const char *)z, zlen, 500 * 1024, &out, &olen), GZIP_OK);
+    assert_int_equal(olen, used);
+    assert_memory_equal(out, body, used);
+    free(out);
+    free(z);
+    free(body);
+}
+
+/* Below the floor the ratio does not matter: a small body of one repeated byte is fine. */
+static void test_ratio_below_floor(void **state)
+{
+    (void)state;
+    size_t n = GZIP_RATIO_FLOOR, zlen, olen;
+    char *out = NULL;
+    unsigned char *z = compress_buf(NULL, n, WRAP_GZIP, &zlen);
+
+    assert_true(n / zlen > GZIP_MAX_RATIO);
+    assert_int_equal(gzip_inflate((const char *)z, zlen, 500 * 1024, &out, &olen), GZIP_OK);
+    assert_int_equal(olen, n);
+    free(out);
+
+    /* Just past the floor the same kind of stream is refused, whatever the cap. */
+    free(z);
+    n = GZIP_RATIO_FLOOR + 64 * 1024 + 1;
+    z = compress_buf(NULL, n, WRAP_ZLIB, &zlen);
+    assert_int_equal(gzip_inflate((const char *)z, zlen, (size_t)1 << 30, &out, &olen), GZIP_RATIO);
+    assert_null(out);
+    free(z);
+}
+
+/* A bomb split into many gzip members is measured on all the input, not per member. */
+static void test_ratio_multi_member(void **state)
+{
+    (void)state;
+    size_t zlen, olen;
+    char *out = NULL;
+    unsigned char *z = compress_buf(NULL, 48 * 1024, WRAP_GZIP, &zlen);
+    unsigned char *many = malloc(zlen * 20);
+
+    assert_non_null(many);
+    for (int i = 0; i < 20; i++)
+        memcpy(many + (size_t)i * zlen, z, zlen);
+    assert_int_equal(gzip_inflate((const char *)many, zlen * 20, (size_t)1 << 30, &out, &olen),
+                     GZIP_RATIO);
+    assert_null(out);
+    free(many);
     free(z);
 }
 
@@ -312,15 +387,12 @@ static void test_empty(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_round_trip_gzip),
-        cmocka_unit_test(test_round_trip_zlib),
-        cmocka_unit_test(test_round_trip_large),
-        cmocka_unit_test(test_cap_exact_and_over),
-        cmocka_unit_test(test_bomb_stops_early),
-        cmocka_unit_test(test_corrupt),
-        cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_trailing_garbage),
-        cmocka_unit_test(test_empty),
+        cmocka_unit_test(test_round_trip_gzip),   cmocka_unit_test(test_round_trip_zlib),
+        cmocka_unit_test(test_round_trip_large),  cmocka_unit_test(test_cap_exact_and_over),
+        cmocka_unit_test(test_bomb_stops_early),  cmocka_unit_test(test_ratio_legit_batch_passes),
+        cmocka_unit_test(test_ratio_below_floor), cmocka_unit_test(test_ratio_multi_member),
+        cmocka_unit_test(test_corrupt),           cmocka_unit_test(test_truncated),
+        cmocka_unit_test(test_trailing_garbage),  cmocka_unit_test(test_empty),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

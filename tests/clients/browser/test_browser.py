@@ -1,0 +1,313 @@
+"""Segment's analytics.js (analytics-next) in headless Chromium, sending to a real ingestd.
+
+The page (index.html + page.js, bundled here with esbuild from the locked npm packages: no CDN)
+is served by a small static server on one loopback origin; ingestd listens on another, so every
+request is a real cross-origin one with a real CORS preflight (analytics.js sends
+`Authorization: Basic`, which no simple request may carry). The page sends track, page and
+identify events with keepalive fetches, `text/plain` bodies, one at a time (/v1/t, /v1/p,
+/v1/i) or batched (/v1/b), the rest of a batch flushed on pagehide as analytics.js does when a
+page is left, then POSTs the messageIds it sent back to the static server. The test asserts
+from ingestd's log (`ingestd log cat`) that each is there exactly once, from the page's origin,
+and from ingestd's /stats that the preflights happened; with `--cors-origin` set to a list
+without the page's origin, the browser must deliver nothing.
+
+Needs Debian's `chromium`, `nodejs` and `npm` (scripts/install-deps). Python 3 stdlib only.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "integration"))
+
+import harness  # noqa: E402
+
+NODE_MODULES = os.path.join(HERE, "node_modules")
+STAMP = os.path.join(NODE_MODULES, ".ingestd-installed")
+NPM_TIMEOUT = 600
+PAGE_TIMEOUT = 40.0  # Chromium start + page run: well under a minute
+KEY = "browserkey"
+SOURCE = "web"
+
+
+class BrowserTestError(AssertionError):
+    pass
+
+
+# ---- npm install + bundle ------------------------------------------------------------------
+
+def _digest():
+    h = hashlib.sha256()
+    for name in ("package.json", "package-lock.json"):
+        with open(os.path.join(HERE, name), "rb") as f:
+            h.update(name.encode() + b"\0" + f.read() + b"\0")
+    return h.hexdigest()
+
+
+def ensure_node_modules():
+    """`npm ci` unless node_modules was installed from this very package.json + lock file."""
+    for tool in ("node", "npm"):
+        if shutil.which(tool) is None:
+            raise BrowserTestError("%s not found: run scripts/install-deps (nodejs, npm)" % tool)
+    digest = _digest()
+    # Two builds' test runs may start at once: one installs, the other waits for it.
+    with open(os.path.join(HERE, ".npm-lock"), "w") as lockf:
+        fcntl.flock(lockf, fcntl.LOCK_EX)
+        try:
+            with open(STAMP) as f:
+                if f.read().strip() == digest:
+                    return
+        except OSError:
+            pass
+        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                           cwd=HERE, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                           timeout=NPM_TIMEOUT)
+        if p.returncode != 0:
+            raise BrowserTestError("npm ci failed (%d):\n%s\n%s"
+                                   % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
+        with open(STAMP, "w") as f:
+            f.write(digest + "\n")
+
+
+def bundle(out_dir):
+    """Bundles page.js with analytics-next into one file with the locked esbuild; returns it."""
+    out = os.path.join(out_dir, "page.bundle.js")
+    esbuild = os.path.join(NODE_MODULES, ".bin", "esbuild")
+    p = subprocess.run([esbuild, os.path.join(HERE, "page.js"), "--bundle", "--format=iife",
+                        "--target=chrome100", "--outfile=" + out, "--log-level=warning"],
+                       cwd=HERE, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       timeout=120)
+    if p.returncode != 0 or not os.path.exists(out):
+        raise BrowserTestError("esbuild failed (%d): %s %s" % (p.returncode, p.stdout, p.stderr))
+    return out
+
+
+def chromium_path():
+    for name in ("chromium", "chromium-browser"):
+        path = shutil.which(name)
+        if path:
+            return path
+    raise BrowserTestError("chromium not found: run scripts/install-deps (Debian's chromium)")
+
+
+# ---- the page's origin: a static server that also takes the page's report -----------------
+
+class PageServer:
+    """Serves index.html and the bundle on 127.0.0.1:0; collects POST /report bodies."""
+
+    def __init__(self, bundle_path):
+        self.bundle_path = bundle_path
+        self.reports = []
+        self.requests = []  # (method, path) of every request, for failure messages
+        self.cond = threading.Condition()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, fmt, *args):
+                pass
+
+            def _send(self, status, ctype, body):
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Cache-Control", "no-store")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                path = self.path.split("?", 1)[0]
+                with owner.cond:
+                    owner.requests.append(("GET", self.path))
+                    owner.cond.notify_all()
+                if path == "/":
+                    with open(os.path.join(HERE, "index.html"), "rb") as f:
+                        self._send(200, "text/html; charset=utf-8", f.read())
+                elif path == "/page.bundle.js":
+                    with open(owner.bundle_path, "rb") as f:
+                        self._send(200, "text/javascript; charset=utf-8", f.read())
+                elif path == "/bye":
+                    self._send(200, "text/html; charset=utf-8", b"<!doctype html><p>bye</p>")
+                else:
+                    self._send(404, "text/plain", b"not found")
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n)
+                with owner.cond:
+                    owner.requests.append(("POST", self.path))
+                    if self.path == "/report":
+                        owner.reports.append(json.loads(body.decode("utf-8")))
+                    owner.cond.notify_all()
+                self._send(204 if self.path == "/report" else 404, "text/plain", b"")
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.origin = "http://127.0.0.1:%d" % self.port
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def wait_report(self, run, timeout):
+        def found():
+            with self.cond:
+                return next((r for r in self.reports if r.get("run") == run), None)
+        return harness.deadline_wait(found, timeout, "the page's report of run %s "
+                                     "(requests seen: %r)" % (run, self.requests))
+
+    def wait_request(self, method, path, timeout):
+        def seen():
+            with self.cond:
+                return (method, path) in self.requests
+        return harness.deadline_wait(seen, timeout, "%s %s from the page" % (method, path))
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+# ---- the test -------------------------------------------------------------------------------
+
+class BrowserTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        ensure_node_modules()
+        cls.tmp = tempfile.mkdtemp(prefix="ingestd-browser-")
+        cls.bundle = bundle(cls.tmp)
+        cls.chromium = chromium_path()
+        cls.page = PageServer(cls.bundle)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.page.close()
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def open_page(self, srv, mode, run, then=None):
+        """Headless Chromium on the page, until it reported (and requested `then`): yields the
+        report, and closes the browser when the block is done (so keepalive requests that
+        outlive the page have every chance to arrive)."""
+        url = "%s/?host=127.0.0.1:%d&key=%s&mode=%s&run=%s" % (
+            self.page.origin, srv.port, KEY, mode, run)
+        profile = tempfile.mkdtemp(prefix="profile-", dir=self.tmp)
+        cmd = [self.chromium, "--headless", "--no-sandbox", "--disable-gpu",
+               "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
+               "--disable-background-networking", "--disable-component-update",
+               "--disable-sync", "--user-data-dir=" + profile,
+               # Nothing but loopback resolves: a fetch from a CDN would fail the page.
+               "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+               url]
+        log_path = os.path.join(self.tmp, "chromium-%s.log" % run)
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        try:
+            try:
+                report = self.page.wait_report(run, PAGE_TIMEOUT)
+                if then is not None:
+                    self.page.wait_request("GET", then, PAGE_TIMEOUT)
+            except harness.HarnessError as e:
+                with open(log_path, "rb") as f:
+                    tail = f.read()[-3000:].decode("utf-8", "replace")
+                raise BrowserTestError("%s\nchromium log:\n%s" % (e, tail)) from None
+            yield report
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+
+    def wait_logged(self, srv, ids, run, timeout=PAGE_TIMEOUT):
+        """Polls the log until every id of `ids` is there; returns the run's events."""
+        def all_there():
+            events = [e for e in harness.log_cat(srv.data_dir)
+                      if (e.get("properties") or e.get("traits") or {}).get("run") == run]
+            have = {e.get("messageId") for e in events}
+            return events if set(ids) <= have else None
+        return harness.deadline_wait(all_there, timeout, "%d events of run %s in the log"
+                                     % (len(ids), run), interval=0.2)
+
+    def preflights(self, srv, status):
+        return srv.stats()["requests"]["by_status"].get(str(status), 0)
+
+    def check_delivered(self, srv, mode, expect_types):
+        run = "%s-%s" % (mode, uuid.uuid4().hex[:12])
+        then = "/bye?run=" + run if mode == "batching" else None
+        with self.open_page(srv, mode, run, then=then) as report:
+            self.assertNotIn("error", report, report)
+            self.assertEqual(report["origin"], self.page.origin)
+            sent = report["sent"]
+            self.assertEqual(sorted(s["type"] for s in sent), sorted(expect_types), report)
+            ids = [s["messageId"] for s in sent]
+            self.assertEqual(len(set(ids)), len(ids), report)
+            self.wait_logged(srv, ids, run)
+        # The browser is gone: whatever it could still have sent (a retry) is in by now.
+        events = self.wait_logged(srv, ids, run)
+
+        # Exactly once each, nothing else of this run, from the page, as analytics.js sent it.
+        counts = {}
+        for e in events:
+            counts[e["messageId"]] = counts.get(e["messageId"], 0) + 1
+        self.assertEqual(counts, {i: 1 for i in ids}, events)
+        by_id = {e["messageId"]: e for e in events}
+        for s in sent:
+            e = by_id[s["messageId"]]
+            self.assertEqual(e["type"], s["type"], e)
+            self.assertEqual(e["source"], SOURCE, e)
+            ctx = e.get("context") or {}
+            self.assertEqual((ctx.get("library") or {}).get("name"), "analytics.js", e)
+            page_url = (ctx.get("page") or {}).get("url", "")
+            self.assertTrue(page_url.startswith(self.page.origin + "/"), e)
+        # analytics.js sends Authorization: Basic, so the browser asked first.
+        self.assertGreaterEqual(self.preflights(srv, 204), 1)
+        # Had the browser refused an answer (a CORS header missing on it), analytics.js would
+        # have sent the event again: no retry reached ingestd.
+        self.assertEqual(srv.stats()["events"]["duplicates"], 0)
+        return events
+
+    def test_any_origin(self):
+        """The default `--cors-origin *`: both delivery modes arrive, each event once."""
+        with harness.Server(keys=["%s:%s" % (KEY, SOURCE)]) as srv:
+            self.check_delivered(srv, "standard", ["identify", "page", "track", "track", "track"])
+            before = self.preflights(srv, 204)
+            self.check_delivered(srv, "batching", ["track", "track", "track", "identify", "page"])
+            # A fresh browser profile has no preflight cache: /v1/b was asked about anew.
+            self.assertGreater(self.preflights(srv, 204), before)
+            self.assertEqual(self.preflights(srv, 403), 0)
+
+    def test_listed_origin(self):
+        """A list that names the page's origin: delivered, with the origin echoed."""
+        origins = "https://app.example.com,%s" % self.page.origin
+        with harness.Server(keys=["%s:%s" % (KEY, SOURCE)],
+                            args=["--cors-origin", origins]) as srv:
+            self.check_delivered(srv, "standard", ["identify", "page", "track", "track", "track"])
+            self.check_delivered(srv, "batching", ["track", "track", "track", "identify", "page"])
+
+    def test_unlisted_origin(self):
+        """A list without the page's origin: the browser must not deliver anything."""
+        with harness.Server(keys=["%s:%s" % (KEY, SOURCE)],
+                            args=["--cors-origin", "https://app.example.com"]) as srv:
+            run = "denied-%s" % uuid.uuid4().hex[:12]
+            with self.open_page(srv, "standard", run) as report:
+                self.assertEqual(len(report.get("sent") or []), 5, report)
+                # Each event's request was refused at its preflight, so no POST reached ingestd.
+                harness.deadline_wait(lambda: self.preflights(srv, 403) >= 1, 10,
+                                      "a refused preflight in /stats")
+            self.assertEqual(self.preflights(srv, 204), 0)
+            self.assertEqual(harness.log_cat(srv.data_dir), [])
+            self.assertEqual(srv.stats()["events"]["accepted"], 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
