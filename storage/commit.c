@@ -41,9 +41,10 @@
  * key in a big window, 4 KiB each in memory until written) well under LMDB's limit of
  * 128 Ki dirty pages.
  */
-#define CHECKPOINT_MS     1000
-#define CHECKPOINT_EVENTS 32768
-#define ACKED_FILE        "ACKED" /* in DIR/store: the acknowledged end, for readers */
+#define SHORT_WINDOW_WARN_MS 60000
+#define CHECKPOINT_MS        1000
+#define CHECKPOINT_EVENTS    32768
+#define ACKED_FILE           "ACKED" /* in DIR/store: the acknowledged end, for readers */
 
 /* A long-polling reader waiting for the committed offset to pass `offset`. */
 typedef struct watch {
@@ -84,15 +85,16 @@ struct commit {
     log_record_t *recs;
     size_t recs_cap;
     int64_t last_reader_check;
-    bool failed;             /* store/log are closed or unusable: being re-established */
-    bool discard;            /* re-open the log cutting off everything from discard_from: */
-    uint64_t discard_from;   /* the end of its last successful sync */
-    int64_t last_recover_ms; /* monotonic time of the last re-establishing attempt */
-    int64_t last_retain_ms;  /* monotonic time retention last ran */
-    bool txn_open;           /* an LMDB write transaction holds batches since the checkpoint */
-    int64_t txn_since_ms;    /* monotonic time it was begun */
-    uint64_t txn_events;     /* events of the batches in it */
-    int acked_fd;            /* DIR/store/ACKED, or -1 */
+    bool failed;                  /* store/log are closed or unusable: being re-established */
+    bool discard;                 /* re-open the log cutting off everything from discard_from: */
+    uint64_t discard_from;        /* the end of its last successful sync */
+    int64_t last_recover_ms;      /* monotonic time of the last re-establishing attempt */
+    int64_t last_retain_ms;       /* monotonic time retention last ran */
+    bool txn_open;                /* an LMDB write transaction holds batches since the checkpoint */
+    int64_t txn_since_ms;         /* monotonic time it was begun */
+    uint64_t txn_events;          /* events of the batches in it */
+    int acked_fd;                 /* DIR/store/ACKED, or -1 */
+    int64_t last_short_window_ms; /* monotonic time of the last "window shortened" warning */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -921,6 +923,26 @@ static bool checkpoint_due(const commit_t *c)
                            now_ms(CLOCK_MONOTONIC) - c->txn_since_ms >= CHECKPOINT_MS);
 }
 
+/*
+ * The size bound evicted keys the age bound would still have kept: the window
+ * is shorter than configured. Operators must hear it (at most once a minute),
+ * not only see it in /stats.
+ */
+static void warn_short_window(commit_t *c, uint64_t evicted, int64_t oldest_ms)
+{
+    int64_t t = now_ms(CLOCK_MONOTONIC);
+    if (c->last_short_window_ms != 0 && t - c->last_short_window_ms < SHORT_WINDOW_WARN_MS)
+        return;
+    c->last_short_window_ms = t;
+    int64_t effective = oldest_ms > 0 ? now_ms(CLOCK_REALTIME) - oldest_ms : 0;
+    notify(c, 1,
+           "--max-keys %llu evicted %llu keys younger than --window: the effective window is "
+           "%llds, not %llds; raise --max-keys or expect retries older than that to be "
+           "accepted again",
+           (unsigned long long)c->opts.max_keys, (unsigned long long)evicted,
+           (long long)(effective / 1000), (long long)(c->opts.window_ms / 1000));
+}
+
 static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nreqs)
 {
     batch_out_t bo = {0};
@@ -984,7 +1006,10 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
                 c->stats.fsync_ms_max = bo.fsync_ms;
         }
     }
+    int64_t oldest_ms = c->stats.oldest_received_ms;
     pthread_mutex_unlock(&c->mu);
+    if (status == COMMIT_OK && bo.evicted_size > 0)
+        warn_short_window(c, bo.evicted_size, oldest_ms);
 
     for (commit_req_t *q = batch, *next; q; q = next) {
         next = q->next; /* done() may free q */

@@ -181,6 +181,11 @@ class MaxKeys(unittest.TestCase):
             self.assertLessEqual(st["keys"], 5, st)
             m = srv.metrics().body.decode()
             self.assertRegex(m, r'ingestd_dedupe_evicted_total\{reason="size"\} ([1-9]\d*)')
+            # Operators hear it in the log too (once a minute at most), not only in /stats.
+            line = srv.wait_for_log(r"WARN .*--max-keys 5 evicted \d+ keys younger than --window")
+            self.assertIn("effective window", line)
+            n = sum(1 for l in srv.log(last=10000).splitlines() if "younger than --window" in l)
+            self.assertEqual(n, 1, "rate-limited to one warning a minute")
 
 
 if __name__ == "__main__":
