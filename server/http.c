@@ -422,6 +422,37 @@ static void start_request_id(http_t *h, struct req *r)
     }
 }
 
+struct cl_scan {
+    const char *first;
+    bool disagree;
+};
+
+static enum MHD_Result scan_content_length(void *cls, enum MHD_ValueKind kind, const char *key,
+                                           const char *value)
+{
+    struct cl_scan *sc = cls;
+    (void)kind;
+    if (key == NULL || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
+        return MHD_YES;
+    if (sc->first == NULL)
+        sc->first = value != NULL ? value : "";
+    else if (value == NULL || strcmp(sc->first, value) != 0)
+        sc->disagree = true;
+    return MHD_YES;
+}
+
+/*
+ * Two Content-Length headers that differ: libmicrohttpd 0.9.75 takes the first, but a proxy in
+ * front may have taken the other, and the bytes between are another request to one of them
+ * (request smuggling). RFC 9112 6.3: refuse it, and the early answer closes the connection.
+ */
+static bool content_lengths_disagree(struct MHD_Connection *conn)
+{
+    struct cl_scan sc = {NULL, false};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_content_length, &sc);
+    return sc.disagree;
+}
+
 /* First call: headers only. Early answers here make MHD skip the body and close. */
 static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const char *url,
                                   const char *method, void **con_cls)
@@ -483,6 +514,8 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     if (api_check_headers(h->api, &areq, &resp) == API_DONE)
         return answer(r, &resp);
 
+    if (content_lengths_disagree(conn))
+        return answer_error(r, 400, "conflicting Content-Length headers");
     const char *cl =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL) {
