@@ -422,9 +422,19 @@ static int cat(int argc, char **argv)
         log_record_t rec;
         int w = 0;
 
-        /* Only what the store has applied is acknowledged; a log without a store
-         * (never started, or being rebuilt) has no such mark, so all of it goes. */
-        if (st == NULL && exists(c.mdb)) {
+        /*
+         * Only what was acknowledged goes out. The server says how far in store/ACKED
+         * (never below LMDB's applied offset, which lags by up to a checkpoint); that
+         * needs no LMDB reader slot, which matters in another container sharing the
+         * volume, where LMDB's PID-based reader table cannot tell the two processes
+         * apart. Without it, LMDB's applied offset; a log without a store (never
+         * started, or being rebuilt) has no such mark, so all of it goes.
+         */
+        uint64_t acked;
+        bool have_acked = commit_read_acked(c.data, &acked) == 0;
+        if (have_acked)
+            limit = acked;
+        if (!have_acked && st == NULL && exists(c.mdb)) {
             store_options_t so = {.map_size = 0, .read_only = true};
             rc = store_open(c.storedir, &so, &st);
             if (rc != STORE_OK) {
@@ -434,7 +444,7 @@ static int cat(int argc, char **argv)
                 goto out;
             }
         }
-        if (st != NULL) {
+        if (!have_acked && st != NULL) {
             store_info_t info;
             rc = store_get_info(st, &info);
             if (rc != STORE_OK) {
@@ -443,11 +453,6 @@ static int cat(int argc, char **argv)
                 goto out;
             }
             limit = info.applied;
-            /* LMDB checkpoints about once a second; the server says what it acknowledged
-             * since. A limit past the log's end only means the reader stops at the end. */
-            uint64_t acked;
-            if (commit_read_acked(c.data, &acked) == 0 && acked > limit)
-                limit = acked;
         }
 
         if (r == NULL && exists(c.logdir)) {
@@ -538,6 +543,9 @@ static int acknowledged_end(const char *data, uint64_t *end)
     snprintf(mdb, sizeof mdb, "%s/data.mdb", storedir);
     snprintf(logdir, sizeof logdir, "%s/log", data);
     *end = 0;
+    /* As in `log cat`: the server's ACKED first, needing no LMDB reader slot. */
+    if (commit_read_acked(data, end) == 0)
+        return 0;
     if (exists(mdb)) {
         store_options_t so = {.map_size = 0, .read_only = true};
         store_info_t info;
@@ -553,9 +561,6 @@ static int acknowledged_end(const char *data, uint64_t *end)
         }
         store_close(st);
         *end = info.applied;
-        uint64_t acked;
-        if (commit_read_acked(data, &acked) == 0 && acked > *end)
-            *end = acked; /* acknowledged since LMDB's last checkpoint */
         return 0;
     }
     if (!exists(logdir))
