@@ -164,6 +164,14 @@ int api_set_keys(api_t *api, const api_write_key_t *keys, size_t n);
 /* Fills *resp with `{"success":false,"error":msg}` and `status` (503/429 get Retry-After). */
 void api_error(api_resp_t *resp, int status, const char *msg);
 
+/*
+ * For an answer the transport builds itself (body too large, bad Content-Encoding or gzip,
+ * shutting down, header or time limits): adds what the api adds to its own answers on that
+ * route, i.e. the CORS headers of an ingest route for req->origin. Only req->path and
+ * req->origin are read. Thread-safe.
+ */
+void api_transport_headers(api_t *api, const api_req_t *req, api_resp_t *resp);
+
 /* Counts a response by status for /stats and /metrics; the transport calls it once per response. */
 void api_count_response(api_t *api, int status);
 

@@ -262,3 +262,10 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
     api_error(resp, 500, "internal error");
     return API_DONE;
 }
+
+void api_transport_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
+{
+    const struct route *r = find_route(req->path);
+    if (r && r->kind == INGEST)
+        add_cors(api, req, resp);
+}

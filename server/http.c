@@ -300,13 +300,34 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     return ret;
 }
 
+/* An answer the transport made itself: the api adds its per-route headers (CORS on the ingest
+ * routes, so a page's script can read why it was refused), then it is queued. */
+static enum MHD_Result answer_transport(struct req *r, api_resp_t *resp)
+{
+    api_req_t areq;
+
+    memset(&areq, 0, sizeof areq);
+    areq.path = r->path;
+    areq.origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    api_transport_headers(r->h->api, &areq, resp);
+    return answer(r, resp);
+}
+
 static enum MHD_Result answer_error(struct req *r, int status, const char *msg)
 {
     api_resp_t resp;
 
     memset(&resp, 0, sizeof resp);
     api_error(&resp, status, msg);
-    return answer(r, &resp);
+    return answer_transport(r, &resp);
+}
+
+static enum MHD_Result answer_too_large(struct req *r)
+{
+    api_resp_t resp;
+
+    too_large(&resp);
+    return answer_transport(r, &resp);
 }
 
 /* Runs once per pending request, on the commit writer thread. */
@@ -524,8 +545,7 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         unsigned long long n = strtoull(cl, &end, 10);
         /* MHD has already rejected a malformed Content-Length; be strict anyway. */
         if (errno != 0 || end == cl || n > API_MAX_REQUEST_BYTES) {
-            too_large(&resp);
-            return answer(r, &resp);
+            return answer_too_large(r);
         }
         r->cap = (size_t)n; /* a hint for the first allocation */
     }
@@ -652,8 +672,7 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     if (!deadline_disarm(r->c))
         return MHD_NO;
     if (r->phase == PH_DISCARD) {
-        too_large(&resp);
-        return answer(r, &resp);
+        return answer_too_large(r);
     }
 
     fill_req(r, method, &areq);
@@ -664,8 +683,7 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
         case GZIP_OK:
             break;
         case GZIP_TOO_LARGE:
-            too_large(&resp);
-            return answer(r, &resp);
+            return answer_too_large(r);
         case GZIP_RATIO: {
             char msg[160];
             snprintf(msg, sizeof msg,

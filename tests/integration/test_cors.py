@@ -99,6 +99,17 @@ class AnyOrigin(CorsMixin, ServerTestCase):
                 self.assertEqual(r.header("Access-Control-Allow-Origin"), "*", r)
                 self.assertExposes(r)
 
+        # Answers the transport makes itself carry them too: an unsupported Content-Encoding
+        # and a corrupt gzip body never reach the api's parser.
+        for extra, body in (({"Content-Encoding": "br"}, "{}"),
+                            ({"Content-Encoding": "gzip"}, "not gzip at all")):
+            with self.subTest(transport=extra["Content-Encoding"]):
+                h = dict(hdrs, Authorization=basic(self.key), **extra)
+                r = self.srv.request("POST", "/v1/batch", body=body, headers=h)
+                self.assertError(r, 400)
+                self.assertEqual(r.header("Access-Control-Allow-Origin"), "*", r)
+                self.assertExposes(r)
+
     def test_no_cors_without_origin_or_off_ingest(self):
         r = self.srv.post("/v1/track", track(mid=new_id()), key=self.key)
         self.assertOk(r, accepted=1)
