@@ -12,6 +12,7 @@
 #include "server/cli_admin.h"
 #include "server/cli_filter.h"
 #include "server/cli_log.h"
+#include "server/cli_worker.h"
 #include "server/config.h"
 #include "server/http.h"
 #include "server/logging.h"
@@ -45,6 +46,9 @@ static void usage(FILE *out)
                  "      rebuild the LMDB store from the retained log (server stopped)\n"
                  "  backup --data DIR --to DIR2\n"
                  "      write a consistent copy of the data dir (works while the server runs)\n"
+                 "  worker --kafka-brokers LIST --raw-topic NAME --out-topic NAME --group NAME\n"
+                 "      the Kafka worker role: exactly-once de-duplication between two topics\n"
+                 "      (docs/scale-out.md)\n"
                  "  filter-bench --filter SPEC --stream artificial:ALPHABET:LENGTH|file:PATH\n"
                  "      measure a bounded-memory duplicate filter (docs/filters.md)\n"
                  "  version\n"
@@ -286,6 +290,8 @@ int main(int argc, char **argv)
         return cli_admin_main(argc - 1, argv + 1);
     if (strcmp(cmd, "filter-bench") == 0)
         return cli_filter_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "worker") == 0)
+        return cli_worker_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("ingestd %s\n", INGESTD_VERSION);
         return 0;

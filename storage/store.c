@@ -503,6 +503,45 @@ int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present)
     return rc;
 }
 
+int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uint64_t *log_offset)
+{
+    MDB_txn *txn = st->txn;
+    MDB_cursor *cur = NULL, *scur = NULL;
+    uint64_t seq = 0;
+    int rc;
+
+    *present = false;
+    *log_offset = 0;
+    if (!txn && (rc = begin_read(st, &txn)))
+        return rc;
+    rc = xlate(st, mdb_cursor_open(txn, st->keys, &cur));
+    if (rc == STORE_OK)
+        rc = find_key(st, cur, key, present, &seq);
+    if (rc == STORE_OK && *present)
+        rc = xlate(st, mdb_cursor_open(txn, st->seq, &scur));
+    if (rc == STORE_OK && *present) {
+        bool have = false;
+        rc = seq_find(st, scur, seq, &have);
+        if (rc == STORE_OK && !have)
+            rc = STORE_CORRUPT; /* a key whose sequence entry is gone */
+        MDB_val k, v;
+        seq_rec_t r;
+        if (rc == STORE_OK)
+            rc = xlate(st, mdb_cursor_get(scur, &k, &v, MDB_GET_CURRENT));
+        if (rc == STORE_OK)
+            rc = seq_decode(st, &k, &v, &r);
+        if (rc == STORE_OK)
+            *log_offset = r.offset;
+    }
+    if (scur)
+        mdb_cursor_close(scur);
+    if (cur)
+        mdb_cursor_close(cur);
+    if (txn != st->txn)
+        mdb_txn_abort(txn);
+    return rc;
+}
+
 int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
                 uint64_t *evicted_age, uint64_t *evicted_size)
 {

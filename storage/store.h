@@ -104,6 +104,13 @@ int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
 int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
                  uint64_t log_offset);
 
+/*
+ * Like store_contains, and when `key` is present also the log offset stored
+ * with it in *log_offset (the Kafka worker stores the input offset there: the
+ * record that "owns" the key). Inside the open write txn, or a read txn.
+ */
+int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uint64_t *log_offset);
+
 /* True in *present when `key` is in the store (inside the open write txn, or a read txn). */
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present);
 

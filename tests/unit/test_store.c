@@ -562,6 +562,48 @@ static void test_misuse(void **state)
     }
 }
 
+/* store_lookup: the offset stored with a key (the Kafka worker's owner), in and out of a txn. */
+static void test_lookup_owner(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    uint8_t key[KEYHASH_LEN];
+    uint64_t off = 1;
+    bool present = true;
+
+    assert_int_equal(store_begin(st), STORE_OK);
+    for (uint64_t i = 0; i < 300; i++) /* more than one `seq` bucket */
+        insert(st, i, 1000 + (int64_t)i, false);
+    mkkey(7, key);
+    assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
+    assert_true(present);
+    assert_int_equal(off, 7);
+    assert_int_equal(store_commit(st), STORE_OK);
+
+    mkkey(299, key);
+    assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
+    assert_true(present);
+    assert_int_equal(off, 299);
+    mkkey(300, key);
+    assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
+    assert_false(present);
+    assert_int_equal(off, 0);
+
+    /* An aged-out key has no owner any more. */
+    uint64_t ea = 0, es = 0;
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_evict(st, 1010, 0, 100, &ea, &es), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+    mkkey(3, key);
+    assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
+    assert_false(present);
+    mkkey(10, key);
+    assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
+    assert_true(present);
+    assert_int_equal(off, 10);
+    store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -583,6 +625,7 @@ int main(void)
         T(test_read_only_without_secret),
         T(test_read_only_other_process),
         T(test_misuse),
+        T(test_lookup_owner),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

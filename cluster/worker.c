@@ -1,0 +1,1067 @@
+/* worker.c: the Kafka worker role: per-partition LMDB dedupe between two topics, exactly once. */
+#include "cluster/worker.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cluster/internal.h"
+#include "storage/keyhash.h"
+#include "storage/store.h"
+
+#define DEFAULT_MAX_BATCH 1000
+#define DEFAULT_BATCH_MS  50
+#define DEFAULT_MAP_SIZE  (64ull << 20)
+#define MIN_EVICT_STEPS   1024
+#define MAX_GROW_RETRIES  8
+#define KAFKA_TIMEOUT_MS  30000 /* one transactional call (commit, abort, offsets) */
+#define COMMITTED_TIMEOUT 10000 /* fetching the group's committed offsets */
+#define RETRY_PAUSE_MS    500   /* between attempts while the cluster is unreachable */
+
+/* One assigned raw partition and its store. */
+typedef struct part {
+    int32_t id;
+    store_t *st;
+    uint8_t secret[KEYHASH_SECRET_LEN];
+    int64_t repair_until; /* records below this offset only insert their keys */
+    int64_t committed;    /* the group's committed offset as last known; -1 unknown */
+    uint64_t applied;     /* the store's committed applied offset */
+    bool txn_open;        /* an LMDB write txn of the current batch */
+    int64_t batch_last;   /* last offset of the current batch in this partition; -1 none */
+    bool needs_kafka;     /* the batch has records past repair_until here */
+} part_t;
+
+/* What /stats shows of one partition (copied under snap_mu). */
+typedef struct part_snap {
+    int32_t id;
+    uint64_t keys, applied;
+    int64_t oldest_ms, committed, high, position;
+} part_snap_t;
+
+typedef struct counters {
+    uint64_t consumed, produced, duplicates, owners, repaired, malformed;
+    uint64_t txn_committed, txn_aborted, producer_restarts, store_errors;
+} counters_t;
+
+struct cluster_worker {
+    cluster_worker_options_t o;
+    char txn_id[256];
+    rd_kafka_t *consumer, *producer;
+    part_t **parts; /* indexed by partition id; NULL when not assigned */
+    int32_t nparts_cap;
+    atomic_bool stop, ready;
+    bool rebalanced; /* set by the rebalance callback: drop what was gathered */
+    bool producer_ready;
+    counters_t c;
+    /* crash hook (tests) */
+    char crash_point[32];
+    long crash_after;
+    long crash_seen;
+    /* snapshot for the HTTP thread */
+    pthread_mutex_t snap_mu;
+    part_snap_t *snap;
+    size_t nsnap;
+    counters_t snap_c;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void wlog(cluster_worker_t *w, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void wlog(cluster_worker_t *w, int level, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    if (w->o.log == NULL)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    w->o.log(w->o.log_arg, level, msg);
+}
+
+static void crash_hook(cluster_worker_t *w, const char *point)
+{
+    if (w->crash_point[0] == '\0' || strcmp(point, w->crash_point) != 0)
+        return;
+    if (++w->crash_seen >= w->crash_after) {
+        wlog(w, 1, "test hook: SIGKILL at %s #%ld", point, w->crash_seen);
+        raise(SIGKILL);
+    }
+}
+
+/* ---- librdkafka callbacks ---- */
+
+static void on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    cluster_worker_t *w = rd_kafka_opaque(rk);
+    /* syslog levels: 0..3 error, 4 warning, 5..6 info, 7 debug */
+    int lv = level <= 3 ? 0 : level == 4 ? 1 : level <= 6 ? 2 : 3;
+    if (w != NULL)
+        wlog(w, lv, "kafka %s: %s: %s", rd_kafka_name(rk), fac, buf);
+}
+
+static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    cluster_worker_t *w = opaque;
+    /* Transport errors are retried by librdkafka itself: worth a warning, not more. */
+    wlog(w, err == RD_KAFKA_RESP_ERR__FATAL ? 0 : 1, "kafka %s: %s: %s", rd_kafka_name(rk),
+         rd_kafka_err2name((rd_kafka_resp_err_t)err), reason);
+}
+
+/* ---- partitions ---- */
+
+static int mkdir_p(const char *path)
+{
+    char buf[4096];
+    size_t n = strlen(path);
+    if (n >= sizeof buf)
+        return -1;
+    memcpy(buf, path, n + 1);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static part_t *part_get(cluster_worker_t *w, int32_t id)
+{
+    return id >= 0 && id < w->nparts_cap ? w->parts[id] : NULL;
+}
+
+static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
+{
+    char dir[4096];
+    store_options_t so = {.map_size = w->o.map_size ? w->o.map_size : DEFAULT_MAP_SIZE,
+                          .sync = w->o.store_sync};
+    *out = part_get(w, id);
+    if (*out != NULL)
+        return CLUSTER_OK;
+    if (id >= w->nparts_cap) {
+        int32_t cap = w->nparts_cap ? w->nparts_cap : 16;
+        while (cap <= id)
+            cap *= 2;
+        part_t **np = realloc(w->parts, (size_t)cap * sizeof *np);
+        if (np == NULL)
+            return CLUSTER_NOMEM;
+        memset(np + w->nparts_cap, 0, (size_t)(cap - w->nparts_cap) * sizeof *np);
+        w->parts = np;
+        w->nparts_cap = cap;
+    }
+    part_t *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return CLUSTER_NOMEM;
+    p->id = id;
+    p->committed = -1;
+    p->repair_until = -1;
+    p->batch_last = -1;
+    snprintf(dir, sizeof dir, "%s/partitions/%s-%" PRId32, w->o.data_dir, w->o.raw_topic, id);
+    int rc = CLUSTER_STORE;
+    store_info_t info;
+    if (mkdir_p(dir) != 0) {
+        wlog(w, 0, "partition %" PRId32 ": cannot create %s: %s", id, dir, strerror(errno));
+        goto fail;
+    }
+    int src = store_open(dir, &so, &p->st);
+    if (src == STORE_OK)
+        src = store_secret(p->st, NULL, p->secret);
+    if (src == STORE_OK)
+        src = store_get_info(p->st, &info);
+    if (src != STORE_OK) {
+        wlog(w, 0, "partition %" PRId32 ": store %s: %s", id, dir, store_strerror(src));
+        goto fail;
+    }
+    p->applied = info.applied;
+    w->parts[id] = p;
+    *out = p;
+    return CLUSTER_OK;
+fail:
+    store_close(p->st);
+    free(p);
+    return rc;
+}
+
+static void part_close(cluster_worker_t *w, int32_t id)
+{
+    part_t *p = part_get(w, id);
+    if (p == NULL)
+        return;
+    store_close(p->st); /* aborts an open txn, if any */
+    free(p);
+    w->parts[id] = NULL;
+}
+
+/*
+ * Sets where each partition of `list` (the raw topic) resumes, from the
+ * group's committed offsets and the stores' applied offsets (worker.h), in
+ * the list's offsets. CLUSTER_OK, or CLUSTER_TIMEOUT when the committed
+ * offsets could not be read.
+ */
+static int position(cluster_worker_t *w, rd_kafka_topic_partition_list_t *list)
+{
+    for (int i = 0; i < list->cnt; i++)
+        list->elems[i].offset = RD_KAFKA_OFFSET_INVALID;
+    rd_kafka_resp_err_t err = rd_kafka_committed(w->consumer, list, COMMITTED_TIMEOUT);
+    if (err) {
+        wlog(w, 1, "cannot read the group's committed offsets: %s", rd_kafka_err2str(err));
+        return CLUSTER_TIMEOUT;
+    }
+    for (int i = 0; i < list->cnt; i++) {
+        rd_kafka_topic_partition_t *tp = &list->elems[i];
+        part_t *p = part_get(w, tp->partition);
+        if (p == NULL)
+            continue;
+        int64_t a = (int64_t)p->applied, c = tp->err || tp->offset < 0 ? -1 : tp->offset;
+        p->committed = c >= 0 ? c : -1;
+        p->repair_until = -1;
+        if (c >= 0 && a < c) {
+            p->repair_until = c;
+            tp->offset = a;
+            wlog(w, 2,
+                 "partition %" PRId32 ": store applied %" PRId64 " behind committed %" PRId64
+                 ": repairing (keys only)",
+                 p->id, a, c);
+        } else if (c >= 0) {
+            tp->offset = c;
+        } else {
+            tp->offset = a > 0 ? a : RD_KAFKA_OFFSET_BEGINNING;
+        }
+        wlog(w, 2,
+             "partition %" PRId32 ": applied %" PRId64 ", committed %" PRId64
+             ", resume at %s%" PRId64,
+             p->id, a, c, tp->offset == RD_KAFKA_OFFSET_BEGINNING ? "beginning " : "",
+             tp->offset == RD_KAFKA_OFFSET_BEGINNING ? (int64_t)0 : tp->offset);
+    }
+    return CLUSTER_OK;
+}
+
+static void snapshot(cluster_worker_t *w);
+
+static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *list, void *opaque)
+{
+    cluster_worker_t *w = opaque;
+    w->rebalanced = true;
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        for (int i = 0; i < list->cnt; i++) {
+            part_t *p = NULL;
+            if (part_open(w, list->elems[i].partition, &p) != CLUSTER_OK) {
+                /* Without its store the partition cannot be served: give up the whole worker. */
+                atomic_store(&w->stop, true);
+            }
+        }
+        /* Until the committed offsets can be read, nothing may be consumed. */
+        while (position(w, list) != CLUSTER_OK && !atomic_load(&w->stop))
+            usleep(RETRY_PAUSE_MS * 1000);
+        rd_kafka_assign(rk, list);
+        wlog(w, 2, "assigned %d partition(s) of %s", list->cnt, w->o.raw_topic);
+        atomic_store(&w->ready, w->producer_ready);
+    } else {
+        rd_kafka_assign(rk, NULL);
+        for (int i = 0; i < list->cnt; i++)
+            part_close(w, list->elems[i].partition);
+        wlog(w, 2, "revoked %d partition(s) (%s)", list->cnt,
+             err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS ? "rebalance" : rd_kafka_err2str(err));
+    }
+    snapshot(w);
+}
+
+/* ---- clients ---- */
+
+static int producer_new(cluster_worker_t *w, char *err, size_t errlen)
+{
+    char why[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    int rc;
+    if (conf == NULL)
+        return CLUSTER_NOMEM;
+    /* murmur2_random: the output topic is keyed like the raw one, as Java producers would. */
+    if ((rc = cluster_conf_set(conf, "bootstrap.servers", w->o.brokers, err, errlen)) ||
+        (rc = cluster_conf_set(conf, "transactional.id", w->txn_id, err, errlen)) ||
+        (rc = cluster_conf_set(conf, "partitioner", "murmur2_random", err, errlen)) ||
+        (rc = cluster_conf_set(conf, "linger.ms", "5", err, errlen)) ||
+        (rc = cluster_conf_apply(conf, &w->o.opts, "producer", err, errlen))) {
+        rd_kafka_conf_destroy(conf);
+        return rc;
+    }
+    rd_kafka_conf_set_opaque(conf, w);
+    rd_kafka_conf_set_log_cb(conf, on_kafka_log);
+    rd_kafka_conf_set_error_cb(conf, on_kafka_error);
+    w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
+    if (w->producer == NULL) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(err, errlen, "kafka producer: %s", why);
+        return CLUSTER_KAFKA;
+    }
+    w->producer_ready = false;
+    return CLUSTER_OK;
+}
+
+/* init_transactions, retried while the cluster is unreachable. Fences our own earlier instance. */
+static int producer_init(cluster_worker_t *w, char *err, size_t errlen)
+{
+    while (!atomic_load(&w->stop)) {
+        rd_kafka_error_t *e = rd_kafka_init_transactions(w->producer, KAFKA_TIMEOUT_MS);
+        if (e == NULL) {
+            w->producer_ready = true;
+            return CLUSTER_OK;
+        }
+        bool fatal = rd_kafka_error_is_fatal(e) && !rd_kafka_error_is_retriable(e);
+        snprintf(err, errlen, "init_transactions: %s", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+        if (fatal)
+            return CLUSTER_KAFKA;
+        wlog(w, 1, "%s; retrying", err);
+        usleep(RETRY_PAUSE_MS * 1000);
+    }
+    snprintf(err, errlen, "stopped before the producer was ready");
+    return CLUSTER_TIMEOUT;
+}
+
+static int consumer_new(cluster_worker_t *w, char *err, size_t errlen)
+{
+    char why[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    int rc;
+    if (conf == NULL)
+        return CLUSTER_NOMEM;
+    /* Offsets only move inside our transactions; read_committed: never act on an aborted write. */
+    if ((rc = cluster_conf_set(conf, "bootstrap.servers", w->o.brokers, err, errlen)) ||
+        (rc = cluster_conf_set(conf, "group.id", w->o.group, err, errlen)) ||
+        (rc = cluster_conf_set(conf, "enable.auto.commit", "false", err, errlen)) ||
+        (rc = cluster_conf_set(conf, "enable.auto.offset.store", "false", err, errlen)) ||
+        (rc = cluster_conf_set(conf, "isolation.level", "read_committed", err, errlen)) ||
+        (rc = cluster_conf_set(conf, "auto.offset.reset", "earliest", err, errlen)) ||
+        (rc = cluster_conf_set(conf, "enable.partition.eof", "false", err, errlen)) ||
+        (rc = cluster_conf_apply(conf, &w->o.opts, "consumer", err, errlen))) {
+        rd_kafka_conf_destroy(conf);
+        return rc;
+    }
+    rd_kafka_conf_set_opaque(conf, w);
+    rd_kafka_conf_set_log_cb(conf, on_kafka_log);
+    rd_kafka_conf_set_error_cb(conf, on_kafka_error);
+    rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
+    w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
+    if (w->consumer == NULL) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(err, errlen, "kafka consumer: %s", why);
+        return CLUSTER_KAFKA;
+    }
+    rd_kafka_poll_set_consumer(w->consumer);
+    return CLUSTER_OK;
+}
+
+/* DATA/worker-id: 16 hex digits, random at first start, kept across restarts. */
+static int worker_id(const char *data_dir, char id[17], char *err, size_t errlen)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/worker-id", data_dir);
+    FILE *f = fopen(path, "r");
+    if (f != NULL) {
+        bool ok = fscanf(f, "%16[0-9a-f]", id) == 1 && strlen(id) == 16;
+        fclose(f);
+        if (ok)
+            return CLUSTER_OK;
+        snprintf(err, errlen, "%s: not a worker id (16 hex digits)", path);
+        return CLUSTER_EINVAL;
+    }
+    uint8_t r[8];
+    if (keyhash_random(r, sizeof r) != 0) {
+        snprintf(err, errlen, "no randomness for the worker id: %s", strerror(errno));
+        return CLUSTER_STORE;
+    }
+    for (int i = 0; i < 8; i++)
+        snprintf(id + 2 * i, 3, "%02x", r[i]);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    f = fopen(tmp, "w");
+    if (f == NULL || fprintf(f, "%s\n", id) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 ||
+        fclose(f) != 0 || rename(tmp, path) != 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return CLUSTER_STORE;
+    }
+    return CLUSTER_OK;
+}
+
+int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out, char *err,
+                       size_t errlen)
+{
+    cluster_worker_t *w = NULL;
+    char id[17] = "";
+    int rc;
+
+    *out = NULL;
+    if (o == NULL || !o->brokers || !o->raw_topic || !o->out_topic || !o->group || !o->data_dir ||
+        !o->brokers[0] || !o->raw_topic[0] || !o->out_topic[0] || !o->group[0] || !o->data_dir[0]) {
+        snprintf(err, errlen,
+                 "--kafka-brokers, --raw-topic, --out-topic, --group and --data are "
+                 "required");
+        return CLUSTER_EINVAL;
+    }
+    if (strcmp(o->raw_topic, o->out_topic) == 0) {
+        snprintf(err, errlen, "--raw-topic and --out-topic must differ");
+        return CLUSTER_EINVAL;
+    }
+    if (o->window_ms <= 0) {
+        snprintf(err, errlen, "--window must be positive");
+        return CLUSTER_EINVAL;
+    }
+    if (mkdir_p(o->data_dir) != 0) {
+        snprintf(err, errlen, "cannot create %s: %s", o->data_dir, strerror(errno));
+        return CLUSTER_STORE;
+    }
+    if ((rc = worker_id(o->data_dir, id, err, errlen)))
+        return rc;
+    w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return CLUSTER_NOMEM;
+    w->o = *o;
+    if (w->o.max_batch == 0)
+        w->o.max_batch = DEFAULT_MAX_BATCH;
+    if (w->o.batch_ms <= 0)
+        w->o.batch_ms = DEFAULT_BATCH_MS;
+    pthread_mutex_init(&w->snap_mu, NULL);
+    atomic_init(&w->stop, false);
+    atomic_init(&w->ready, false);
+    snprintf(w->txn_id, sizeof w->txn_id, "%s-%s-%s",
+             o->txn_id_prefix ? o->txn_id_prefix : "ingestd", o->group, id);
+    const char *crash = getenv(CLUSTER_CRASH_ENV);
+    if (crash != NULL && crash[0] != '\0') {
+        const char *colon = strchr(crash, ':');
+        size_t n = colon ? (size_t)(colon - crash) : strlen(crash);
+        if (n < sizeof w->crash_point) {
+            memcpy(w->crash_point, crash, n);
+            w->crash_after = colon ? strtol(colon + 1, NULL, 10) : 1;
+        }
+    }
+    if ((rc = producer_new(w, err, errlen)) || (rc = consumer_new(w, err, errlen))) {
+        cluster_worker_free(w);
+        return rc;
+    }
+    *out = w;
+    return CLUSTER_OK;
+}
+
+void cluster_worker_stop(cluster_worker_t *w)
+{
+    atomic_store(&w->stop, true);
+}
+
+bool cluster_worker_ready(cluster_worker_t *w)
+{
+    return atomic_load(&w->ready);
+}
+
+/* ---- one batch ---- */
+
+static void abort_stores(cluster_worker_t *w)
+{
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        part_t *p = w->parts[i];
+        if (p != NULL && p->txn_open) {
+            store_abort(p->st);
+            p->txn_open = false;
+        }
+        if (p != NULL) {
+            p->batch_last = -1;
+            p->needs_kafka = false;
+        }
+    }
+}
+
+/* Re-reads positions for the whole assignment and seeks there (after an aborted transaction). */
+static void rewind_all(cluster_worker_t *w)
+{
+    rd_kafka_topic_partition_list_t *list = NULL;
+    if (rd_kafka_assignment(w->consumer, &list) != 0 || list == NULL)
+        return;
+    while (list->cnt > 0 && position(w, list) != CLUSTER_OK && !atomic_load(&w->stop))
+        usleep(RETRY_PAUSE_MS * 1000);
+    if (list->cnt > 0) {
+        rd_kafka_error_t *e = rd_kafka_seek_partitions(w->consumer, list, KAFKA_TIMEOUT_MS);
+        if (e != NULL) {
+            wlog(w, 0, "seek after abort: %s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        }
+    }
+    rd_kafka_topic_partition_list_destroy(list);
+}
+
+/* Replaces a producer that hit a fatal error (fenced, or the coordinator lost its state). */
+static int producer_restart(cluster_worker_t *w, char *err, size_t errlen)
+{
+    rd_kafka_destroy(w->producer);
+    w->producer = NULL;
+    w->c.producer_restarts++;
+    int rc = producer_new(w, err, errlen);
+    if (rc == CLUSTER_OK)
+        rc = producer_init(w, err, errlen);
+    return rc;
+}
+
+enum step { STEP_OK, STEP_GROW, STEP_FAIL };
+
+/*
+ * Stage 1: the LMDB side of a batch. Marks in `produce` which messages go to
+ * the output topic. STEP_GROW when partition *grow_part's map is full.
+ */
+static int stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, bool *produce,
+                      counters_t *c, int32_t *grow_part)
+{
+    int64_t now = now_ms();
+    size_t steps = n * 2 > MIN_EVICT_STEPS ? n * 2 : MIN_EVICT_STEPS;
+    uint64_t ea = 0, es = 0;
+    int src = STORE_OK;
+    part_t *p = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        rd_kafka_message_t *m = msgs[i];
+        produce[i] = false;
+        p = part_get(w, m->partition);
+        if (p == NULL)
+            continue;
+        if (!p->txn_open) {
+            if ((src = store_begin(p->st)) != STORE_OK)
+                goto fail;
+            p->txn_open = true;
+            /* Age eviction first, as single-node does: a key out of the window is forgotten. */
+            if ((src = store_evict(p->st, now - w->o.window_ms, 0, steps, &ea, &es)) != STORE_OK)
+                goto fail;
+        }
+        p->batch_last = m->offset;
+        c->consumed++;
+        if (m->offset >= p->repair_until)
+            p->needs_kafka = true; /* past the repair range: its offset is committed in Kafka */
+        const char *src_s, *mid;
+        size_t src_len, mid_len;
+        if (cluster_key_decode(m->key, m->key_len, &src_s, &src_len, &mid, &mid_len) !=
+            CLUSTER_OK) {
+            c->malformed++;
+            wlog(w, 1,
+                 "partition %" PRId32 " offset %" PRId64 ": key is not source NUL messageId; "
+                 "skipped",
+                 m->partition, m->offset);
+            continue;
+        }
+        uint8_t key[KEYHASH_LEN];
+        keyhash(p->secret, src_s, src_len, mid, mid_len, key);
+        rd_kafka_timestamp_type_t tst;
+        int64_t ts = rd_kafka_message_timestamp(m, &tst);
+        if (ts <= 0)
+            ts = now;
+        bool dup = false;
+        if ((src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
+            goto fail;
+        if (m->offset < p->repair_until) {
+            c->repaired++;
+            continue;
+        }
+        if (!dup) {
+            produce[i] = true;
+            continue;
+        }
+        bool present = false;
+        uint64_t owner = 0;
+        if ((src = store_lookup(p->st, key, &present, &owner)) != STORE_OK)
+            goto fail;
+        if (present && owner == (uint64_t)m->offset) {
+            produce[i] = true; /* the record that inserted the key, re-processed */
+            c->owners++;
+        } else {
+            c->duplicates++;
+        }
+    }
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        p = w->parts[i];
+        if (p == NULL || !p->txn_open)
+            continue;
+        if (w->o.max_keys > 0 &&
+            (src = store_evict(p->st, INT64_MIN, w->o.max_keys, steps, &ea, &es)) != STORE_OK)
+            goto fail;
+        if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
+            goto fail;
+    }
+    return STEP_OK;
+fail:
+    if (src == STORE_FULL && p != NULL) {
+        *grow_part = p->id;
+        return STEP_GROW;
+    }
+    wlog(w, 0, "partition %" PRId32 ": store: %s (%s)", p ? p->id : -1, store_strerror(src),
+         p ? store_detail(p->st) : "");
+    return STEP_FAIL;
+}
+
+/* Produces one output record; waits for queue space rather than failing the transaction. */
+static rd_kafka_resp_err_t produce_one(cluster_worker_t *w, const rd_kafka_message_t *m)
+{
+    char hdr[48];
+    int hlen = snprintf(hdr, sizeof hdr, "%" PRId32 ":%" PRId64, m->partition, m->offset);
+    rd_kafka_timestamp_type_t tst;
+    int64_t ts = rd_kafka_message_timestamp(m, &tst);
+    for (;;) {
+        rd_kafka_resp_err_t err = rd_kafka_producev(
+            w->producer, RD_KAFKA_V_TOPIC(w->o.out_topic), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_KEY(m->key, m->key_len), RD_KAFKA_V_VALUE(m->payload, m->len),
+            RD_KAFKA_V_TIMESTAMP(ts > 0 ? ts : 0),
+            RD_KAFKA_V_HEADER(CLUSTER_HEADER_INPUT, hdr, (ssize_t)hlen), RD_KAFKA_V_END);
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            return err;
+        rd_kafka_poll(w->producer, 50);
+    }
+}
+
+/* What to do after a transactional call failed. */
+enum txn_verdict { TXN_RETRY, TXN_ABORT, TXN_FATAL };
+
+static int verdict(cluster_worker_t *w, const char *what, rd_kafka_error_t *e)
+{
+    int v = rd_kafka_error_is_fatal(e)             ? TXN_FATAL
+            : rd_kafka_error_txn_requires_abort(e) ? TXN_ABORT
+            : rd_kafka_error_is_retriable(e)       ? TXN_RETRY
+                                                   : TXN_ABORT;
+    wlog(w, v == TXN_RETRY ? 1 : 0, "%s: %s (%s)", what, rd_kafka_error_string(e),
+         v == TXN_FATAL   ? "fatal: new producer"
+         : v == TXN_ABORT ? "aborting"
+                          : "retrying");
+    rd_kafka_error_destroy(e);
+    return v;
+}
+
+/*
+ * Stage 2: the Kafka transaction. Returns TXN_RETRY-free outcomes: 0 committed,
+ * TXN_ABORT (aborted: rewind), TXN_FATAL (producer unusable: restart, rewind).
+ */
+static int kafka_txn(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, const bool *produce,
+                     rd_kafka_topic_partition_list_t *offsets, counters_t *c)
+{
+    rd_kafka_error_t *e = rd_kafka_begin_transaction(w->producer);
+    int v;
+    if (e != NULL)
+        return verdict(w, "begin_transaction", e) == TXN_FATAL ? TXN_FATAL : TXN_ABORT;
+    for (size_t i = 0; i < n; i++) {
+        if (!produce[i])
+            continue;
+        rd_kafka_resp_err_t err = produce_one(w, msgs[i]);
+        if (err) {
+            wlog(w, 0, "produce to %s: %s", w->o.out_topic, rd_kafka_err2str(err));
+            v = rd_kafka_fatal_error(w->producer, NULL, 0) ? TXN_FATAL : TXN_ABORT;
+            goto abort;
+        }
+        c->produced++;
+    }
+    if (w->crash_point[0] != '\0' && strcmp(w->crash_point, "produced") == 0)
+        rd_kafka_flush(w->producer, 10000); /* test hook: the open txn's records on the brokers */
+    crash_hook(w, "produced");
+    rd_kafka_consumer_group_metadata_t *cgmd = rd_kafka_consumer_group_metadata(w->consumer);
+    for (;;) {
+        e = rd_kafka_send_offsets_to_transaction(w->producer, offsets, cgmd, KAFKA_TIMEOUT_MS);
+        if (e == NULL)
+            break;
+        v = verdict(w, "send_offsets_to_transaction", e);
+        if (v != TXN_RETRY || atomic_load(&w->stop)) {
+            rd_kafka_consumer_group_metadata_destroy(cgmd);
+            v = v == TXN_RETRY ? TXN_ABORT : v;
+            goto abort;
+        }
+    }
+    rd_kafka_consumer_group_metadata_destroy(cgmd);
+    for (;;) {
+        e = rd_kafka_commit_transaction(w->producer, KAFKA_TIMEOUT_MS);
+        if (e == NULL)
+            return 0;
+        v = verdict(w, "commit_transaction", e);
+        if (v != TXN_RETRY)
+            goto abort;
+        /* A retriable commit may have gone through: retrying tells, unless we are stopping (then
+         * the abort below, or the next instance with our transactional.id, settles it). */
+        if (atomic_load(&w->stop)) {
+            v = TXN_ABORT;
+            goto abort;
+        }
+    }
+abort:
+    if (v == TXN_ABORT) {
+        e = rd_kafka_abort_transaction(w->producer, KAFKA_TIMEOUT_MS);
+        if (e != NULL) {
+            /* Could not abort in time: the producer is in doubt; a new one fences it. */
+            wlog(w, 0, "abort_transaction: %s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+            v = TXN_FATAL;
+        }
+    }
+    return v;
+}
+
+/* Processes one gathered batch. CLUSTER_OK (also after an abort and rewind) or a fatal error. */
+static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, char *err,
+                   size_t errlen)
+{
+    bool *produce = calloc(n, sizeof *produce);
+    rd_kafka_topic_partition_list_t *offsets = NULL;
+    counters_t c;
+    int rc = CLUSTER_OK, grows = 0;
+    if (produce == NULL)
+        return CLUSTER_NOMEM;
+
+    for (;;) {
+        int32_t gp = -1;
+        memset(&c, 0, sizeof c);
+        int s = stage_keys(w, msgs, n, produce, &c, &gp);
+        if (s == STEP_OK)
+            break;
+        abort_stores(w);
+        part_t *p = part_get(w, gp);
+        if (s == STEP_GROW && p != NULL && grows++ < MAX_GROW_RETRIES &&
+            store_grow(p->st) == STORE_OK)
+            continue;
+        w->c.store_errors++;
+        snprintf(err, errlen, "partition store failed; stopping (the batch is not committed)");
+        rc = CLUSTER_STORE;
+        goto out;
+    }
+
+    /* Offsets to commit: only partitions that moved past what the group has committed. */
+    offsets = rd_kafka_topic_partition_list_new(8);
+    bool kafka = false;
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        part_t *p = w->parts[i];
+        if (p == NULL || !p->txn_open || !p->needs_kafka)
+            continue;
+        rd_kafka_topic_partition_list_add(offsets, w->o.raw_topic, p->id)->offset =
+            p->batch_last + 1;
+        kafka = true;
+    }
+    if (kafka) {
+        int v = kafka_txn(w, msgs, n, produce, offsets, &c);
+        if (v != 0) {
+            abort_stores(w);
+            w->c.txn_aborted++;
+            if (atomic_load(&w->stop))
+                goto out; /* nothing is committed; the next owner resumes at the group's offsets */
+            if (v == TXN_FATAL && (rc = producer_restart(w, err, errlen)) != CLUSTER_OK) {
+                if (atomic_load(&w->stop))
+                    rc = CLUSTER_OK;
+                goto out;
+            }
+            rewind_all(w);
+            goto out;
+        }
+        w->c.txn_committed++;
+        if (w->o.mirror_offsets) {
+            rd_kafka_resp_err_t ce = rd_kafka_commit(w->consumer, offsets, 0);
+            if (ce)
+                wlog(w, 1, "mirror offset commit: %s", rd_kafka_err2str(ce));
+        }
+        crash_hook(w, "kafka-committed");
+    }
+    /* Stage 3: the stores follow the committed transaction. */
+    bool failed = false;
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        part_t *p = w->parts[i];
+        if (p == NULL || !p->txn_open)
+            continue;
+        p->txn_open = false;
+        int src = store_commit(p->st);
+        if (src != STORE_OK) {
+            /* Kafka has it; the keys are missing here: the repair on the rewind restores them. */
+            wlog(w, 0, "partition %" PRId32 ": store commit: %s", p->id, store_strerror(src));
+            w->c.store_errors++;
+            failed = true;
+            continue;
+        }
+        p->applied = (uint64_t)p->batch_last + 1;
+        if (p->needs_kafka && (int64_t)p->applied > p->committed)
+            p->committed = (int64_t)p->applied;
+        if (p->repair_until >= 0 && (int64_t)p->applied >= p->repair_until)
+            p->repair_until = -1;
+        p->batch_last = -1;
+        p->needs_kafka = false;
+    }
+    crash_hook(w, "stored");
+    w->c.consumed += c.consumed;
+    w->c.produced += c.produced;
+    w->c.duplicates += c.duplicates;
+    w->c.owners += c.owners;
+    w->c.repaired += c.repaired;
+    w->c.malformed += c.malformed;
+    if (failed)
+        rewind_all(w);
+out:
+    abort_stores(w);
+    if (offsets != NULL)
+        rd_kafka_topic_partition_list_destroy(offsets);
+    free(produce);
+    return rc;
+}
+
+/* ---- the loop ---- */
+
+int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
+{
+    rd_kafka_message_t **msgs = calloc(w->o.max_batch, sizeof *msgs);
+    size_t n = 0;
+    int rc = CLUSTER_OK;
+    if (msgs == NULL)
+        return CLUSTER_NOMEM;
+
+    if ((rc = producer_init(w, err, errlen)) != CLUSTER_OK) {
+        if (atomic_load(&w->stop))
+            rc = CLUSTER_OK; /* stopped while waiting for the cluster */
+        goto out;
+    }
+    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(sub, w->o.raw_topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t se = rd_kafka_subscribe(w->consumer, sub);
+    rd_kafka_topic_partition_list_destroy(sub);
+    if (se) {
+        snprintf(err, errlen, "subscribe to %s: %s", w->o.raw_topic, rd_kafka_err2str(se));
+        rc = CLUSTER_KAFKA;
+        goto out;
+    }
+    wlog(w, 2, "worker %s consuming %s -> %s as group %s", w->txn_id, w->o.raw_topic,
+         w->o.out_topic, w->o.group);
+
+    int64_t last_snap = 0;
+    while (!atomic_load(&w->stop)) {
+        int64_t deadline = now_ms() + w->o.batch_ms;
+        n = 0;
+        while (n < w->o.max_batch && !atomic_load(&w->stop)) {
+            int64_t left = deadline - now_ms();
+            if (n > 0 && left <= 0)
+                break;
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, n == 0 ? 100 : (int)left);
+            if (w->rebalanced) {
+                /* Positions were reset by the assignment: what was gathered is stale. */
+                for (size_t i = 0; i < n; i++)
+                    rd_kafka_message_destroy(msgs[i]);
+                n = 0;
+                w->rebalanced = false;
+            }
+            if (m == NULL) {
+                if (n == 0 && now_ms() - last_snap > 1000) {
+                    snapshot(w);
+                    last_snap = now_ms();
+                }
+                continue;
+            }
+            if (m->err) {
+                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                    wlog(w, 1, "consume: %s", rd_kafka_message_errstr(m));
+                rd_kafka_message_destroy(m);
+                continue;
+            }
+            if (part_get(w, m->partition) == NULL) {
+                rd_kafka_message_destroy(m);
+                continue;
+            }
+            msgs[n++] = m;
+        }
+        if (n == 0)
+            continue;
+        rc = process(w, msgs, n, err, errlen);
+        for (size_t i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+        n = 0;
+        snapshot(w);
+        last_snap = now_ms();
+        if (rc != CLUSTER_OK)
+            goto out;
+    }
+    wlog(w, 2, "stopping: leaving the group");
+out:
+    for (size_t i = 0; i < n; i++)
+        rd_kafka_message_destroy(msgs[i]);
+    free(msgs);
+    atomic_store(&w->ready, false);
+    /* Leaving the group revokes (closing the stores) so the partitions move on at once. */
+    rd_kafka_consumer_close(w->consumer);
+    snapshot(w);
+    return rc;
+}
+
+/* ---- operator views ---- */
+
+static void snapshot(cluster_worker_t *w)
+{
+    size_t cnt = 0;
+    for (int32_t i = 0; i < w->nparts_cap; i++)
+        cnt += w->parts[i] != NULL;
+    part_snap_t *s = cnt ? calloc(cnt, sizeof *s) : NULL;
+    if (cnt && s == NULL)
+        return;
+    size_t k = 0;
+    for (int32_t i = 0; i < w->nparts_cap && k < cnt; i++) {
+        part_t *p = w->parts[i];
+        if (p == NULL)
+            continue;
+        store_info_t info;
+        memset(&info, 0, sizeof info);
+        if (!p->txn_open)
+            store_get_info(p->st, &info);
+        int64_t lo = -1, hi = -1;
+        rd_kafka_get_watermark_offsets(w->consumer, w->o.raw_topic, p->id, &lo, &hi);
+        s[k++] = (part_snap_t){.id = p->id,
+                               .keys = info.keys,
+                               .applied = p->applied,
+                               .oldest_ms = info.keys ? info.oldest_received_ms : 0,
+                               .committed = p->committed,
+                               .high = hi,
+                               .position = (int64_t)p->applied};
+    }
+    pthread_mutex_lock(&w->snap_mu);
+    free(w->snap);
+    w->snap = s;
+    w->nsnap = k;
+    w->snap_c = w->c;
+    pthread_mutex_unlock(&w->snap_mu);
+}
+
+char *cluster_worker_stats_json(cluster_worker_t *w)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f == NULL)
+        return NULL;
+    int64_t now = now_ms();
+    pthread_mutex_lock(&w->snap_mu);
+    const counters_t *c = &w->snap_c;
+    fprintf(f,
+            "{\"role\":\"worker\",\"ready\":%s,\"group\":\"%s\",\"raw_topic\":\"%s\","
+            "\"out_topic\":\"%s\",\"transactional_id\":\"%s\","
+            "\"dedupe\":{\"window_seconds\":%" PRId64 ",\"max_keys\":%" PRIu64 "},"
+            "\"events\":{\"consumed\":%" PRIu64 ",\"produced\":%" PRIu64 ",\"duplicates\":%" PRIu64
+            ",\"owner_replays\":%" PRIu64 ",\"repaired\":%" PRIu64 ",\"malformed\":%" PRIu64 "},"
+            "\"transactions\":{\"committed\":%" PRIu64 ",\"aborted\":%" PRIu64
+            ",\"producer_restarts\":%" PRIu64 "},\"store_errors\":%" PRIu64 ",\"partitions\":[",
+            atomic_load(&w->ready) ? "true" : "false", w->o.group, w->o.raw_topic, w->o.out_topic,
+            w->txn_id, w->o.window_ms / 1000, w->o.max_keys, c->consumed, c->produced,
+            c->duplicates, c->owners, c->repaired, c->malformed, c->txn_committed, c->txn_aborted,
+            c->producer_restarts, c->store_errors);
+    for (size_t i = 0; i < w->nsnap; i++) {
+        const part_snap_t *s = &w->snap[i];
+        int64_t eff = s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
+        int64_t lag =
+            s->high >= 0 && s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
+        fprintf(f,
+                "%s{\"partition\":%" PRId32 ",\"keys\":%" PRIu64
+                ",\"effective_window_seconds\":%" PRId64 ",\"applied_offset\":%" PRIu64
+                ",\"committed_offset\":%" PRId64 ",\"high_watermark\":%" PRId64 ",\"lag\":%" PRId64
+                "}",
+                i ? "," : "", s->id, s->keys, eff, s->applied, s->committed, s->high, lag);
+    }
+    pthread_mutex_unlock(&w->snap_mu);
+    fputs("]}", f);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+char *cluster_worker_metrics(cluster_worker_t *w)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (f == NULL)
+        return NULL;
+    int64_t now = now_ms();
+    pthread_mutex_lock(&w->snap_mu);
+    const counters_t *c = &w->snap_c;
+    fprintf(f,
+            "# HELP ingestd_worker_events_total Raw-topic records by outcome.\n"
+            "# TYPE ingestd_worker_events_total counter\n"
+            "ingestd_worker_events_total{outcome=\"produced\"} %" PRIu64 "\n"
+            "ingestd_worker_events_total{outcome=\"duplicate\"} %" PRIu64 "\n"
+            "ingestd_worker_events_total{outcome=\"owner_replay\"} %" PRIu64 "\n"
+            "ingestd_worker_events_total{outcome=\"repaired\"} %" PRIu64 "\n"
+            "ingestd_worker_events_total{outcome=\"malformed\"} %" PRIu64 "\n"
+            "# HELP ingestd_worker_transactions_total Kafka transactions by outcome.\n"
+            "# TYPE ingestd_worker_transactions_total counter\n"
+            "ingestd_worker_transactions_total{outcome=\"committed\"} %" PRIu64 "\n"
+            "ingestd_worker_transactions_total{outcome=\"aborted\"} %" PRIu64 "\n"
+            "# HELP ingestd_worker_producer_restarts_total Producers replaced after fatal errors.\n"
+            "# TYPE ingestd_worker_producer_restarts_total counter\n"
+            "ingestd_worker_producer_restarts_total %" PRIu64 "\n"
+            "# HELP ingestd_worker_ready 1 when assigned and the producer is ready.\n"
+            "# TYPE ingestd_worker_ready gauge\n"
+            "ingestd_worker_ready %d\n",
+            c->produced, c->duplicates, c->owners, c->repaired, c->malformed, c->txn_committed,
+            c->txn_aborted, c->producer_restarts, atomic_load(&w->ready) ? 1 : 0);
+    static const char *const gauges[][2] = {
+        {"ingestd_worker_partition_keys", "Keys in the partition's store."},
+        {"ingestd_worker_partition_effective_window_seconds", "Age of the oldest retained key."},
+        {"ingestd_worker_partition_applied_offset", "Raw offset the store has applied up to."},
+        {"ingestd_worker_partition_committed_offset", "Group offset as last committed (-1: none)."},
+        {"ingestd_worker_partition_lag", "High watermark minus applied offset."},
+    };
+    for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g][0], gauges[g][1], gauges[g][0]);
+        for (size_t i = 0; i < w->nsnap; i++) {
+            const part_snap_t *s = &w->snap[i];
+            int64_t v;
+            switch (g) {
+            case 0:
+                v = (int64_t)s->keys;
+                break;
+            case 1:
+                v = s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
+                break;
+            case 2:
+                v = (int64_t)s->applied;
+                break;
+            case 3:
+                v = s->committed;
+                break;
+            default:
+                v = s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
+                break;
+            }
+            fprintf(f, "%s{partition=\"%" PRId32 "\"} %" PRId64 "\n", gauges[g][0], s->id, v);
+        }
+    }
+    pthread_mutex_unlock(&w->snap_mu);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+void cluster_worker_free(cluster_worker_t *w)
+{
+    if (w == NULL)
+        return;
+    if (w->consumer != NULL)
+        rd_kafka_destroy(w->consumer);
+    if (w->producer != NULL)
+        rd_kafka_destroy(w->producer);
+    for (int32_t i = 0; i < w->nparts_cap; i++)
+        part_close(w, i);
+    free(w->parts);
+    free(w->snap);
+    pthread_mutex_destroy(&w->snap_mu);
+    free(w);
+}

@@ -1,0 +1,107 @@
+/* worker: consumes the raw topic, de-duplicates per partition in LMDB, produces exactly once. */
+#ifndef INGESTD_CLUSTER_WORKER_H
+#define INGESTD_CLUSTER_WORKER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cluster/cluster.h"
+
+/*
+ * One consumer-group member (read_committed, no auto commit) plus one
+ * transactional producer. Each assigned raw partition P has its own LMDB
+ * environment under DATA/partitions/RAWTOPIC-P/ (storage/store.h: the same
+ * key layout, window and eviction as single-node; the `offset` of a key's
+ * sequence entry is the raw-topic offset of the record that inserted it: its
+ * owner). Per polled batch:
+ *   1. one LMDB write txn per partition: insert the keys (a key already held
+ *      by another offset is a duplicate; held by this very offset, the record
+ *      is its owner being re-processed, and is produced again), evict by age
+ *      and size, record the applied input offset;
+ *   2. one Kafka transaction: produce the non-duplicates to the output topic,
+ *      send_offsets_to_transaction with the group metadata, commit;
+ *   3. commit the LMDB txns.
+ * Any failure in 2 aborts the LMDB txns as well (an aborted transaction never
+ * leaves keys behind) and rewinds the consumer to its positions below; a
+ * fatal producer error (fencing) re-creates the producer first.
+ *
+ * Positions on assignment (and after a rewind), per partition, with A the
+ * store's applied offset and C the group's committed offset:
+ *   C known, A < C : repair: re-read [A, C) inserting keys without producing
+ *                    (the crash fell between the Kafka and the LMDB commit, or
+ *                    the partition comes from another worker), then go on at C;
+ *   C known, A >= C: go on at C (records in [C, A) find themselves as owners);
+ *   C unknown      : go on at A (a new group, or one whose offsets expired).
+ *
+ * Threading: cluster_worker_run() runs on the caller's thread;
+ * cluster_worker_stats_json/metrics and cluster_worker_stop may be called
+ * from any thread while it runs.
+ */
+
+typedef struct cluster_worker cluster_worker_t;
+
+typedef struct cluster_worker_options {
+    const char *brokers;       /* bootstrap.servers */
+    const char *raw_topic;     /* input */
+    const char *out_topic;     /* output */
+    const char *group;         /* consumer group id */
+    const char *data_dir;      /* DATA (created if missing); partitions/ goes under it */
+    const char *txn_id_prefix; /* transactional.id = PREFIX-GROUP-WORKERID; NULL: "ingestd" */
+    int64_t window_ms;         /* dedupe window (> 0) */
+    uint64_t max_keys;         /* per partition; 0: no size bound */
+    uint64_t map_size;         /* initial LMDB map size per partition; 0: 64 MiB */
+    int store_sync;            /* enum store_sync */
+    uint32_t max_batch;        /* records per transaction; 0: 1000 */
+    int batch_ms;              /* how long a batch collects records; 0: 50 */
+    bool mirror_offsets;       /* also commit offsets outside the txn (see cli_worker) */
+    cluster_kafka_opts_t opts; /* pass-through librdkafka settings */
+    /* Optional log sink (the worker thread or librdkafka's threads): level 0 error .. 3 debug. */
+    void (*log)(void *arg, int level, const char *msg);
+    void *log_arg;
+} cluster_worker_options_t;
+
+/*
+ * Validates the options, creates DATA and the worker id (DATA/worker-id: a
+ * random id kept across restarts, so a restarted worker fences its own
+ * unfinished transaction at once), and the Kafka clients (no network wait).
+ * *out freed with cluster_worker_free(). CLUSTER_OK, CLUSTER_EINVAL (reason
+ * in err), CLUSTER_KAFKA, CLUSTER_STORE or CLUSTER_NOMEM.
+ */
+int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out, char *err,
+                       size_t errlen);
+
+/*
+ * Runs until cluster_worker_stop(): then finishes (or aborts) the open
+ * transaction, commits, leaves the group and closes the stores. Returns
+ * CLUSTER_OK after a clean stop, or an error that made it give up (reason in
+ * err).
+ */
+int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen);
+
+/* Asks run() to stop; async-signal-safe (one atomic store). */
+void cluster_worker_stop(cluster_worker_t *w);
+
+/*
+ * The operator views, from the snapshot taken after the last batch: JSON for
+ * /stats, Prometheus text for /metrics. Return a malloc'd NUL-terminated
+ * string the caller frees, or NULL when out of memory.
+ */
+char *cluster_worker_stats_json(cluster_worker_t *w);
+char *cluster_worker_metrics(cluster_worker_t *w);
+
+/* True once the worker has joined the group and its producer is ready (for /healthz). */
+bool cluster_worker_ready(cluster_worker_t *w);
+
+void cluster_worker_free(cluster_worker_t *w);
+
+/*
+ * Test hook: when the environment variable INGESTD_WORKER_CRASH_AT is
+ * "POINT:N", the worker kills itself with SIGKILL the Nth time it reaches
+ * POINT: "produced" (records produced, transaction open), "kafka-committed"
+ * (transaction committed, LMDB not yet), "stored" (both committed). Used by
+ * tests/kafka to crash at exact places; unset in production.
+ */
+#define CLUSTER_CRASH_ENV "INGESTD_WORKER_CRASH_AT"
+
+#endif

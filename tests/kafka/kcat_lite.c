@@ -1,0 +1,261 @@
+/* kcat_lite: the tests' Kafka client: produce raw events as an edge would, dump a topic as NDJSON.
+ */
+#include <ctype.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cluster/cluster.h"
+#include "cluster/partition.h"
+#include "cluster/producer.h"
+
+/*
+ * kcat_lite produce --brokers B --topic T [--partitions-before N --repartition-at MS]
+ *   Reads lines "SOURCE<TAB>MESSAGEID<TAB>TIMESTAMP_MS<TAB>RECEIVED_MS<TAB>JSON" on stdin
+ *   and produces each as an edge does (cluster/producer.h, cluster/partition.h: the
+ *   raw-topic key, the partition of (source, messageId) at the client timestamp,
+ *   CreateTime = receivedAt). Waits for every delivery report; prints
+ *   "produced N" and exits 0, or 1 when any failed.
+ * kcat_lite consume --brokers B --topic T [--max-ms MS]
+ *   Reads every partition from the beginning with isolation.level=read_committed
+ *   until each has reached its end, printing one JSON object per record:
+ *   {"partition":P,"offset":O,"source":S,"messageId":M,"input":"P:O"|null,"value":V}
+ *   (V is the record's value, itself JSON). Exit 0, or 1 when MS passed first.
+ */
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void json_str(FILE *f, const char *s, size_t n)
+{
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static int produce(const char *brokers, const char *topic, int32_t before, int64_t at_ms)
+{
+    char err[512];
+    cluster_producer_t *p = NULL;
+    cluster_partitioner_t *part = NULL;
+    cluster_batch_t *b = NULL;
+    int32_t count = 0;
+    int rc = 1;
+    uint64_t n = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+
+    cluster_producer_options_t o = {.brokers = brokers, .topic = topic};
+    if (cluster_producer_new(&o, &p, err, sizeof err) != CLUSTER_OK) {
+        fprintf(stderr, "kcat_lite: %s\n", err);
+        return 1;
+    }
+    if (cluster_producer_partitions(p, 10000, &count) != CLUSTER_OK) {
+        fprintf(stderr, "kcat_lite: no partition count for %s\n", topic);
+        goto out;
+    }
+    cluster_partition_config_t pc = {
+        .partitions = count, .partitions_before = before, .repartition_at_ms = at_ms};
+    if (cluster_partitioner_new(&pc, &part) != CLUSTER_OK || (b = cluster_batch_new()) == NULL) {
+        fprintf(stderr, "kcat_lite: bad partitioner settings\n");
+        goto out;
+    }
+    while ((len = getline(&line, &cap, stdin)) > 0) {
+        if (line[len - 1] == '\n')
+            line[--len] = '\0';
+        char *f[5];
+        char *s = line;
+        int nf = 0;
+        for (; nf < 4; nf++) {
+            char *tab = strchr(s, '\t');
+            if (tab == NULL)
+                break;
+            *tab = '\0';
+            f[nf] = s;
+            s = tab + 1;
+        }
+        f[nf++] = s;
+        if (nf != 5) {
+            fprintf(stderr, "kcat_lite: bad input line (want 5 tab-separated fields)\n");
+            goto out;
+        }
+        char key[CLUSTER_KEY_MAX];
+        size_t klen = cluster_key_encode(f[0], strlen(f[0]), f[1], strlen(f[1]), key, sizeof key);
+        if (klen == 0) {
+            fprintf(stderr, "kcat_lite: bad source/messageId\n");
+            goto out;
+        }
+        int64_t ts = strtoll(f[2], NULL, 10), received = strtoll(f[3], NULL, 10);
+        int32_t pn = cluster_partition_for(part, f[0], strlen(f[0]), f[1], strlen(f[1]), ts);
+        if (cluster_producer_send(p, pn, key, klen, f[4], strlen(f[4]), received, b) !=
+            CLUSTER_OK) {
+            fprintf(stderr, "kcat_lite: produce refused\n");
+            goto out;
+        }
+        n++;
+    }
+    int wrc = cluster_batch_wait(b, 30000);
+    if (wrc != CLUSTER_OK) {
+        fprintf(stderr, "kcat_lite: %s\n", cluster_strerror(wrc));
+        goto out;
+    }
+    printf("produced %" PRIu64 "\n", n);
+    rc = 0;
+out:
+    free(line);
+    cluster_batch_release(b);
+    cluster_partitioner_free(part);
+    cluster_producer_free(p, 5000);
+    return rc;
+}
+
+static int consume(const char *brokers, const char *topic, int max_ms)
+{
+    char errstr[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof errstr) ||
+        rd_kafka_conf_set(conf, "group.id", "kcat-lite", errstr, sizeof errstr) ||
+        rd_kafka_conf_set(conf, "isolation.level", "read_committed", errstr, sizeof errstr) ||
+        rd_kafka_conf_set(conf, "enable.partition.eof", "true", errstr, sizeof errstr) ||
+        rd_kafka_conf_set(conf, "enable.auto.commit", "false", errstr, sizeof errstr)) {
+        fprintf(stderr, "kcat_lite: %s\n", errstr);
+        return 1;
+    }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errstr, sizeof errstr);
+    if (rk == NULL) {
+        fprintf(stderr, "kcat_lite: %s\n", errstr);
+        return 1;
+    }
+    rd_kafka_poll_set_consumer(rk);
+    int rc = 1;
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    int64_t end = mono_ms() + max_ms;
+    while (rd_kafka_metadata(rk, 0, rkt, &md, 5000) != 0 || md->topic_cnt != 1 ||
+           md->topics[0].partition_cnt == 0) {
+        if (md != NULL)
+            rd_kafka_metadata_destroy(md);
+        md = NULL;
+        if (mono_ms() > end) {
+            fprintf(stderr, "kcat_lite: no metadata for %s\n", topic);
+            rd_kafka_topic_destroy(rkt);
+            rd_kafka_destroy(rk);
+            return 1;
+        }
+    }
+    int nparts = md->topics[0].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    rd_kafka_topic_destroy(rkt);
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(nparts);
+    for (int i = 0; i < nparts; i++)
+        rd_kafka_topic_partition_list_add(list, topic, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(rk, list);
+    rd_kafka_topic_partition_list_destroy(list);
+    bool *eof = calloc((size_t)nparts, sizeof *eof);
+    int neof = 0;
+    while (neof < nparts) {
+        if (mono_ms() > end) {
+            fprintf(stderr, "kcat_lite: timed out with %d of %d partitions at their end\n", neof,
+                    nparts);
+            goto out;
+        }
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (m == NULL)
+            continue;
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF) {
+            if (m->partition >= 0 && m->partition < nparts && !eof[m->partition]) {
+                eof[m->partition] = true;
+                neof++;
+            }
+        } else if (m->err) {
+            fprintf(stderr, "kcat_lite: %s\n", rd_kafka_message_errstr(m));
+        } else {
+            const char *src = "", *mid = "";
+            size_t sl = 0, ml = 0;
+            cluster_key_decode(m->key, m->key_len, &src, &sl, &mid, &ml);
+            printf("{\"partition\":%" PRId32 ",\"offset\":%" PRId64 ",\"source\":", m->partition,
+                   m->offset);
+            json_str(stdout, src, sl);
+            fputs(",\"messageId\":", stdout);
+            json_str(stdout, mid, ml);
+            rd_kafka_headers_t *hdrs = NULL;
+            const void *hv = NULL;
+            size_t hl = 0;
+            fputs(",\"input\":", stdout);
+            if (rd_kafka_message_headers(m, &hdrs) == 0 &&
+                rd_kafka_header_get_last(hdrs, CLUSTER_HEADER_INPUT, &hv, &hl) == 0)
+                json_str(stdout, hv, hl);
+            else
+                fputs("null", stdout);
+            fputs(",\"value\":", stdout);
+            if (m->len > 0)
+                fwrite(m->payload, 1, m->len, stdout);
+            else
+                fputs("null", stdout);
+            fputs("}\n", stdout);
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rc = 0;
+out:
+    free(eof);
+    fflush(stdout);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    const char *brokers = NULL, *topic = NULL;
+    int32_t before = 0;
+    int64_t at_ms = 0;
+    int max_ms = 30000;
+    if (argc < 2) {
+        fprintf(stderr, "usage: kcat_lite produce|consume --brokers B --topic T ...\n");
+        return 2;
+    }
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--brokers") == 0)
+            brokers = argv[i + 1];
+        else if (strcmp(argv[i], "--topic") == 0)
+            topic = argv[i + 1];
+        else if (strcmp(argv[i], "--partitions-before") == 0)
+            before = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--repartition-at") == 0)
+            at_ms = strtoll(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--max-ms") == 0)
+            max_ms = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "kcat_lite: unknown flag %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (brokers == NULL || topic == NULL) {
+        fprintf(stderr, "kcat_lite: --brokers and --topic are required\n");
+        return 2;
+    }
+    if (strcmp(argv[1], "produce") == 0)
+        return produce(brokers, topic, before, at_ms);
+    if (strcmp(argv[1], "consume") == 0)
+        return consume(brokers, topic, max_ms);
+    fprintf(stderr, "kcat_lite: unknown mode %s\n", argv[1]);
+    return 2;
+}
