@@ -72,8 +72,11 @@ static void *client(void *arg)
     commit_req_t req = {0};
     char id[32];
 
-    if (!ev || !payloads)
+    if (!ev || !payloads) {
+        free(ev);
+        free(payloads);
         return NULL;
+    }
     pthread_mutex_init(&w.mu, NULL);
     pthread_cond_init(&w.cv, NULL);
     memset(payloads, 'x', (size_t)o.batch * o.payload);
