@@ -30,10 +30,52 @@ typedef struct api_write_key {
     const char *source; /* source name stamped on its events ("default" if none given) */
 } api_write_key_t;
 
+/*
+ * Where accepted events go instead of the local group commit: the Kafka edge role
+ * (cluster/edge.h, docs/scale-out.md) implements it. Auth, validation, messageId assignment,
+ * CORS and limits stay the api's; only the place the valid events of a request go changes.
+ */
+typedef struct api_sink_event {
+    const char *data; /* the event exactly as single-node would log it (compact JSON) */
+    size_t len;
+    const char *message_id; /* its messageId as logged (the string's bytes) */
+    size_t message_id_len;
+    int64_t timestamp_ms; /* the client's `timestamp` as sent, ms since the epoch; INT64_MAX:
+                           * the event has none */
+} api_sink_event_t;
+
+/* A submitted request's outcome: error NULL when every event is stored, else a static sentence
+ * for the 503 (the client retries the whole request). Called exactly once per accepted submit. */
+typedef void (*api_sink_done_fn)(const char *error, void *arg);
+
+typedef struct api_sink {
+    /*
+     * Takes the valid events of one request (all with `source`, receivedAt `received_ms`).
+     * `events` and their bytes are borrowed for the call only. Returns 0: done(error, arg)
+     * will be called once, on any thread, possibly before submit returns; or -1: refused now
+     * (done is never called), the request gets 503 with Retry-After. Thread-safe.
+     */
+    int (*submit)(void *ctx, const char *source, int64_t received_ms,
+                  const api_sink_event_t *events, size_t n, api_sink_done_fn done, void *arg);
+    /* /stats: a malloc'd JSON object (the caller frees), NULL when out of memory. */
+    char *(*stats_json)(void *ctx);
+    /* /metrics: malloc'd Prometheus text lines (the caller frees), NULL when out of memory. */
+    char *(*metrics)(void *ctx);
+    /* /healthz: NULL while healthy, else a static sentence why not (answered 503). */
+    const char *(*unhealthy)(void *ctx);
+    const char *role; /* static string reported in /stats, e.g. "edge" */
+    void *ctx;
+} api_sink_t;
+
 typedef struct api_options {
     const api_write_key_t *keys; /* copied by api_new */
     size_t nkeys;
-    commit_t *commit;  /* borrowed; must outlive the api */
+    /* borrowed; must outlive the api. NULL only with a sink: the api then never touches storage
+     * (no dedupe, no GET /v1/log, which answers 404) */
+    commit_t *commit;
+    /* NULL: events go to the local group commit (single-node). Else copied by api_new; its ctx
+     * must outlive the api. */
+    const api_sink_t *sink;
     int64_t window_ms; /* configured window, reported in /stats */
     uint64_t max_keys; /* configured size bound, reported in /stats */
     /* Bearer token for GET /v1/log, copied by api_new; NULL or "": the route is off (404). */
@@ -115,7 +157,8 @@ enum api_outcome {
  * There is no body. The transport then calls api_handle() again with the same
  * request (same arrived_mono_ms and parameters) on one of its own threads, and
  * answers or parks according to that call. The callback itself runs on the
- * storage writer thread (or in api_quiesce()'s caller) and must not do I/O.
+ * storage writer thread (or in api_quiesce()'s caller; with a sink, on the
+ * sink's threads) and must not do I/O.
  */
 typedef void (*api_done_fn)(api_resp_t *resp, void *arg);
 

@@ -584,12 +584,14 @@ static int normalise(build_t *b, const json_t *ev, batch_event_t *out, const cha
         return -1;
 
     const json_t *tsv = json_object_get(ev, "timestamp");
+    out->timestamp_ms = INT64_MAX;
     if (tsv) {
         const json_t *sent = json_object_get(ev, "sentAt");
         int64_t orig = 0, sent_ms = 0, t;
         if (!sent)
             sent = b->bsent;
         timestamp_parse(json_string_value(tsv), json_string_length(tsv), &orig);
+        out->timestamp_ms = orig;
         /* Segment's clock-skew correction: the client's clock is off by (sentAt - now), so
          * shift its timestamp by that; without sentAt the client's clock is taken as is. */
         if (sent) {
@@ -625,8 +627,10 @@ static int normalise(build_t *b, const json_t *ev, batch_event_t *out, const cha
         *why = "event too large";
         return 0;
     }
-    if (put_ch(w, '\0') != 0)
+    /* The messageId follows the event's NUL (batch_event_t.message_id). */
+    if (put_ch(w, '\0') != 0 || put(w, mid, mid_len) != 0 || put_ch(w, '\0') != 0)
         return -1;
+    out->message_id_len = mid_len;
     keyhash(o->secret, o->source, b->source_len, mid, mid_len, out->key);
     out->len = len;
     return 0;
@@ -719,11 +723,14 @@ int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_erro
             out->nevents++;
         }
     }
-    /* The buffer no longer moves: the events lie in it back to back, each after a NUL. */
+    /* The buffer no longer moves: the events lie in it back to back, each followed by a NUL,
+     * its messageId and another NUL. */
     out->arena = b.out.p;
     for (size_t i = 0, off = 0; i < out->nevents; i++) {
         out->events[i].data = out->arena + off;
         off += out->events[i].len + 1;
+        out->events[i].message_id = out->arena + off;
+        off += out->events[i].message_id_len + 1;
     }
     return BATCH_OK;
 nomem:

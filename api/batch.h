@@ -39,6 +39,12 @@ typedef struct batch_event {
     size_t len;
     uint8_t key[KEYHASH_LEN]; /* keyhash(secret, source, messageId) */
     size_t index;             /* position in the request's batch array (0 for single routes) */
+    /* What the Kafka edge routes by (cluster/partition.h): the messageId as logged (the string's
+     * bytes, NUL-terminated, in the arena after data) and the client's `timestamp` as sent, in
+     * ms since the epoch (INT64_MAX when the event has none). */
+    const char *message_id;
+    size_t message_id_len;
+    int64_t timestamp_ms;
 } batch_event_t;
 
 typedef struct batch_reject {

@@ -149,7 +149,7 @@ static int early_limits(api_t *api, ratelimit_t *limit, api_resp_t *resp)
         rate_limited(api, resp, wait, 0);
         return -1;
     }
-    if (commit_busy(api->commit)) {
+    if (api->commit && commit_busy(api->commit)) {
         queue_full(api, resp, 0);
         return -1;
     }
@@ -290,6 +290,75 @@ static int submit(api_t *api, const api_req_t *req, batch_t *b, api_resp_t *resp
     return API_PENDING;
 }
 
+/* With a sink (the edge role) there is no dedupe key to compute against: a fixed secret keeps
+ * batch_build as it is; the keys it yields are never used. */
+static const uint8_t NO_SECRET[KEYHASH_SECRET_LEN];
+
+/* A request whose events went to the sink: what its answer needs until the sink reports. */
+struct sink_pending {
+    api_t *api;
+    api_done_fn done;
+    void *arg;
+    batch_t batch; /* the rejected list for the 200 */
+    size_t n;
+};
+
+/* The sink's report, on whatever thread it runs on: answer the request. */
+static void sink_done(const char *error, void *arg)
+{
+    struct sink_pending *p = arg;
+    api_resp_t resp;
+
+    if (error) {
+        /* Nothing of it counts as stored: the client retries the whole request. */
+        api_error(&resp, 503, error);
+    } else {
+        atomic_fetch_add_explicit(&p->api->sink_accepted, p->n, memory_order_relaxed);
+        /* Duplicates are decided downstream (the workers): every valid event is accepted here. */
+        success(&resp, p->n, 0, &p->batch);
+    }
+    p->done(&resp, p->arg);
+    free(resp.body);
+    batch_clear(&p->batch);
+    free(p);
+}
+
+static int sink_submit(api_t *api, const api_req_t *req, const char *source, batch_t *b,
+                       api_resp_t *resp, api_done_fn done, void *arg)
+{
+    struct sink_pending *p = calloc(1, sizeof(*p));
+    api_sink_event_t *evs = calloc(b->nevents, sizeof(*evs));
+    if (!p || !evs) {
+        free(p);
+        free(evs);
+        api_error(resp, 503, "out of memory, retry later");
+        return API_DONE;
+    }
+    for (size_t i = 0; i < b->nevents; i++) {
+        const batch_event_t *e = &b->events[i];
+        evs[i] =
+            (api_sink_event_t){e->data, e->len, e->message_id, e->message_id_len, e->timestamp_ms};
+    }
+    p->api = api;
+    p->done = done;
+    p->arg = arg;
+    p->n = b->nevents;
+    /* The events are only borrowed during submit, so the batch itself may go with p. */
+    p->batch = *b;
+    memset(b, 0, sizeof(*b));
+    int rc = api->sink.submit(api->sink.ctx, source, req->now_ms, evs, p->n, sink_done, p);
+    free(evs);
+    if (rc != 0) {
+        /* Refused at once: sink_done will not run. */
+        api_error(resp, 503, "events could not be handed on now, retry later");
+        batch_clear(&p->batch);
+        free(p);
+        return API_DONE;
+    }
+    /* p is sink_done's now, and may be gone already. */
+    return API_PENDING;
+}
+
 int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_resp_t *resp,
                api_done_fn done, void *arg)
 {
@@ -333,10 +402,13 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         }
     }
 
+    /* wk is set here: by header_key(), or from the body's writeKey with a 401 above when unknown
+     * (cppcheck does not follow the out-parameter). */
     batch_options_t o = {
         .single_type = single_type,
+        // cppcheck-suppress nullPointerRedundantCheck
         .source = wk->source,
-        .secret = commit_secret(api->commit),
+        .secret = api->commit ? commit_secret(api->commit) : NO_SECRET,
         .now_ms = req->now_ms,
         .size_hint = req->body_len,
     };
@@ -371,7 +443,8 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         success(resp, 0, 0, &b);
         goto out;
     }
-    rc = submit(api, req, &b, resp, done, arg);
+    rc = api->has_sink ? sink_submit(api, req, wk->source, &b, resp, done, arg)
+                       : submit(api, req, &b, resp, done, arg);
     if (rc == API_DONE && limit) {
         /* Not queued (503): the retry will pay for these events, so this attempt must not. */
         ratelimit_give_back(limit, nall, api_monotonic_ms());

@@ -39,6 +39,10 @@ struct api {
     pthread_mutex_t polls_mu; /* guards polls */
     struct api_poll *polls;   /* parked long-polls, until their watch fires */
     struct cors *cors;        /* browser origins allowed on the ingest routes */
+    /* api_options.sink (the edge role) when has_sink; `commit` may then be NULL. */
+    bool has_sink;
+    api_sink_t sink;
+    atomic_uint_fast64_t sink_accepted; /* events of requests the sink answered 200 */
 };
 
 /* Fills *resp with `json` (compact) and `status`. Steals the reference. Returns 0 or -1 (then *resp
@@ -85,6 +89,10 @@ int api_admin_auth(const api_t *api, const char *authorization, api_resp_t *resp
 /* Adds a header (value printf-formatted, truncated to fit) to *resp; ignored when full. */
 void api_resp_header(api_resp_t *resp, const char *name, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* GET /stats and GET /metrics with a sink (the edge role): no storage sections (stats.c). */
+void api_stats_sink(api_t *api, api_resp_t *resp);
+void api_metrics_sink(api_t *api, api_resp_t *resp);
 
 /* GET /stats and GET /metrics. `now_ms` is wall-clock time for the effective window. */
 void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp);

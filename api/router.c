@@ -42,7 +42,10 @@ int api_new(const api_options_t *opts, api_t **out)
     api_t *api = NULL;
 
     *out = NULL;
-    if (!opts || !opts->commit || (opts->nkeys > 0 && !opts->keys))
+    if (!opts || (!opts->commit && !opts->sink) || (opts->nkeys > 0 && !opts->keys))
+        return -1;
+    if (opts->sink && !(opts->sink->submit && opts->sink->stats_json && opts->sink->metrics &&
+                        opts->sink->unhealthy))
         return -1;
     api = calloc(1, sizeof(*api));
     if (!api)
@@ -67,6 +70,11 @@ int api_new(const api_options_t *opts, api_t **out)
     if (cors_new(opts->cors_origin, &api->cors, NULL, 0) != CORS_OK)
         goto fail;
     api->commit = opts->commit;
+    if (opts->sink) {
+        api->has_sink = true;
+        api->sink = *opts->sink;
+    }
+    atomic_init(&api->sink_accepted, 0);
     api->window_ms = opts->window_ms;
     api->max_keys = opts->max_keys;
     api->started_ms = api_monotonic_ms();
@@ -173,8 +181,9 @@ static const struct route *route_or_error(const api_t *api, const api_req_t *req
 {
     const struct route *r = find_route(req->path);
     const char *m = req->method ? req->method : "";
-    /* Without an admin token the log route does not exist, so nothing tells a scanner it could. */
-    if (!r || (r->kind == LOG && !api->admin_token)) {
+    /* Without an admin token the log route does not exist, so nothing tells a scanner it could;
+     * nor without a local log (the edge role). */
+    if (!r || (r->kind == LOG && (!api->admin_token || !api->commit))) {
         api_error(resp, 404, "not found");
         return NULL;
     }
@@ -234,16 +243,36 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
     case INGEST:
         return ingest(api, req, r->type, resp, done, arg);
     case STATS:
-        if (!api->admin_token || api_admin_auth(api, req->authorization, resp) == 0)
+        if (api->admin_token && api_admin_auth(api, req->authorization, resp) != 0)
+            return API_DONE;
+        if (api->has_sink)
+            api_stats_sink(api, resp);
+        else
             api_stats(api, req->now_ms, resp);
         return API_DONE;
     case METRICS:
-        if (!api->admin_token || api_admin_auth(api, req->authorization, resp) == 0)
+        if (api->admin_token && api_admin_auth(api, req->authorization, resp) != 0)
+            return API_DONE;
+        if (api->has_sink)
+            api_metrics_sink(api, resp);
+        else
             api_metrics(api, req->now_ms, resp);
         return API_DONE;
     case LOG:
         return api_log_read(api, req, resp, done, arg);
     case HEALTHZ: {
+        const char *why = api->has_sink ? api->sink.unhealthy(api->sink.ctx) : NULL;
+        if (why) {
+            /* The edge's producer failed for good: balancers should send writes elsewhere. */
+            api_resp_json(resp, 503,
+                          json_pack("{s:s, s:s}", "status", "unavailable", "error", why));
+            resp->retry_after = API_RETRY_AFTER_S;
+            return API_DONE;
+        }
+        if (api->has_sink) {
+            api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+            return API_DONE;
+        }
         /* Unhealthy while storage is being re-established: balancers should send writes elsewhere.
          */
         commit_stats_t s;

@@ -342,3 +342,118 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
     resp->body = buf;
     resp->body_len = len;
 }
+
+/* Requests by status, for both /stats shapes; NULL when out of memory. */
+static json_t *by_status_json(api_t *api, uint64_t *total)
+{
+    char code[16];
+    json_t *by = json_object();
+    *total = 0;
+    for (int i = 0; by && i < API_STATUS_SLOTS; i++) {
+        uint64_t n = load(&api->by_status[i]);
+        if (n == 0)
+            continue;
+        *total += n;
+        snprintf(code, sizeof(code), "%d", i);
+        if (json_object_set_new(by, code, json_integer((json_int_t)n)) != 0) {
+            json_decref(by);
+            by = NULL;
+        }
+    }
+    return by;
+}
+
+/*
+ * The edge role: no dedupe, log or commit here (the workers decide duplicates), so /stats
+ * reports the role, the api's counters and the sink's own section under its role's name.
+ */
+void api_stats_sink(api_t *api, api_resp_t *resp)
+{
+    uint64_t total = 0;
+    json_t *by = by_status_json(api, &total);
+    char *text = api->sink.stats_json(api->sink.ctx);
+    json_t *section = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    auth_keyset_t *ks = api_keys_get(api);
+    size_t nkeys = auth_keyset_size(ks);
+    auth_keyset_release(ks);
+    if (!by || !section) {
+        json_decref(by);
+        json_decref(section);
+        api_error(resp, 503, "out of memory, retry later");
+        return;
+    }
+    // clang-format off
+    json_t *j = json_pack(
+        "{s:s, s:s, s:I,"
+        " s:{s:I, s:I, s:I},"
+        " s:{s:I, s:o},"
+        " s:o,"
+        " s:{s:I},"
+        " s:{s:I, s:I, s:I}}",
+        "version", INGESTD_VERSION,
+        "role", api->sink.role ? api->sink.role : "sink",
+        "uptime_seconds", (json_int_t)uptime_s(api),
+        "events",
+            "accepted", (json_int_t)load(&api->sink_accepted),
+            "duplicates", (json_int_t)0,
+            "rejected", (json_int_t)load(&api->rejected),
+        "requests",
+            "total", (json_int_t)total,
+            "by_status", by,
+        api->sink.role ? api->sink.role : "sink", section,
+        "auth",
+            "write_keys", (json_int_t)nkeys,
+        "limits",
+            "rate_limit", (json_int_t)api->rate_limit,
+            "rate_limited_requests", (json_int_t)load(&api->rate_limited_requests),
+            "rate_limited_events", (json_int_t)load(&api->rate_limited_events));
+    // clang-format on
+    if (!j) {
+        api_error(resp, 503, "out of memory, retry later");
+        return;
+    }
+    api_resp_json(resp, 200, j);
+}
+
+void api_metrics_sink(api_t *api, api_resp_t *resp)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    char *more = api->sink.metrics(api->sink.ctx);
+    FILE *f = more ? open_memstream(&buf, &len) : NULL;
+    if (!f) {
+        free(more);
+        api_error(resp, 503, "out of memory, retry later");
+        return;
+    }
+    metric(f, "events_accepted_total", "counter",
+           "Events of requests answered 200 (handed on; duplicates are decided downstream).",
+           (double)load(&api->sink_accepted));
+    metric(f, "events_rejected_total", "counter", "Events rejected by validation.",
+           (double)load(&api->rejected));
+    header(f, "requests_total", "counter", "HTTP responses by status code.");
+    for (int i = 0; i < API_STATUS_SLOTS; i++) {
+        uint64_t n = load(&api->by_status[i]);
+        if (n)
+            fprintf(f, "ingestd_requests_total{code=\"%d\"} %" PRIu64 "\n", i, n);
+    }
+    metric(f, "rate_limit_events_per_second", "gauge",
+           "Configured rate limit per write key (--rate-limit; 0: none).", (double)api->rate_limit);
+    metric(f, "rate_limited_requests_total", "counter",
+           "Requests answered 429 by the per-write-key rate limit.",
+           (double)load(&api->rate_limited_requests));
+    fputs(more, f);
+    free(more);
+    metric(f, "uptime_seconds", "gauge", "Seconds since start.", (double)uptime_s(api));
+    if (fclose(f) != 0 || !buf) {
+        free(buf);
+        api_error(resp, 503, "out of memory, retry later");
+        return;
+    }
+    memset(resp, 0, sizeof(*resp));
+    resp->status = 200;
+    resp->content_type = "text/plain; version=0.0.4";
+    resp->body = buf;
+    resp->body_len = len;
+}

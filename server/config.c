@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "api/timestamp.h"
 #include "server/logging.h"
 #include "storage/filter/filter.h"
 
@@ -33,6 +34,8 @@ enum kind {
     K_LEVEL,    /* a log level name */
     K_SECRET,   /* a string field never logged (a token); empty: not set */
     K_CHOICE,   /* one word of the metavar "a|b|c", stored as its index in an int field */
+    K_TIME,     /* an ISO-8601 UTC time or ms since the epoch into an int64 field (ms) */
+    K_LIST,     /* NAME=VALUE strings, repeatable, into kafka_opts (the variable: one a line) */
 };
 
 struct setting {
@@ -129,6 +132,31 @@ static const struct setting settings[] = {
      "how LMDB syncs its commits (the log is always fsynced before an ack): meta syncs data "
      "pages per commit; full also the meta page; lazy syncs LMDB only at shutdown and rebuilds "
      "the store from the log after a machine crash (docs/durability.md)"},
+    /* Scale-out on Kafka (docs/scale-out.md, "Edge role"). The words' positions are enum
+     * config_role's values. */
+    {"role", "INGESTD_ROLE", "single", K_CHOICE, 0, 0, FIELD(role), "single|edge",
+     "single: accepted events go to the local log (--data); edge: they are produced to the Kafka "
+     "raw topic and de-duplicated downstream by `ingestd worker` (--data is not used)"},
+    {"kafka-brokers", "INGESTD_KAFKA_BROKERS", NULL, K_PATH, 1,
+     sizeof(((config_t *)0)->kafka_brokers) - 1, FIELD(kafka_brokers), "LIST",
+     "edge: Kafka bootstrap servers, host:port,..."},
+    {"raw-topic", "INGESTD_RAW_TOPIC", NULL, K_PATH, 1, sizeof(((config_t *)0)->raw_topic) - 1,
+     FIELD(raw_topic), "NAME", "edge: the topic accepted events are produced to (must exist)"},
+    {"partitions-before", "INGESTD_PARTITIONS_BEFORE", "0", K_COUNT, 0, 100000,
+     FIELD(partitions_before), "COUNT",
+     "edge: the raw topic's partition count before partitions were added; events whose client "
+     "timestamp is before --repartition-at are routed with it. 0: no repartition"},
+    {"repartition-at", "INGESTD_REPARTITION_AT", NULL, K_TIME, 1, (uint64_t)INT64_MAX,
+     FIELD(repartition_at_ms), "TIMESTAMP",
+     "edge: the cut-over of --partitions-before, an ISO-8601 UTC time "
+     "(2026-01-31T00:00:00Z) or ms since the epoch"},
+    {"delivery-timeout", "INGESTD_DELIVERY_TIMEOUT", "10s", K_SECONDS, 1, 300,
+     FIELD(delivery_timeout_s), "DURATION",
+     "edge: how long a request waits for Kafka's delivery reports before it gets 503 (1s..5m)"},
+    {"kafka-opt", "INGESTD_KAFKA_OPTS", NULL, K_LIST, 0, CONFIG_MAX_KAFKA_OPTS, FIELD(nkafka_opts),
+     "NAME=VALUE",
+     "edge: a librdkafka setting, e.g. security.protocol=SASL_SSL; repeatable (the variable: "
+     "one NAME=VALUE a line); values are never logged"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -462,6 +490,68 @@ static int add_keys(config_t *cfg, const char *v, const char *origin, char *errb
     }
 }
 
+/* Adds one NAME=VALUE librdkafka setting (librdkafka itself checks name and value later). */
+static int add_opt(config_t *cfg, const char *v, const char *origin, char *errbuf, size_t errlen)
+{
+    const char *eq = strchr(v, '=');
+    size_t n = strlen(v);
+
+    if (eq == NULL || eq == v) {
+        set_err(errbuf, errlen, "invalid %s: expected NAME=VALUE", origin);
+        return -1;
+    }
+    if (n >= sizeof cfg->kafka_opt_storage[0]) {
+        set_err(errbuf, errlen, "invalid %s: longer than %zu bytes", origin,
+                sizeof cfg->kafka_opt_storage[0] - 1);
+        return -1;
+    }
+    if (cfg->nkafka_opts == CONFIG_MAX_KAFKA_OPTS) {
+        set_err(errbuf, errlen, "invalid %s: more than %d settings", origin, CONFIG_MAX_KAFKA_OPTS);
+        return -1;
+    }
+    memcpy(cfg->kafka_opt_storage[cfg->nkafka_opts], v, n + 1);
+    cfg->kafka_opts[cfg->nkafka_opts] = cfg->kafka_opt_storage[cfg->nkafka_opts];
+    cfg->nkafka_opts++;
+    return 0;
+}
+
+/* The variable's form of a K_LIST: one item a line (values may hold commas); blank lines
+ * skipped. */
+static int add_opt_lines(config_t *cfg, const char *v, const char *origin, char *errbuf,
+                         size_t errlen)
+{
+    char item[sizeof cfg->kafka_opt_storage[0]];
+    for (const char *p = v; *p != '\0';) {
+        size_t n = strcspn(p, "\n");
+        size_t m = n;
+        while (m > 0 && (p[m - 1] == '\r' || p[m - 1] == ' ' || p[m - 1] == '\t'))
+            m--;
+        if (m >= sizeof item) {
+            set_err(errbuf, errlen, "invalid %s: a line longer than %zu bytes", origin,
+                    sizeof item - 1);
+            return -1;
+        }
+        memcpy(item, p, m);
+        item[m] = '\0';
+        if (m > 0 && add_opt(cfg, item, origin, errbuf, errlen) != 0)
+            return -1;
+        p += n;
+        if (*p == '\n')
+            p++;
+    }
+    return 0;
+}
+
+/* --repartition-at: "2026-01-31T00:00:00Z" (api/timestamp.h) or plain ms since the epoch. */
+static int parse_time(const char *v, int64_t *ms)
+{
+    const char *end;
+    uint64_t n;
+    if (parse_u64(v, &end, &n) == 0 && *end == '\0')
+        return n > 0 && n <= (uint64_t)INT64_MAX ? (*ms = (int64_t)n, 0) : -1;
+    return timestamp_parse(v, strlen(v), ms) == 0 && *ms > 0 ? 0 : -1;
+}
+
 /* Parses one value of setting `st`; `origin` names the flag or variable for errors. */
 static int apply(config_t *cfg, const struct setting *st, const char *v, const char *origin,
                  char *errbuf, size_t errlen)
@@ -485,6 +575,18 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     }
     case K_KEYS:
         return add_keys(cfg, v, origin, errbuf, errlen);
+    case K_LIST:
+        return add_opt(cfg, v, origin, errbuf, errlen);
+    case K_TIME:
+        if (parse_time(v, &ms) != 0) {
+            set_err(errbuf, errlen,
+                    "invalid %s \"%s\": expected an ISO-8601 UTC time such as "
+                    "2026-01-31T00:00:00Z or milliseconds since the epoch",
+                    origin, v);
+            return -1;
+        }
+        memcpy((char *)cfg + st->off, &ms, sizeof ms);
+        return 0;
     case K_SECRET: {
         size_t n = strlen(v);
         if (n < st->min || n > st->max) {
@@ -592,13 +694,43 @@ static const struct setting *find_flag(const char *name, size_t len)
     return NULL;
 }
 
+/* The edge settings go together, and only with --role edge (a half-configured edge, or a
+ * single node given Kafka flags, is surely a mistake). */
+static int check_role(const config_t *cfg, char *errbuf, size_t errlen)
+{
+    bool edge = cfg->role == CONFIG_ROLE_EDGE;
+    const char *stray = cfg->kafka_brokers[0]    ? "--kafka-brokers"
+                        : cfg->raw_topic[0]      ? "--raw-topic"
+                        : cfg->nkafka_opts       ? "--kafka-opt"
+                        : cfg->partitions_before ? "--partitions-before"
+                        : cfg->repartition_at_ms ? "--repartition-at"
+                                                 : NULL;
+    if (!edge && stray) {
+        set_err(errbuf, errlen, "%s is for --role edge only (this is --role single)", stray);
+        return -1;
+    }
+    if (!edge)
+        return 0;
+    if (!cfg->kafka_brokers[0] || !cfg->raw_topic[0]) {
+        set_err(errbuf, errlen, "--role edge needs --kafka-brokers LIST and --raw-topic NAME");
+        return -1;
+    }
+    if ((cfg->partitions_before > 0) != (cfg->repartition_at_ms > 0)) {
+        set_err(errbuf, errlen, "%s",
+                cfg->partitions_before > 0 ? "--partitions-before needs --repartition-at TIMESTAMP"
+                                           : "--repartition-at needs --partitions-before COUNT");
+        return -1;
+    }
+    return 0;
+}
+
 int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
                  size_t errlen)
 {
     /* Flag values by setting; --write-key may repeat, so it keeps them all. */
     const char *flagval[NSETTINGS] = {0};
-    const char **keyvals = NULL;
-    size_t nkeyvals = 0;
+    const char **keyvals = NULL, **optvals = NULL;
+    size_t nkeyvals = 0, noptvals = 0;
     int rc = 2;
 
     memset(cfg, 0, sizeof *cfg);
@@ -613,8 +745,11 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
     }
 
     keyvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *keyvals);
-    if (keyvals == NULL) {
+    optvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *optvals);
+    if (keyvals == NULL || optvals == NULL) {
         set_err(errbuf, errlen, "out of memory");
+        free(keyvals);
+        free(optvals);
         return 2;
     }
 
@@ -645,6 +780,8 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         }
         if (st->kind == K_KEYS)
             keyvals[nkeyvals++] = val;
+        else if (st->kind == K_LIST)
+            optvals[noptvals++] = val;
         else
             flagval[st - settings] = val; /* the last one wins, as with most tools */
     }
@@ -668,6 +805,16 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
                 if (apply(cfg, st, env, st->env, errbuf, errlen) != 0)
                     goto out;
             }
+            continue;
+        }
+        if (st->kind == K_LIST) {
+            /* Flags replace the variable as a whole, as for the write keys. */
+            for (size_t k = 0; k < noptvals; k++)
+                if (apply(cfg, st, optvals[k], flagname, errbuf, errlen) != 0)
+                    goto out;
+            if (noptvals == 0 && env != NULL &&
+                add_opt_lines(cfg, env, st->env, errbuf, errlen) != 0)
+                goto out;
             continue;
         }
         if (flagval[i] != NULL) {
@@ -711,10 +858,13 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
                 cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
         goto out;
     }
+    if (check_role(cfg, errbuf, errlen) != 0)
+        goto out;
     rc = 0;
 
 out:
     free(keyvals);
+    free(optvals);
     return rc;
 }
 
@@ -773,6 +923,27 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
         for (int i = *(const int *)((const char *)cfg + st->off); i > 0 && w; i--)
             w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL;
         snprintf(buf, len, "%.*s", w ? (int)strcspn(w, "|") : 1, w ? w : "?");
+        return;
+    }
+    case K_LIST: {
+        /* Names only: a value may be a password (sasl.password). */
+        size_t used = 0;
+        snprintf(buf, len, "none");
+        for (size_t i = 0; i < cfg->nkafka_opts && used + 1 < len; i++) {
+            const char *o = cfg->kafka_opts[i];
+            int w = snprintf(buf + used, len - used, "%s%.*s=(hidden)", i > 0 ? ", " : "",
+                             (int)strcspn(o, "="), o);
+            if (w < 0)
+                break;
+            used += (size_t)w;
+        }
+        return;
+    }
+    case K_TIME: {
+        int64_t ms;
+        memcpy(&ms, (const char *)cfg + st->off, sizeof ms);
+        if (ms == 0 || len < TIMESTAMP_BUF_LEN || timestamp_format(ms, buf) != 0)
+            snprintf(buf, len, "%s", ms == 0 ? "none" : "?");
         return;
     }
     case K_DURATION:
@@ -840,7 +1011,8 @@ void config_usage(FILE *out)
             snprintf(def, sizeof def, "%s", st->def);
         else if (st->kind == K_KEYS)
             snprintf(def, sizeof def, "none (required)");
-        else if (st->kind == K_SECRET || st->kind == K_PATH)
+        else if (st->kind == K_SECRET || st->kind == K_PATH || st->kind == K_TIME ||
+                 st->kind == K_LIST)
             snprintf(def, sizeof def, "none");
         else
             snprintf(def, sizeof def, "number of CPUs (%u here)", cpu_count());

@@ -9,6 +9,13 @@
 #include "api/api.h"
 
 #define CONFIG_MAX_WRITE_KEYS 256
+#define CONFIG_MAX_KAFKA_OPTS 64
+
+/* --role: what `serve` does with accepted events (the words of the setting, in order). */
+enum config_role {
+    CONFIG_ROLE_SINGLE = 0, /* the local group commit (LMDB + log in --data) */
+    CONFIG_ROLE_EDGE = 1,   /* produce them to Kafka's raw topic (cluster/edge.h) */
+};
 
 typedef struct config {
     char listen_host[256]; /* --listen HOST:PORT (INGESTD_LISTEN), default 127.0.0.1:8080 */
@@ -50,6 +57,18 @@ typedef struct config {
     char tls_key[4096];              /* --tls-key (INGESTD_TLS_KEY) PEM path, "": plain HTTP */
     char cors_origin[1024];          /* --cors-origin (INGESTD_CORS_ORIGIN): allowed browser
                                         origins, comma-separated, default "*" */
+    /* Scale-out on Kafka (docs/scale-out.md): the edge role. */
+    int role;                    /* --role single|edge (INGESTD_ROLE): enum config_role */
+    char kafka_brokers[1024];    /* --kafka-brokers (INGESTD_KAFKA_BROKERS), "": none */
+    char raw_topic[256];         /* --raw-topic (INGESTD_RAW_TOPIC), "": none */
+    uint32_t partitions_before;  /* --partitions-before (INGESTD_PARTITIONS_BEFORE), 0: none */
+    int64_t repartition_at_ms;   /* --repartition-at (INGESTD_REPARTITION_AT): ISO-8601 UTC time
+                                    or ms since the epoch; 0: none */
+    unsigned delivery_timeout_s; /* --delivery-timeout (INGESTD_DELIVERY_TIMEOUT), default 10s */
+    const char *kafka_opts[CONFIG_MAX_KAFKA_OPTS]; /* --kafka-opt NAME=VALUE, repeatable;
+                                                      INGESTD_KAFKA_OPTS one per line */
+    size_t nkafka_opts;
+    char kafka_opt_storage[CONFIG_MAX_KAFKA_OPTS][512];
     /* storage for strings the write_keys point into */
     char key_storage[CONFIG_MAX_WRITE_KEYS][512];
 } config_t;

@@ -9,6 +9,7 @@
 #include "api/api.h"
 #include "api/auth.h"
 #include "api/cors.h"
+#include "cluster/edge.h"
 #include "server/cli_admin.h"
 #include "server/cli_filter.h"
 #include "server/cli_log.h"
@@ -33,7 +34,8 @@ static void usage(FILE *out)
                  "\n"
                  "Commands:\n"
                  "  serve [FLAGS]\n"
-                 "      run the HTTP event intake in the foreground (see ingestd serve --help)\n"
+                 "      run the HTTP event intake in the foreground (see ingestd serve --help);\n"
+                 "      --role edge produces accepted events to Kafka (docs/scale-out.md)\n"
                  "  log cat --data DIR [--from OFFSET] [--follow] [--group NAME]\n"
                  "      print acknowledged events as NDJSON, in log order; --group resumes\n"
                  "      after the group's committed offset and commits what it printed\n"
@@ -134,6 +136,8 @@ static int serve(int argc, char **argv)
 {
     config_t *cfg = NULL;
     commit_t *commit = NULL;
+    cluster_edge_t *edge = NULL;
+    api_sink_t sink = {0};
     api_t *api = NULL;
     http_t *http = NULL;
     api_write_key_t *keys = NULL;
@@ -191,6 +195,28 @@ static int serve(int argc, char **argv)
         LOG_INFO("write keys: %zu in force (%zu from flags, %zu from %s)", nkeys, cfg->nwrite_keys,
                  nkeys - cfg->nwrite_keys, cfg->write_keys_file);
 
+    if (cfg->role == CONFIG_ROLE_EDGE) {
+        /* The edge keeps no storage at all (no LMDB, no log: --data is not used); the workers
+         * de-duplicate downstream (docs/scale-out.md, "Edge role"). */
+        cluster_edge_options_t eopts = {
+            .brokers = cfg->kafka_brokers,
+            .raw_topic = cfg->raw_topic,
+            .partitions_before = (int32_t)cfg->partitions_before,
+            .repartition_at_ms = cfg->repartition_at_ms,
+            .timeout_ms = (int)cfg->delivery_timeout_s * 1000,
+            .opts = {.kv = cfg->kafka_opts, .n = cfg->nkafka_opts},
+        };
+        err[0] = '\0';
+        int erc = cluster_edge_new(&eopts, &edge, err, sizeof err);
+        if (erc != CLUSTER_OK) {
+            LOG_ERROR("cannot start the edge role: %s", err[0] ? err : cluster_strerror(erc));
+            goto out;
+        }
+        cluster_edge_sink(edge, &sink);
+        LOG_INFO("edge: producing to %s (%d partitions) on %s", cfg->raw_topic,
+                 (int)cluster_edge_partitions(edge), cfg->kafka_brokers);
+        goto storage_ready;
+    }
     commit_options_t copts = {
         .data_dir = cfg->data_dir,
         .window_ms = cfg->window_ms,
@@ -216,14 +242,16 @@ static int serve(int argc, char **argv)
         goto out;
     }
 
+storage_ready:;
     api_options_t aopts = {
         .keys = keys,
         .nkeys = nkeys,
         .commit = commit,
+        .sink = edge != NULL ? &sink : NULL,
         .window_ms = cfg->window_ms,
         .max_keys = cfg->max_keys,
         .admin_token = cfg->admin_token[0] != '\0' ? cfg->admin_token : NULL,
-        .data_dir = cfg->data_dir,
+        .data_dir = edge == NULL ? cfg->data_dir : NULL,
         .cors_origin = cfg->cors_origin,
         .rate_limit = cfg->rate_limit,
     };
@@ -257,6 +285,7 @@ static int serve(int argc, char **argv)
     unsigned left = http_drain(http, DRAIN_MS);
     if (left > 0)
         LOG_WARN("%u requests still in flight after %d ms; closing storage anyway", left, DRAIN_MS);
+    cluster_edge_quiesce(edge); /* answers what still waits for Kafka, before the transport goes */
     commit_close(commit);
     commit = NULL;
     http_stop(http);
@@ -268,6 +297,7 @@ out:
     /* On the error paths: nothing is listening yet or any more. */
     http_stop(http);
     commit_close(commit);
+    cluster_edge_free(edge, DRAIN_MS);
     api_free(api);
     auth_keys_free(keys, nkeys);
     free(cfg);

@@ -462,7 +462,7 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 26);
+    assert_int_equal(lines, 33);
     assert_non_null(strstr(log, "admin-token = none"));
     assert_non_null(strstr(log, "store-sync = meta\n"));
     assert_non_null(strstr(log, "store = lmdb\n"));
@@ -607,9 +607,105 @@ static void test_config_log_hides_admin_token(void **state)
     free(log);
 }
 
+/* --role edge and its Kafka settings (docs/scale-out.md, "Edge role"). */
+static void test_role_edge(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k"), 0);
+    assert_int_equal(cfg.role, CONFIG_ROLE_SINGLE);
+    assert_int_equal(cfg.delivery_timeout_s, 10);
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers",
+                           "k1:9092,k2:9092", "--raw-topic", "raw", "--kafka-opt",
+                           "security.protocol=SASL_SSL", "--kafka-opt", "producer.linger.ms=5",
+                           "--delivery-timeout", "3s"),
+                     0);
+    assert_int_equal(cfg.role, CONFIG_ROLE_EDGE);
+    assert_string_equal(cfg.kafka_brokers, "k1:9092,k2:9092");
+    assert_string_equal(cfg.raw_topic, "raw");
+    assert_int_equal(cfg.nkafka_opts, 2);
+    assert_string_equal(cfg.kafka_opts[0], "security.protocol=SASL_SSL");
+    assert_string_equal(cfg.kafka_opts[1], "producer.linger.ms=5");
+    assert_int_equal(cfg.delivery_timeout_s, 3);
+    assert_int_equal(cfg.partitions_before, 0);
+    assert_int_equal(cfg.repartition_at_ms, 0);
+    /* The cut-over as ISO-8601 or ms since the epoch. */
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
+                           "--raw-topic", "raw", "--partitions-before", "4", "--repartition-at",
+                           "2026-01-31T00:00:00Z"),
+                     0);
+    assert_int_equal(cfg.partitions_before, 4);
+    assert_int_equal(cfg.repartition_at_ms, INT64_C(1769817600000));
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
+                           "--raw-topic", "raw", "--partitions-before", "4", "--repartition-at",
+                           "1769817600123"),
+                     0);
+    assert_int_equal(cfg.repartition_at_ms, INT64_C(1769817600123));
+    /* Environment: one setting a line. */
+    char *env[] = {
+        "INGESTD_ROLE=edge",     "INGESTD_KAFKA_BROKERS=b:1",
+        "INGESTD_RAW_TOPIC=raw", "INGESTD_KAFKA_OPTS=sasl.username=u\nsasl.password=a,b=c\n",
+        "INGESTD_WRITE_KEY=k",   NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_int_equal(cfg.nkafka_opts, 2);
+    assert_string_equal(cfg.kafka_opts[1], "sasl.password=a,b=c");
+    /* Flags replace the variable's list. */
+    assert_int_equal(PARSE_ENV(env, "--kafka-opt", "acks=all"), 0);
+    assert_int_equal(cfg.nkafka_opts, 1);
+
+    /* What does not go together. */
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--raw-topic", "raw"), 2);
+    assert_non_null(strstr(err, "--kafka-brokers"));
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--kafka-brokers", "b:1"), 2);
+    assert_non_null(strstr(err, "--role edge"));
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
+                           "--raw-topic", "raw", "--partitions-before", "4"),
+                     2);
+    assert_non_null(strstr(err, "--repartition-at"));
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
+                           "--raw-topic", "raw", "--repartition-at", "1769817600000"),
+                     2);
+    assert_non_null(strstr(err, "--partitions-before"));
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
+                           "--raw-topic", "raw", "--partitions-before", "4", "--repartition-at",
+                           "yesterday"),
+                     2);
+    assert_non_null(strstr(err, "ISO-8601"));
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
+                           "--raw-topic", "raw", "--kafka-opt", "noequals"),
+                     2);
+    assert_non_null(strstr(err, "NAME=VALUE"));
+    assert_int_equal(PARSE("--write-key", "k", "--role", "cluster"), 2);
+    assert_non_null(strstr(err, "single|edge"));
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
+                           "--raw-topic", "raw", "--delivery-timeout", "10m"),
+                     2);
+}
+
+/* The values of --kafka-opt may be passwords: the start-up log shows names only. */
+static void test_config_log_hides_kafka_opts(void **state)
+{
+    (void)state;
+    int saved_level = logging_level;
+    logging_level = LOG_LEVEL_INFO;
+    assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
+                           "--raw-topic", "raw", "--kafka-opt", "sasl.password=hunter2",
+                           "--partitions-before", "2", "--repartition-at", "1769817600000"),
+                     0);
+    char *log = capture_config_log();
+    logging_level = saved_level;
+    assert_null(strstr(log, "hunter2"));
+    assert_non_null(strstr(log, "kafka-opt = sasl.password=(hidden)"));
+    assert_non_null(strstr(log, "role = edge\n"));
+    assert_non_null(strstr(log, "repartition-at = 2026-01-31T00:00:00.000Z\n"));
+    free(log);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_role_edge),
+        cmocka_unit_test(test_config_log_hides_kafka_opts),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_every_flag_separate_value),
         cmocka_unit_test(test_every_flag_equals_form),
