@@ -128,6 +128,7 @@ struct req {
     pthread_mutex_t mu; /* orders on_done (writer thread) against suspending */
     bool done;          /* on_done has run; resp holds the answer */
     bool parked;        /* MHD_suspend_connection was called */
+    bool counted;       /* in h->inflight (a request refused while shutting down is not) */
     api_resp_t resp;
 };
 
@@ -513,12 +514,21 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     }
     *con_cls = r;
     counter_add(h, &h->inflight, +1);
+    r->counted = true;
     start_request_id(h, r);
     if (r->c != NULL && atomic_load(&r->c->deadline_ms) == DEADLINE_EXPIRED)
         return MHD_NO; /* the watchdog answered while MHD was still parsing */
 
-    if (atomic_load(&h->quiesced))
+    if (atomic_load(&h->quiesced)) {
+        /*
+         * Counted before the check, so http_drain either saw this request or it sees the flag
+         * here; uncounted again, so the stream of new arrivals answered 503 while stopping
+         * does not hold the drain open (the listening socket stays open until http_stop).
+         */
+        r->counted = false;
+        counter_add(h, &h->inflight, -1);
         return answer_error(r, 503, "server is shutting down, retry later");
+    }
 
     /* MHD's memory pool only stops headers far past the limit (with its own HTML 431); this
      * is the clear answer for everything between. */
@@ -786,8 +796,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->body);
     free(r->path_copy);
     pthread_mutex_destroy(&r->mu);
+    bool counted = r->counted;
     free(r);
-    counter_add(h, &h->inflight, -1);
+    if (counted)
+        counter_add(h, &h->inflight, -1);
 }
 
 /* Accept and close of a connection: its deadline state lives from one to the other. */
@@ -1093,7 +1105,14 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     pthread_cond_init(&h->wd_cv, &ca);
     pthread_condattr_destroy(&ca);
 
-    flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+    /*
+     * poll(), not epoll: libmicrohttpd 0.9.75's MHD_quiesce_daemon races each epoll worker
+     * of a thread pool, which drops the listening socket from its own epoll set once it sees
+     * the quiesced flag, and aborts the process ("Failed to remove listen FD from epoll set")
+     * when the worker was first. With poll() there is no set to race on; each worker polls
+     * its share of --max-connections, which costs nothing measurable at these counts.
+     */
+    flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
             MHD_USE_ERROR_LOG;
     if (v6)
         flags |= MHD_USE_IPv6;
@@ -1176,7 +1195,12 @@ void http_quiesce(http_t *h)
         return;
     /* Long-polls would otherwise hold the drain for up to their whole wait. */
     api_quiesce(h->api);
-    /* Needs MHD_USE_ITC, which MHD_ALLOW_SUSPEND_RESUME includes. */
+    /*
+     * Stop accepting: a connection the daemon took in after this point could be cut by
+     * MHD_stop_daemon mid-request (libmicrohttpd may have sent its 100 Continue already).
+     * Needs MHD_USE_ITC, which MHD_ALLOW_SUSPEND_RESUME includes. Safe because the daemon
+     * polls with poll(), not epoll (see http_start).
+     */
     h->listen_fd = MHD_quiesce_daemon(h->daemon);
     if (h->listen_fd == MHD_INVALID_SOCKET)
         LOG_WARN("http: could not stop accepting connections (quiesce failed)");

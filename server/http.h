@@ -10,7 +10,8 @@ typedef struct http http_t;
 /* Starts listening. Returns 0 or -1 with a reason in errbuf. *out freed by http_stop(). */
 int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen);
 
-/* Stops accepting new connections (in-flight requests go on). */
+/* Stops accepting new connections; requests on open connections get 503 + Retry-After +
+ * Connection: close; in-flight requests go on; long-polls answer now. */
 void http_quiesce(http_t *h);
 
 /*
