@@ -197,7 +197,7 @@ static const struct route *route_or_error(const api_t *api, const api_req_t *req
     }
     if (r->kind == INGEST && strcmp(m, "POST") != 0 && strcmp(m, "OPTIONS") != 0) {
         api_error(resp, 405, "method not allowed");
-        resp->allow = "POST";
+        resp->allow = "POST, OPTIONS"; /* OPTIONS: the CORS preflight */
         add_cors(api, req, resp);
         return NULL;
     }

@@ -84,7 +84,7 @@ class Routes(ServerTestCase):
                 with self.subTest(path=path, method=method):
                     r = self.srv.request(method, path, key=self.key)
                     self.assertError(r, 405)
-                    self.assertEqual((r.header("Allow") or "").replace(" ", ""), "POST", r)
+                    self.assertEqual((r.header("Allow") or "").replace(" ", ""), "POST,OPTIONS", r)
 
     def test_wrong_method_405_get_routes(self):
         for path in ("/stats", "/metrics", "/healthz"):

@@ -377,11 +377,11 @@ static void test_routing(void **state)
     expect_error(f->api, "GET", "/", NULL, NULL, 404, NULL);
     r = call(f->api, "GET", "/v1/batch", WEB, NULL);
     assert_error(&r, 405, NULL);
-    assert_string_equal(r.allow, "POST");
+    assert_string_equal(r.allow, "POST, OPTIONS");
     result_free(&r);
     r = call(f->api, "PUT", "/v1/track", WEB, NULL);
     assert_error(&r, 405, NULL);
-    assert_string_equal(r.allow, "POST");
+    assert_string_equal(r.allow, "POST, OPTIONS");
     result_free(&r);
     r = call(f->api, "POST", "/stats", NULL, NULL);
     assert_error(&r, 405, NULL);
@@ -433,7 +433,7 @@ static void test_check_headers(void **state)
     free(resp.body);
     assert_int_equal(check(f->api, "GET", "/v1/batch", WEB, NULL, &resp), API_DONE);
     assert_int_equal(resp.status, 405);
-    assert_string_equal(resp.allow, "POST");
+    assert_string_equal(resp.allow, "POST, OPTIONS");
     free(resp.body);
     assert_int_equal(check(f->api, "POST", "/v1/batch", "Basic bm9wZTo=", NULL, &resp), API_DONE);
     assert_int_equal(resp.status, 401);
