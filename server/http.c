@@ -999,6 +999,24 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
     (void)cls;
     vsnprintf(msg, sizeof msg, fmt, ap);
+    /*
+     * What one client did to its own connection (hung up mid-request, was cut by the request
+     * timeout or a cap) is no operator's business: a slowloris flood would otherwise write a
+     * warning per connection. Everything else libmicrohttpd reports stays a warning.
+     */
+    static const char *const client_side[] = {"closed when reading request",
+                                              "closed by remote",
+                                              "Connection reset",
+                                              "connection limit",
+                                              "Server reached connection limit",
+                                              "too many connections",
+                                              "timed out"};
+    for (size_t i = 0; i < sizeof client_side / sizeof client_side[0]; i++) {
+        if (strcasestr(msg, client_side[i]) != NULL) {
+            LOG_DEBUG("http: %s", msg);
+            return;
+        }
+    }
     LOG_WARN("http: %s", msg);
 }
 
