@@ -23,7 +23,8 @@
  * kcat_lite consume --brokers B --topic T [--max-ms MS]
  *   Reads every partition from the beginning with isolation.level=read_committed
  *   until each has reached its end, printing one JSON object per record:
- *   {"partition":P,"offset":O,"source":S,"messageId":M,"input":"P:O"|null,"value":V}
+ *   {"partition":P,"offset":O,"timestamp":T,"source":S,"messageId":M,"input":"P:O"|null,
+ *    "value":V}   (T: the record's timestamp in ms, -1 when it has none)
  *   (V is the record's value, itself JSON). Exit 0, or 1 when MS passed first.
  */
 
@@ -190,8 +191,11 @@ static int consume(const char *brokers, const char *topic, int max_ms)
             const char *src = "", *mid = "";
             size_t sl = 0, ml = 0;
             cluster_key_decode(m->key, m->key_len, &src, &sl, &mid, &ml);
-            printf("{\"partition\":%" PRId32 ",\"offset\":%" PRId64 ",\"source\":", m->partition,
-                   m->offset);
+            rd_kafka_timestamp_type_t tstype;
+            int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+            printf("{\"partition\":%" PRId32 ",\"offset\":%" PRId64 ",\"timestamp\":%" PRId64
+                   ",\"source\":",
+                   m->partition, m->offset, ts);
             json_str(stdout, src, sl);
             fputs(",\"messageId\":", stdout);
             json_str(stdout, mid, ml);

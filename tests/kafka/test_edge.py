@@ -189,12 +189,9 @@ class EdgeTest(unittest.TestCase):
                              rec)
             # Value: the event as single-node logs it (server fields stamped).
             self.assertIn("receivedAt", v)
-            # CreateTime = receivedAt. kcat_lite does not print record timestamps yet; checked
-            # as soon as it does.
-            ts = rec.get("timestamp", rec.get("ts"))
-            if ts is not None:
-                self.assertEqual(ts, int(datetime.datetime.strptime(
-                    v["receivedAt"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000))
+            # CreateTime = receivedAt (the workers age keys out by it).
+            self.assertEqual(rec["timestamp"], round(datetime.datetime.strptime(
+                v["receivedAt"], "%Y-%m-%dT%H:%M:%S.%f%z").timestamp() * 1000), rec)
             seen.add((rec["source"], rec["messageId"]))
         sent = {("web", e["messageId"]) for e in web} | {("ios", e["messageId"]) for e in ios
                                                          if "messageId" in e}
