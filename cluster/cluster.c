@@ -69,9 +69,27 @@ int cluster_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value,
     return CLUSTER_OK;
 }
 
+static cluster_log_fn log_fn; /* set once at start-up, before any client exists */
+
+void cluster_set_log(cluster_log_fn fn)
+{
+    log_fn = fn;
+}
+
+static void on_rdkafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    char facility[64];
+    (void)rk;
+    snprintf(facility, sizeof facility, "kafka/%s", fac ? fac : "-");
+    if (log_fn)
+        log_fn(level, facility, buf);
+}
+
 int cluster_conf_apply(rd_kafka_conf_t *conf, const cluster_kafka_opts_t *opts, const char *client,
                        char *err, size_t errlen)
 {
+    if (log_fn)
+        rd_kafka_conf_set_log_cb(conf, on_rdkafka_log);
     if (opts == NULL)
         return CLUSTER_OK;
     size_t clen = strlen(client);

@@ -24,6 +24,14 @@ enum cluster_status {
 const char *cluster_strerror(int status);
 
 /*
+ * Where librdkafka's own log lines go: `severity` is syslog's (0 emergency .. 7 debug), `fac`
+ * librdkafka's facility ("kafka/FAC"), `msg` its text. NULL, the default: librdkafka prints
+ * them to stderr itself. Set once, before any role creates a client.
+ */
+typedef void (*cluster_log_fn)(int severity, const char *fac, const char *msg);
+void cluster_set_log(cluster_log_fn fn);
+
+/*
  * The raw topic (edge -> worker), one Kafka message per accepted event:
  *   key       : source, one NUL byte, messageId (bytes as logged). A source
  *               never holds a NUL (write keys come from the command line), so

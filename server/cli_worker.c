@@ -369,6 +369,7 @@ int cli_worker_main(int argc, char **argv)
         goto out;
     }
     logging_level = level;
+    cluster_set_log(logging_syslog); /* librdkafka's lines into our log */
 
     cluster_worker_options_t o = {
         .brokers = a.brokers,

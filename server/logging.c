@@ -88,3 +88,12 @@ void logging_write(int level, const char *fmt, ...)
     } while (r < 0 && errno == EINTR);
     errno = saved_errno;
 }
+
+void logging_syslog(int severity, const char *facility, const char *msg)
+{
+    int level = severity <= 3   ? LOG_LEVEL_ERROR
+                : severity == 4 ? LOG_LEVEL_WARN
+                : severity <= 6 ? LOG_LEVEL_INFO
+                                : LOG_LEVEL_DEBUG;
+    LOGF(level, "%s: %s", facility ? facility : "-", msg ? msg : "");
+}

@@ -24,6 +24,13 @@ void logging_set_request_id(const char *id);
  */
 void logging_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/*
+ * A library's own log line with a syslog severity (0 emergency .. 7 debug) and its facility,
+ * written as "LEVEL FACILITY: msg" at the matching level (<= 3 error, 4 warn, 5-6 info, 7 debug).
+ * Its signature fits cluster_log_fn, so librdkafka's lines share our log. Thread-safe.
+ */
+void logging_syslog(int severity, const char *facility, const char *msg);
+
 #define LOGF(level, ...)                                                                           \
     do {                                                                                           \
         if ((level) <= logging_level)                                                              \

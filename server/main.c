@@ -189,6 +189,7 @@ static int serve(int argc, char **argv)
         goto out;
     }
     logging_level = cfg->log_level;
+    cluster_set_log(logging_syslog); /* librdkafka's lines (the edge role) into our log */
     LOG_INFO("ingestd %s starting", INGESTD_VERSION);
     config_log(cfg);
     if (cfg->write_keys_file[0] != '\0')
