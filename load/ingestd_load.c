@@ -1103,7 +1103,7 @@ static int parse_args(int argc, char **argv)
         static const char *const valued[] = {
             "--url",        "--write-key",   "--connections", "--threads", "--batch",
             "--events",     "--event-bytes", "--duration",    "--timeout", "--dup-ratio",
-            "--gzip-level", "--run-id",      "--verify",      "--ingestd",  "--rate"};
+            "--gzip-level", "--run-id",      "--verify",      "--ingestd", "--rate"};
         bool known = false;
         for (size_t k = 0; k < sizeof(valued) / sizeof(valued[0]); k++)
             known |= !strcmp(a, valued[k]);
