@@ -78,25 +78,33 @@ static json_t *groups_json(const api_t *api, uint64_t committed)
     return arr;
 }
 
-void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
+/* HTTP responses so far by status, and their total: /stats `requests`. NULL when out of memory. */
+static json_t *by_status_json(api_t *api, uint64_t *total)
 {
-    commit_stats_t s;
-    uint64_t total = 0;
     char code[16];
-
-    commit_get_stats(api->commit, &s);
     json_t *by = json_object();
+    *total = 0;
     for (int i = 0; by && i < API_STATUS_SLOTS; i++) {
         uint64_t n = load(&api->by_status[i]);
         if (n == 0)
             continue;
-        total += n;
+        *total += n;
         snprintf(code, sizeof(code), "%d", i);
         if (json_object_set_new(by, code, json_integer((json_int_t)n)) != 0) {
             json_decref(by);
             by = NULL;
         }
     }
+    return by;
+}
+
+void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
+{
+    commit_stats_t s;
+    uint64_t total;
+
+    commit_get_stats(api->commit, &s);
+    json_t *by = by_status_json(api, &total);
     json_t *groups = by ? groups_json(api, s.committed_offset) : NULL;
     if (!by || !groups) {
         json_decref(by);
@@ -220,6 +228,34 @@ static void header(FILE *f, const char *name, const char *type, const char *help
     fprintf(f, "# HELP ingestd_%s %s\n# TYPE ingestd_%s %s\n", name, help, name, type);
 }
 
+/* ingestd_requests_total, one sample per status answered so far. */
+static void metric_requests(FILE *f, api_t *api)
+{
+    header(f, "requests_total", "counter", "HTTP responses by status code.");
+    for (int i = 0; i < API_STATUS_SLOTS; i++) {
+        uint64_t n = load(&api->by_status[i]);
+        if (n)
+            fprintf(f, "ingestd_requests_total{code=\"%d\"} %" PRIu64 "\n", i, n);
+    }
+}
+
+/* Adds the uptime, closes the open_memstream `f` over *buf / *len and answers with it. */
+static void metrics_finish(const api_t *api, FILE *f, char **buf, size_t *len, api_resp_t *resp)
+{
+    metric(f, "uptime_seconds", "gauge", "Seconds since start.", (double)uptime_s(api));
+    /* open_memstream updates *buf and *len at fclose: read them only after it. */
+    if (fclose(f) != 0 || !*buf) {
+        free(*buf);
+        api_error(resp, 503, "out of memory, retry later");
+        return;
+    }
+    memset(resp, 0, sizeof(*resp));
+    resp->status = 200;
+    resp->content_type = "text/plain; version=0.0.4";
+    resp->body = *buf;
+    resp->body_len = *len;
+}
+
 void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
 {
     commit_stats_t s;
@@ -238,12 +274,7 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
            (double)s.duplicates);
     metric(f, "events_rejected_total", "counter", "Events rejected by validation.",
            (double)load(&api->rejected));
-    header(f, "requests_total", "counter", "HTTP responses by status code.");
-    for (int i = 0; i < API_STATUS_SLOTS; i++) {
-        uint64_t n = load(&api->by_status[i]);
-        if (n)
-            fprintf(f, "ingestd_requests_total{code=\"%d\"} %" PRIu64 "\n", i, n);
-    }
+    metric_requests(f, api);
     metric(f, "dedupe_keys", "gauge", "Keys in the dedupe window.", (double)s.keys);
     metric(f, "dedupe_window_seconds", "gauge", "Configured dedupe window.",
            (double)api->window_ms / 1000.0);
@@ -330,39 +361,10 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
         metric(f, "dedupe_filter_asymptotic_fpr", "gauge",
                "Memory store: the filter's asymptotic false positive rate (a lost unique event).",
                s.filter_fpr);
-    metric(f, "uptime_seconds", "gauge", "Seconds since start.", (double)uptime_s(api));
-    if (fclose(f) != 0 || !buf) {
-        free(buf);
-        api_error(resp, 503, "out of memory, retry later");
-        return;
-    }
-    memset(resp, 0, sizeof(*resp));
-    resp->status = 200;
-    resp->content_type = "text/plain; version=0.0.4";
-    resp->body = buf;
-    resp->body_len = len;
+    metrics_finish(api, f, &buf, &len, resp);
 }
 
 /* Requests by status, for both /stats shapes; NULL when out of memory. */
-static json_t *by_status_json(api_t *api, uint64_t *total)
-{
-    char code[16];
-    json_t *by = json_object();
-    *total = 0;
-    for (int i = 0; by && i < API_STATUS_SLOTS; i++) {
-        uint64_t n = load(&api->by_status[i]);
-        if (n == 0)
-            continue;
-        *total += n;
-        snprintf(code, sizeof(code), "%d", i);
-        if (json_object_set_new(by, code, json_integer((json_int_t)n)) != 0) {
-            json_decref(by);
-            by = NULL;
-        }
-    }
-    return by;
-}
-
 /*
  * The edge role: no dedupe, log or commit here (the workers decide duplicates), so /stats
  * reports the role, the api's counters and the sink's own section under its role's name.
@@ -432,12 +434,7 @@ void api_metrics_sink(api_t *api, api_resp_t *resp)
            (double)load(&api->sink_accepted));
     metric(f, "events_rejected_total", "counter", "Events rejected by validation.",
            (double)load(&api->rejected));
-    header(f, "requests_total", "counter", "HTTP responses by status code.");
-    for (int i = 0; i < API_STATUS_SLOTS; i++) {
-        uint64_t n = load(&api->by_status[i]);
-        if (n)
-            fprintf(f, "ingestd_requests_total{code=\"%d\"} %" PRIu64 "\n", i, n);
-    }
+    metric_requests(f, api);
     metric(f, "rate_limit_events_per_second", "gauge",
            "Configured rate limit per write key (--rate-limit; 0: none).", (double)api->rate_limit);
     metric(f, "rate_limited_requests_total", "counter",
@@ -445,15 +442,5 @@ void api_metrics_sink(api_t *api, api_resp_t *resp)
            (double)load(&api->rate_limited_requests));
     fputs(more, f);
     free(more);
-    metric(f, "uptime_seconds", "gauge", "Seconds since start.", (double)uptime_s(api));
-    if (fclose(f) != 0 || !buf) {
-        free(buf);
-        api_error(resp, 503, "out of memory, retry later");
-        return;
-    }
-    memset(resp, 0, sizeof(*resp));
-    resp->status = 200;
-    resp->content_type = "text/plain; version=0.0.4";
-    resp->body = buf;
-    resp->body_len = len;
+    metrics_finish(api, f, &buf, &len, resp);
 }
