@@ -78,9 +78,9 @@ void cluster_set_log(cluster_log_fn fn)
 
 static void on_rdkafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
 {
-    char facility[64];
-    (void)rk;
-    snprintf(facility, sizeof facility, "kafka/%s", fac ? fac : "-");
+    char facility[160];
+    snprintf(facility, sizeof facility, "kafka %s/%s", rk ? rd_kafka_name(rk) : "-",
+             fac ? fac : "-");
     if (log_fn)
         log_fn(level, facility, buf);
 }

@@ -25,8 +25,8 @@ const char *cluster_strerror(int status);
 
 /*
  * Where librdkafka's own log lines go: `severity` is syslog's (0 emergency .. 7 debug), `fac`
- * librdkafka's facility ("kafka/FAC"), `msg` its text. NULL, the default: librdkafka prints
- * them to stderr itself. Set once, before any role creates a client.
+ * "kafka CLIENT/FAC" (librdkafka's client name and facility), `msg` its text. NULL, the default:
+ * librdkafka prints them to stderr itself. Set once, before any role creates a client.
  */
 typedef void (*cluster_log_fn)(int severity, const char *fac, const char *msg);
 void cluster_set_log(cluster_log_fn fn);

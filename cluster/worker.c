@@ -107,15 +107,6 @@ static void crash_hook(cluster_worker_t *w, const char *point)
 
 /* ---- librdkafka callbacks ---- */
 
-static void on_kafka_log(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    cluster_worker_t *w = rd_kafka_opaque(rk);
-    /* syslog levels: 0..3 error, 4 warning, 5..6 info, 7 debug */
-    int lv = level <= 3 ? 0 : level == 4 ? 1 : level <= 6 ? 2 : 3;
-    if (w != NULL)
-        wlog(w, lv, "kafka %s: %s: %s", rd_kafka_name(rk), fac, buf);
-}
-
 static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
     cluster_worker_t *w = opaque;
@@ -305,7 +296,6 @@ static int producer_new(cluster_worker_t *w, char *err, size_t errlen)
         return rc;
     }
     rd_kafka_conf_set_opaque(conf, w);
-    rd_kafka_conf_set_log_cb(conf, on_kafka_log);
     rd_kafka_conf_set_error_cb(conf, on_kafka_error);
     w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
     if (w->producer == NULL) {
@@ -358,7 +348,6 @@ static int consumer_new(cluster_worker_t *w, char *err, size_t errlen)
         return rc;
     }
     rd_kafka_conf_set_opaque(conf, w);
-    rd_kafka_conf_set_log_cb(conf, on_kafka_log);
     rd_kafka_conf_set_error_cb(conf, on_kafka_error);
     rd_kafka_conf_set_rebalance_cb(conf, on_rebalance);
     w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
