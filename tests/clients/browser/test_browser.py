@@ -15,8 +15,6 @@ Needs Debian's `chromium`, `nodejs` and `npm` (scripts/install-deps). Python 3 s
 """
 
 import contextlib
-import fcntl
-import hashlib
 import http.server
 import json
 import os
@@ -30,12 +28,12 @@ import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "integration"))
+sys.path.insert(0, os.path.join(HERE, ".."))
 
 import harness  # noqa: E402
+import nodedeps  # noqa: E402
 
 NODE_MODULES = os.path.join(HERE, "node_modules")
-STAMP = os.path.join(NODE_MODULES, ".ingestd-installed")
-NPM_TIMEOUT = 600
 PAGE_TIMEOUT = 40.0  # Chromium start + page run: well under a minute
 KEY = "browserkey"
 SOURCE = "web"
@@ -47,37 +45,10 @@ class BrowserTestError(AssertionError):
 
 # ---- npm install + bundle ------------------------------------------------------------------
 
-def _digest():
-    h = hashlib.sha256()
-    for name in ("package.json", "package-lock.json"):
-        with open(os.path.join(HERE, name), "rb") as f:
-            h.update(name.encode() + b"\0" + f.read() + b"\0")
-    return h.hexdigest()
-
-
 def ensure_node_modules():
-    """`npm ci` unless node_modules was installed from this very package.json + lock file."""
-    for tool in ("node", "npm"):
-        if shutil.which(tool) is None:
-            raise BrowserTestError("%s not found: run scripts/install-deps (nodejs, npm)" % tool)
-    digest = _digest()
-    # Two builds' test runs may start at once: one installs, the other waits for it.
-    with open(os.path.join(HERE, ".npm-lock"), "w") as lockf:
-        fcntl.flock(lockf, fcntl.LOCK_EX)
-        try:
-            with open(STAMP) as f:
-                if f.read().strip() == digest:
-                    return
-        except OSError:
-            pass
-        p = subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
-                           cwd=HERE, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=NPM_TIMEOUT)
-        if p.returncode != 0:
-            raise BrowserTestError("npm ci failed (%d):\n%s\n%s"
-                                   % (p.returncode, p.stdout[-3000:], p.stderr[-3000:]))
-        with open(STAMP, "w") as f:
-            f.write(digest + "\n")
+    """`npm ci` unless node_modules was installed from this very package.json + lock file.
+    Optional dependencies stay: esbuild's binary for this platform is one."""
+    nodedeps.ensure(HERE, packages=("@segment/analytics-next", "esbuild"), npm_args=())
 
 
 def bundle(out_dir):
