@@ -631,7 +631,10 @@ static int normalise(build_t *b, const json_t *ev, batch_event_t *out, const cha
     if (put_ch(w, '\0') != 0 || put(w, mid, mid_len) != 0 || put_ch(w, '\0') != 0)
         return -1;
     out->message_id_len = mid_len;
-    keyhash(o->secret, o->source, b->source_len, mid, mid_len, out->key);
+    if (o->secret != NULL)
+        keyhash(o->secret, o->source, b->source_len, mid, mid_len, out->key);
+    else
+        memset(out->key, 0, sizeof(out->key));
     out->len = len;
     return 0;
 }

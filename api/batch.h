@@ -26,7 +26,9 @@ void batch_uuid_v4(char out[BATCH_UUID_LEN + 1], void *arg);
 typedef struct batch_options {
     const char *single_type; /* NULL for /v1/batch and /v1/import; else the route's event type */
     const char *source;      /* the write key's source, stamped on every event */
-    const uint8_t *secret;   /* KEYHASH_SECRET_LEN bytes for the dedupe key */
+    const uint8_t *secret;   /* KEYHASH_SECRET_LEN bytes for the dedupe key; NULL: no key is
+                                computed (left zero), as for the edge role, whose workers
+                                de-duplicate downstream */
     int64_t now_ms;          /* receivedAt */
     batch_uuid_fn uuid;      /* NULL: batch_uuid_v4 */
     void *uuid_arg;

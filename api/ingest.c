@@ -290,10 +290,6 @@ static int submit(api_t *api, const api_req_t *req, batch_t *b, api_resp_t *resp
     return API_PENDING;
 }
 
-/* With a sink (the edge role) there is no dedupe key to compute against: a fixed secret keeps
- * batch_build as it is; the keys it yields are never used. */
-static const uint8_t NO_SECRET[KEYHASH_SECRET_LEN];
-
 /* A request whose events went to the sink: what its answer needs until the sink reports. */
 struct sink_pending {
     api_t *api;
@@ -408,7 +404,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         .single_type = single_type,
         // cppcheck-suppress nullPointerRedundantCheck
         .source = wk->source,
-        .secret = api->commit ? commit_secret(api->commit) : NO_SECRET,
+        .secret = api->commit ? commit_secret(api->commit) : NULL, /* edge: no dedupe key */
         .now_ms = req->now_ms,
         .size_hint = req->body_len,
     };
