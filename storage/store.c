@@ -225,8 +225,10 @@ int store_open(const char *dir, const store_options_t *opts, store_t **out)
     if ((rc = xlate(st, mdb_env_set_maxdbs(st->env, 4))) ||
         (rc = xlate(st, mdb_env_set_mapsize(st->env, (size_t)map))))
         goto fail;
-    /* MDB_NORDAHEAD: lookups of random keys gain nothing from read-ahead. */
-    unsigned flags = MDB_NORDAHEAD;
+    /* MDB_NORDAHEAD: lookups of random keys gain nothing from read-ahead. MDB_NOTLS: a read
+     * transaction belongs to its store_reader_t, not its thread, so the commit writer can hold
+     * one while the checkpointer thread writes. */
+    unsigned flags = MDB_NORDAHEAD | MDB_NOTLS;
     if (st->read_only)
         flags |= MDB_RDONLY;
     else if (opts && opts->sync == STORE_SYNC_META)
@@ -484,6 +486,14 @@ int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
     return store_insert(st, key, received_ms, log_offset, &dup);
 }
 
+int store_put_seq(store_t *st, const uint8_t key[KEYHASH_LEN], uint64_t seq, int64_t received_ms,
+                  uint64_t log_offset)
+{
+    if (!st->txn || seq != st->txn_seq)
+        return STORE_ERROR; /* the caller's numbering and the store's must agree */
+    return store_upsert(st, key, received_ms, log_offset);
+}
+
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present)
 {
     MDB_txn *txn = st->txn;
@@ -542,8 +552,16 @@ int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uin
     return rc;
 }
 
-int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
-                uint64_t *evicted_age, uint64_t *evicted_size)
+/*
+ * Deletes entries from the front of `seq` (and the `keys` entry each names),
+ * at most `max_steps`, while `more` says the oldest one must go. It is given
+ * the entry and the number of keys left, and says which counter to add to.
+ */
+typedef enum { EVICT_STOP, EVICT_AGE, EVICT_SIZE } evict_why_t;
+typedef evict_why_t (*evict_pred_t)(const void *arg, const seq_rec_t *r, uint64_t keys_left);
+
+static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const void *arg,
+                       uint64_t *evicted_age, uint64_t *evicted_size)
 {
     MDB_cursor *cur = NULL;
     MDB_stat ms;
@@ -566,9 +584,8 @@ int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t ma
         seq_rec_t r;
         if ((rc = seq_decode(st, &k, &v, &r)))
             goto out;
-        bool by_age = r.received_ms < older_than_ms;
-        bool by_size = max_keys > 0 && count > max_keys;
-        if (!by_age && !by_size)
+        evict_why_t why = more(arg, &r, count);
+        if (why == EVICT_STOP)
             break;
         /* Exactly this key's entry with this sequence: a newer one for the key is never hit. */
         uint8_t value[KEY_VALUE];
@@ -585,14 +602,43 @@ int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t ma
             rc = xlate(st, mrc);
             goto out;
         }
-        if (by_age)
-            (*evicted_age)++;
-        else
-            (*evicted_size)++;
+        (*(why == EVICT_AGE ? evicted_age : evicted_size))++;
     }
 out:
     mdb_cursor_close(cur);
     return rc;
+}
+
+typedef struct {
+    int64_t older_than_ms;
+    uint64_t max_keys;
+} window_bound_t;
+
+static evict_why_t past_window(const void *arg, const seq_rec_t *r, uint64_t keys_left)
+{
+    const window_bound_t *b = arg;
+    if (r->received_ms < b->older_than_ms)
+        return EVICT_AGE;
+    return b->max_keys > 0 && keys_left > b->max_keys ? EVICT_SIZE : EVICT_STOP;
+}
+
+int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
+                uint64_t *evicted_age, uint64_t *evicted_size)
+{
+    window_bound_t b = {.older_than_ms = older_than_ms, .max_keys = max_keys};
+    return evict_front(st, max_steps, past_window, &b, evicted_age, evicted_size);
+}
+
+static evict_why_t below_seq(const void *arg, const seq_rec_t *r, uint64_t keys_left)
+{
+    (void)keys_left;
+    return r->seq < *(const uint64_t *)arg ? EVICT_AGE : EVICT_STOP;
+}
+
+int store_evict_below(store_t *st, uint64_t floor_seq, size_t max_steps, uint64_t *evicted)
+{
+    uint64_t unused = 0;
+    return evict_front(st, max_steps, below_seq, &floor_seq, evicted, &unused);
 }
 
 int store_set_applied(store_t *st, uint64_t next_offset)
@@ -724,6 +770,109 @@ int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_f
     }
     mdb_txn_abort(txn);
     return rc;
+}
+
+/* ---- readers: one long read transaction each, renewed on demand ---- */
+
+struct store_reader {
+    store_t *st;
+    MDB_txn *txn;
+    MDB_cursor *kcur, *scur; /* on `keys` and `seq`, renewed with txn */
+};
+
+void store_reader_close(store_reader_t *r)
+{
+    if (!r)
+        return;
+    if (r->kcur)
+        mdb_cursor_close(r->kcur);
+    if (r->scur)
+        mdb_cursor_close(r->scur);
+    if (r->txn)
+        mdb_txn_abort(r->txn);
+    free(r);
+}
+
+int store_reader_open(store_t *st, store_reader_t **out)
+{
+    store_reader_t *r = calloc(1, sizeof(*r));
+    int rc;
+
+    *out = NULL;
+    if (!r)
+        return STORE_NOMEM;
+    r->st = st;
+    if ((rc = begin_read(st, &r->txn)) ||
+        (rc = xlate(st, mdb_cursor_open(r->txn, st->keys, &r->kcur))) ||
+        (rc = xlate(st, mdb_cursor_open(r->txn, st->seq, &r->scur)))) {
+        store_reader_close(r);
+        return rc;
+    }
+    *out = r;
+    return STORE_OK;
+}
+
+int store_reader_refresh(store_reader_t *r)
+{
+    mdb_txn_reset(r->txn);
+    int rc = xlate(r->st, mdb_txn_renew(r->txn));
+    if (rc == STORE_OK)
+        rc = xlate(r->st, mdb_cursor_renew(r->txn, r->kcur));
+    if (rc == STORE_OK)
+        rc = xlate(r->st, mdb_cursor_renew(r->txn, r->scur));
+    return rc;
+}
+
+int store_reader_find(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,
+                      uint64_t *seq)
+{
+    return find_key(r->st, r->kcur, key, present, seq);
+}
+
+int store_reader_first_from(store_reader_t *r, uint64_t from, bool *found, store_entry_t *e)
+{
+    store_t *st = r->st;
+    uint64_t bucket = from / st->bucket;
+    MDB_val k, v;
+    seq_rec_t rec;
+
+    *found = false;
+    /* The bucket of `from` (or the next one there is), then the first value at or past its
+     * position; a bucket holding only earlier positions sends us on to the next bucket. */
+    for (int tries = 0; tries < 2; tries++, bucket++) {
+        k = val(&bucket, sizeof(bucket));
+        int mrc = mdb_cursor_get(r->scur, &k, &v, MDB_SET_RANGE);
+        if (mrc == MDB_NOTFOUND)
+            return STORE_OK;
+        if (mrc)
+            return xlate(st, mrc);
+        int rc = seq_decode(st, &k, &v, &rec);
+        if (rc)
+            return rc;
+        if (rec.seq < from) {
+            uint8_t probe[SEQ_VALUE_LEN] = {(uint8_t)(from % st->bucket)};
+            v = val(probe, sizeof(probe));
+            mrc = mdb_cursor_get(r->scur, &k, &v, MDB_GET_BOTH_RANGE);
+            if (mrc == MDB_NOTFOUND)
+                continue;
+            if (mrc)
+                return xlate(st, mrc);
+            if ((rc = seq_decode(st, &k, &v, &rec)))
+                return rc;
+        }
+        *found = true;
+        e->seq = rec.seq;
+        memcpy(e->key, rec.key, KEYHASH_LEN);
+        e->received_ms = rec.received_ms;
+        e->offset = rec.offset;
+        return STORE_OK;
+    }
+    return STORE_OK;
+}
+
+int store_reader_info(store_reader_t *r, store_info_t *info)
+{
+    return read_info(r->st, r->txn, info);
 }
 
 int store_copy(store_t *st, const char *dir)

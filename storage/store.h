@@ -111,6 +111,14 @@ int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
  */
 int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uint64_t *log_offset);
 
+/*
+ * Checkpointer only: store_upsert at the exact sequence `seq`, which must be
+ * the one the open transaction gives next (STORE_ERROR otherwise: the caller
+ * numbered its keys from another state of the store).
+ */
+int store_put_seq(store_t *st, const uint8_t key[KEYHASH_LEN], uint64_t seq, int64_t received_ms,
+                  uint64_t log_offset);
+
 /* True in *present when `key` is in the store (inside the open write txn, or a read txn). */
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present);
 
@@ -122,6 +130,12 @@ int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present);
  */
 int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
                 uint64_t *evicted_age, uint64_t *evicted_size);
+
+/*
+ * Deletes, oldest first and at most `max_steps`, the sequence entries below
+ * `floor_seq` and the keys they name; *evicted counts them.
+ */
+int store_evict_below(store_t *st, uint64_t floor_seq, size_t max_steps, uint64_t *evicted);
 
 /* Records that the log up to (not including) `next_offset` is applied. */
 int store_set_applied(store_t *st, uint64_t next_offset);
@@ -150,6 +164,35 @@ typedef int (*store_key_fn)(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t 
  */
 int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_fn on_key,
                void *arg);
+
+/*
+ * A reader: one read transaction, on the latest commit when opened or
+ * refreshed, kept (with its snapshot) until the next refresh. It may be used
+ * by one thread at a time while another thread writes. It pins the pages of
+ * its snapshot, so refresh it after every commit that matters. Freed with
+ * store_reader_close(), before store_close().
+ */
+typedef struct store_reader store_reader_t;
+
+/* One sequence entry: what `seq` holds for it. */
+typedef struct store_entry {
+    uint64_t seq;
+    uint8_t key[KEYHASH_LEN];
+    int64_t received_ms;
+    uint64_t offset;
+} store_entry_t;
+
+int store_reader_open(store_t *st, store_reader_t **out);
+void store_reader_close(store_reader_t *r);
+/* Moves the reader to the latest commit. */
+int store_reader_refresh(store_reader_t *r);
+/* *present when `key` is in the snapshot, with its sequence number in *seq (may be NULL). */
+int store_reader_find(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,
+                      uint64_t *seq);
+/* The first sequence entry at or after `from` in the snapshot: *found, and *e when found. */
+int store_reader_first_from(store_reader_t *r, uint64_t from, bool *found, store_entry_t *e);
+/* store_get_info of the snapshot. */
+int store_reader_info(store_reader_t *r, store_info_t *info);
 
 /* Writes a compacted copy of the environment into the existing directory `dir`. */
 int store_copy(store_t *st, const char *dir);

@@ -1,5 +1,6 @@
 /* test_store.c: the LMDB dedupe store: insert/duplicate, abort, eviction, info, secret, map growth.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -604,6 +605,158 @@ static void test_lookup_owner(void **state)
     store_close(st);
 }
 
+/*
+ * A reader keeps its snapshot while another thread's commits go on, and sees
+ * them once refreshed: the commit writer's view of LMDB under checkpoints.
+ */
+typedef struct {
+    store_t *st;
+    uint64_t first, n;
+} writer_arg_t;
+
+static void *commit_in_thread(void *arg)
+{
+    writer_arg_t *w = arg;
+    insert_committed(w->st, w->first, w->n, 0);
+    return NULL;
+}
+
+static void test_reader_snapshot(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_reader_t *r = NULL;
+    store_info_t si;
+    uint8_t key[KEYHASH_LEN];
+    bool present;
+    uint64_t seq = 0;
+
+    insert_committed(st, 0, 300, 0); /* three `seq` buckets */
+    assert_int_equal(store_reader_open(st, &r), STORE_OK);
+    writer_arg_t w = {.st = st, .first = 300, .n = 100};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, commit_in_thread, &w), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+
+    mkkey(299, key);
+    assert_int_equal(store_reader_find(r, key, &present, &seq), STORE_OK);
+    assert_true(present);
+    assert_int_equal(seq, 299);
+    mkkey(350, key);
+    assert_int_equal(store_reader_find(r, key, &present, &seq), STORE_OK);
+    assert_false(present); /* committed after the snapshot */
+    assert_int_equal(store_reader_info(r, &si), STORE_OK);
+    assert_int_equal(si.keys, 300);
+    assert_int_equal(si.next_seq, 300);
+
+    assert_int_equal(store_reader_refresh(r), STORE_OK);
+    assert_int_equal(store_reader_find(r, key, &present, &seq), STORE_OK);
+    assert_true(present);
+    assert_int_equal(seq, 350);
+    assert_int_equal(store_reader_info(r, &si), STORE_OK);
+    assert_int_equal(si.keys, 400);
+    store_reader_close(r);
+    store_close(st);
+}
+
+/* store_reader_first_from: the entry at or after a sequence, across buckets and gaps. */
+static void test_reader_first_from(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_reader_t *r = NULL;
+    store_entry_t e;
+    bool found = true;
+    uint64_t evicted = 0;
+
+    assert_int_equal(store_reader_open(st, &r), STORE_OK);
+    assert_int_equal(store_reader_first_from(r, 0, &found, &e), STORE_OK);
+    assert_false(found); /* empty */
+    store_reader_close(r);
+
+    insert_committed(st, 0, 400, 5000);
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_evict_below(st, 130, 1000, &evicted), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(evicted, 130);
+
+    assert_int_equal(store_reader_open(st, &r), STORE_OK);
+    const uint64_t from[] = {0, 129, 130, 131, 245, 246, 247, 399};
+    const uint64_t want[] = {130, 130, 130, 131, 245, 246, 247, 399};
+    for (size_t i = 0; i < sizeof(from) / sizeof(from[0]); i++) {
+        assert_int_equal(store_reader_first_from(r, from[i], &found, &e), STORE_OK);
+        assert_true(found);
+        assert_int_equal(e.seq, want[i]);
+        assert_int_equal(e.offset, want[i]); /* insert() stores offset i */
+        assert_int_equal(e.received_ms, 5000 + 100 * (int64_t)want[i]);
+        uint8_t key[KEYHASH_LEN];
+        mkkey(want[i], key);
+        assert_memory_equal(e.key, key, KEYHASH_LEN);
+    }
+    assert_int_equal(store_reader_first_from(r, 400, &found, &e), STORE_OK);
+    assert_false(found);
+    store_reader_close(r);
+    store_close(st);
+}
+
+/*
+ * store_put_seq: the sequence must be the store's next one; a key already
+ * present is replaced (its old entry retired), as a key accepted again after
+ * it left the window. store_evict_below deletes only below the floor, and
+ * never a key's newer entry.
+ */
+static void test_put_seq_and_evict_below(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    store_info_t si;
+    uint8_t key[KEYHASH_LEN];
+    uint64_t evicted = 0;
+
+    insert_committed(st, 0, 10, 0); /* sequences 0..9 */
+    assert_int_equal(store_begin(st), STORE_OK);
+    mkkey(100, key);
+    assert_int_equal(store_put_seq(st, key, 11, 1, 1), STORE_ERROR); /* skips 10 */
+    store_abort(st);
+
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_put_seq(st, key, 10, 1, 100), STORE_OK);
+    mkkey(3, key); /* present at sequence 3: replaced by sequence 11 */
+    assert_int_equal(store_put_seq(st, key, 11, 2, 103), STORE_OK);
+    assert_int_equal(store_evict_below(st, 5, 1000, &evicted), STORE_OK);
+    assert_int_equal(evicted, 4); /* 0, 1, 2, 4: sequence 3 is gone already */
+    assert_int_equal(store_set_applied(st, 104), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+
+    assert_true(contains(st, 3));
+    assert_false(contains(st, 2));
+    assert_false(contains(st, 4));
+    assert_true(contains(st, 5));
+    assert_true(contains(st, 100));
+    uint64_t off = 0;
+    bool present = false;
+    assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
+    assert_true(present);
+    assert_int_equal(off, 103);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 7); /* 3, 5..9, 100 */
+    assert_int_equal(si.next_seq, 12);
+    assert_int_equal(si.applied, 104);
+    assert_int_equal(si.oldest_offset, 5);
+
+    /* Bounded steps, then the rest. */
+    assert_int_equal(store_begin(st), STORE_OK);
+    evicted = 0;
+    assert_int_equal(store_evict_below(st, 12, 2, &evicted), STORE_OK);
+    assert_int_equal(evicted, 2);
+    assert_int_equal(store_evict_below(st, 12, 100, &evicted), STORE_OK);
+    assert_int_equal(evicted, 7);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 0);
+    store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -626,6 +779,9 @@ int main(void)
         T(test_read_only_other_process),
         T(test_misuse),
         T(test_lookup_owner),
+        T(test_reader_snapshot),
+        T(test_reader_first_from),
+        T(test_put_seq_and_evict_below),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
