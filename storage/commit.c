@@ -1,4 +1,8 @@
-/* commit.c: group commit; one writer thread, one LMDB txn + one log append + one fsync per batch.
+/*
+ * commit.c: group commit. The writer thread de-duplicates a batch against a
+ * read snapshot of LMDB plus the keys accepted since (pending.h), appends it
+ * to the log with one fsync, and acknowledges it; the checkpointer thread
+ * writes those keys into LMDB about once a second.
  */
 #include "storage/commit.h"
 
@@ -19,6 +23,7 @@
 #include "storage/filter/filter.h"
 #include "storage/fsutil.h"
 #include "storage/log.h"
+#include "storage/pending.h"
 #include "storage/store.h"
 
 #define DEFAULT_MAX_BATCH 50000
@@ -30,21 +35,55 @@
 #define RECOVER_EVERY_MS  1000
 #define RETAIN_EVERY_MS   1000
 /*
- * LMDB checkpoints. Group commits insert their keys into one long LMDB write
- * transaction and are acknowledged once the log is fsynced; the transaction
- * is committed (a checkpoint) every CHECKPOINT_MS, or after CHECKPOINT_EVENTS
- * events, or at close. A page dirtied by many batches is then copied and
- * written once per checkpoint instead of once per batch. What a crash loses
- * of LMDB since the last checkpoint the log replays at start (it is durable:
- * every batch in the transaction was fsynced to the log before its ack).
- * CHECKPOINT_EVENTS keeps a transaction's dirty pages (about one leaf page per
- * key in a big window, 4 KiB each in memory until written) well under LMDB's limit of
- * 128 Ki dirty pages.
+ * LMDB checkpoints. A group commit is acknowledged once the log is fsynced;
+ * its keys stay in the writer's pending generation (pending.h), which is
+ * handed to the checkpointer thread every CHECKPOINT_MS or CHECKPOINT_EVENTS
+ * keys, whichever comes first, when the checkpointer is idle. What a crash
+ * loses of LMDB since the last checkpoint the log replays at start (it is
+ * durable: every batch was fsynced to the log before its ack).
+ * The checkpointer writes a generation in as few LMDB transactions as it can:
+ * a page dirtied by many keys is copied and written once per transaction, so
+ * the fewer transactions, the fewer bytes written and synced. A transaction
+ * takes up to `ckpt_chunk` keys (and as many evictions); when LMDB runs out of
+ * dirty-page room (STORE_TXN_FULL) it is redone with half as many, and the
+ * chunk grows back after each full one that fits. LMDB holds a transaction's
+ * dirty pages in memory until the commit: a small store has few pages to
+ * dirty, but in a big window every key dirties a leaf page or two of its own,
+ * so once the store outgrows DIRTY_MAX_BYTES a transaction takes at most
+ * CHUNK_BIG_WINDOW keys (LMDB spills dirty pages past 128 Ki, 512 MiB, itself;
+ * the more keys share a transaction, the more of them share a page). PENDING_MAX bounds the keys
+ * waiting for a checkpoint: past it the writer waits for the checkpointer (a slow disk or a huge
+ * window), so memory stays bounded and the queue bound (503) does the rest.
  */
 #define SHORT_WINDOW_WARN_MS 60000
 #define CHECKPOINT_MS        1000
-#define CHECKPOINT_EVENTS    32768
+#define CHECKPOINT_EVENTS    131072
+#define CHUNK_MAX            262144
+#define CHUNK_MIN            1024
+#define CHUNK_BIG_WINDOW     131072
+#define DIRTY_MAX_BYTES      (512ull << 20)
+#define PENDING_MAX          262144
 #define ACKED_FILE           "ACKED" /* in DIR/store: the acknowledged end, for readers */
+
+/* What the checkpointer is doing; under mu. */
+enum job_state {
+    JOB_IDLE,    /* nothing handed over */
+    JOB_QUEUED,  /* handed over, not yet started */
+    JOB_RUNNING, /* being written */
+    JOB_DONE,    /* written (or failed, or cancelled): the writer has not yet taken the result */
+};
+
+/* One checkpoint: a frozen generation and the window floor, into LMDB. */
+typedef struct {
+    int state;            /* enum job_state */
+    uint64_t commits;     /* LMDB transactions committed by checkpoints so far */
+    bool cancel;          /* stop before the next transaction (storage is being re-opened) */
+    bool quit;            /* the checkpointer thread ends */
+    int status;           /* STORE_OK or why it failed */
+    const pending_t *gen; /* the keys, in sequence order */
+    uint64_t floor;       /* evict every sequence below it */
+    uint64_t applied;     /* the log offset after the last record acknowledged when handed over */
+} ckpt_job_t;
 
 /* A long-polling reader waiting for the committed offset to pass `offset`. */
 typedef struct watch {
@@ -90,11 +129,31 @@ struct commit {
     uint64_t discard_from;        /* the end of its last successful sync */
     int64_t last_recover_ms;      /* monotonic time of the last re-establishing attempt */
     int64_t last_retain_ms;       /* monotonic time retention last ran */
-    bool txn_open;                /* an LMDB write transaction holds batches since the checkpoint */
-    int64_t txn_since_ms;         /* monotonic time it was begun */
-    uint64_t txn_events;          /* events of the batches in it */
     int acked_fd;                 /* DIR/store/ACKED, or -1 */
     int64_t last_short_window_ms; /* monotonic time of the last "window shortened" warning */
+
+    /*
+     * The writer's view of the window (LMDB mode, writer-thread only): a read
+     * snapshot (sequences below snap_end), the generation handed to the
+     * checkpointer (`flight`, until its commit is in the snapshot) and the
+     * one being filled (`cur`). Sequences below `floor` are evicted, whether
+     * or not LMDB has deleted them yet; every sequence in [floor, next_seq)
+     * that exists names a key in the window, `live` of them.
+     */
+    store_reader_t *reader;
+    pending_t *cur, *flight, *spare;
+    int64_t cur_since_ms; /* monotonic time of the last hand-over (or open) */
+    uint64_t snap_end, next_seq, floor, live;
+    uint64_t handed_floor; /* the floor the last hand-over carried */
+    uint64_t seen_commits; /* job.commits when the snapshot last moved on */
+
+    /* The checkpointer thread (LMDB mode). */
+    pthread_t ckpt_thread;
+    bool ckpt_started;
+    pthread_cond_t ckpt_cv;    /* wakes the checkpointer; the writer waits on cv */
+    ckpt_job_t job;            /* under mu */
+    size_t ckpt_chunk;         /* checkpointer-only: keys per LMDB transaction (see CHUNK_MAX) */
+    uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
 };
 
 static int64_t now_ms(clockid_t clk)
@@ -288,10 +347,15 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
     return 0;
 }
 
+/* The checkpointer must be idle (settle_job): the view goes with the store. */
 static void close_storage(commit_t *c)
 {
-    /* An open transaction is aborted with the store: the log holds all of it. */
-    c->txn_open = false;
+    store_reader_close(c->reader);
+    c->reader = NULL;
+    pending_free(c->cur);
+    pending_free(c->flight);
+    pending_free(c->spare);
+    c->cur = c->flight = c->spare = NULL;
     if (c->acked_fd >= 0)
         close(c->acked_fd);
     c->acked_fd = -1;
@@ -513,6 +577,43 @@ static void open_acked(commit_t *c, const char *storedir, uint64_t offset)
     write_acked(c, offset);
 }
 
+/*
+ * The writer's view of a freshly opened (and replayed) store: a snapshot of
+ * it, nothing pending, the floor at its oldest entry.
+ */
+static int open_view(commit_t *c, char *errbuf, size_t errlen)
+{
+    store_info_t si;
+    store_entry_t e;
+    bool found = false;
+    int rc = store_reader_open(c->store, &c->reader);
+    if (rc == STORE_OK)
+        rc = store_reader_info(c->reader, &si);
+    if (rc == STORE_OK)
+        rc = store_reader_first_from(c->reader, 0, &found, &e);
+    if (rc != STORE_OK) {
+        errf(errbuf, errlen, "reading the LMDB store: %s (%s)", store_strerror(rc),
+             store_detail(c->store));
+        return -1;
+    }
+    c->next_seq = c->snap_end = si.next_seq;
+    c->floor = c->handed_floor = found ? e.seq : si.next_seq;
+    c->live = si.keys;
+    c->cur = pending_new(si.next_seq);
+    c->spare = pending_new(si.next_seq);
+    if (!c->cur || !c->spare) {
+        errf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    c->cur_since_ms = now_ms(CLOCK_MONOTONIC);
+    c->ckpt_store_bytes = si.used_bytes; /* the checkpointer is idle while the view opens */
+    pthread_mutex_lock(&c->mu);
+    c->stats.store_map_size = si.map_size;
+    c->stats.store_used_bytes = si.used_bytes;
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+}
+
 static int open_storage(commit_t *c, char *errbuf, size_t errlen)
 {
     if (c->memory)
@@ -624,6 +725,8 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
         fsutil_sync_dir(path);
     if (aside && fsutil_rm_tree(aside) != 0)
         notify(c, 1, "could not remove %s: %s", aside, strerror(errno));
+    if (open_view(c, errbuf, errlen) != 0)
+        goto out;
     c->discard = false;
     rc = 0;
 out:
@@ -636,21 +739,25 @@ out:
     return rc;
 }
 
+static int view_oldest(commit_t *c, store_entry_t *e, bool *found);
+
 static void refresh_stats(commit_t *c)
 {
-    store_info_t si;
     log_info_t li;
-    bool ok = c->store && store_get_info(c->store, &si) == STORE_OK;
+    store_entry_t oldest;
+    bool have = false;
+    bool view = c->reader && c->log && !c->failed;
+    if (view && view_oldest(c, &oldest, &have) != STORE_OK)
+        have = false;
     if (c->log)
         log_get_info(c->log, &li);
     pthread_mutex_lock(&c->mu);
-    if (ok) {
-        c->stats.keys = si.keys;
-        c->stats.committed_offset = si.applied;
-        c->stats.window_first_offset = si.oldest_offset;
-        c->stats.oldest_received_ms = si.oldest_received_ms;
-        c->stats.store_map_size = si.map_size;
-        c->stats.store_used_bytes = si.used_bytes;
+    if (view) {
+        /* The writer's view: exact after every batch, LMDB or not yet. */
+        c->stats.keys = c->live;
+        c->stats.committed_offset = li.synced_offset;
+        c->stats.window_first_offset = have ? oldest.offset : li.synced_offset;
+        c->stats.oldest_received_ms = have ? oldest.received_ms : 0;
     }
     if (c->filter && c->log) {
         /* No LMDB: what the log holds durably is what was acknowledged. */
@@ -668,9 +775,25 @@ static void refresh_stats(commit_t *c)
     pthread_mutex_unlock(&c->mu);
 }
 
+/* Waits for the checkpointer's job to end, cancelling what is left of it, and drops it. */
+static void settle_job(commit_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING) {
+        c->job.cancel = true;
+        while (c->job.state != JOB_DONE)
+            pthread_cond_wait(&c->cv, &c->mu);
+    }
+    c->job.state = JOB_IDLE;
+    c->job.cancel = false;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /*
  * Closes and re-opens store and log from disk (after a failure, a failed
- * fsync above all: what the page cache holds then cannot be trusted).
+ * fsync above all: what the page cache holds then cannot be trusted). The
+ * replay puts every batch acknowledged since the last checkpoint into LMDB,
+ * so the pending keys are dropped with the old view.
  * `grow_map`: the failure was a full map, open with twice the size.
  * Returns true when storage is usable again.
  */
@@ -679,6 +802,7 @@ static bool recover(commit_t *c, bool grow_map)
     char err[512];
     bool was_failed = c->failed;
 
+    settle_job(c);
     c->last_recover_ms = now_ms(CLOCK_MONOTONIC);
     pthread_mutex_lock(&c->mu);
     uint64_t map = c->stats.store_map_size;
@@ -723,7 +847,6 @@ typedef struct {
 
 enum apply_result {
     APPLY_OK,
-    APPLY_GROW,   /* the map filled before anything was written: grow and redo */
     APPLY_FAILED, /* nothing of the batch is durable */
 };
 
@@ -800,21 +923,87 @@ static int apply_memory(commit_t *c, commit_req_t *batch, size_t nevents, batch_
     return APPLY_OK;
 }
 
-/* Drops the open LMDB transaction. Batches acknowledged in it are in the log only until
- * recovery replays them, so every caller goes on to recover() before de-duplicating again. */
-static void abort_txn(commit_t *c)
+/* ---- the writer's view of the window (LMDB mode) ---- */
+
+/*
+ * *dup when `key` is in the window. The newest generation that has the key
+ * decides (a key accepted again after it left the window has a newer
+ * sequence there); the snapshot only when no generation has it.
+ */
+static int view_contains(commit_t *c, const uint8_t key[KEYHASH_LEN], bool *dup)
 {
-    store_abort(c->store);
-    c->txn_open = false;
+    const pending_item_t *it = pending_find(c->cur, key);
+    if (!it && c->flight)
+        it = pending_find(c->flight, key);
+    if (it) {
+        *dup = it->seq >= c->floor;
+        return STORE_OK;
+    }
+    uint64_t seq = 0;
+    bool present = false;
+    int rc = store_reader_find(c->reader, key, &present, &seq);
+    *dup = rc == STORE_OK && present && seq >= c->floor;
+    return rc;
+}
+
+/* The oldest key in the window (the entry at or after the floor): *found, and *e. */
+static int view_oldest(commit_t *c, store_entry_t *e, bool *found)
+{
+    uint64_t from = c->floor;
+    *found = false;
+    if (from < c->snap_end) {
+        int rc = store_reader_first_from(c->reader, from, found, e);
+        if (rc != STORE_OK || (*found && e->seq < c->snap_end))
+            return rc;
+        *found = false;
+        from = c->snap_end;
+    }
+    /* Past the snapshot every sequence up to next_seq is a pending item. */
+    const pending_item_t *it = c->flight ? pending_at_seq(c->flight, from) : NULL;
+    if (!it)
+        it = pending_at_seq(c->cur, from);
+    if (it) {
+        e->seq = it->seq;
+        memcpy(e->key, it->key, KEYHASH_LEN);
+        e->received_ms = it->received_ms;
+        e->offset = it->offset;
+        *found = true;
+    }
+    return STORE_OK;
 }
 
 /*
- * One attempt at a batch: its keys go into the open LMDB write transaction
- * (begun if none is), its records into one log append + fsync. It is
- * acknowledged once the log is synced; LMDB commits at the next checkpoint
- * (CHECKPOINT_MS), so LMDB's applied offset never runs ahead of what the log
- * holds durably. On failure the transaction is aborted and the caller
- * recovers, which replays the batches acknowledged since the checkpoint.
+ * Ages keys out of the view, oldest first, in at most `max_steps`: while the
+ * oldest was received before `older_than_ms`, or more than `max_keys` remain
+ * (0: no size bound). Only the floor moves; the checkpointer deletes them.
+ */
+static int view_evict(commit_t *c, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
+                      uint64_t *evicted_age, uint64_t *evicted_size)
+{
+    for (size_t step = 0; step < max_steps; step++) {
+        store_entry_t e;
+        bool found;
+        int rc = view_oldest(c, &e, &found);
+        if (rc != STORE_OK)
+            return rc;
+        if (!found)
+            break;
+        bool by_age = e.received_ms < older_than_ms;
+        if (!by_age && !(max_keys > 0 && c->live > max_keys))
+            break;
+        c->floor = e.seq + 1;
+        c->live--;
+        (*(by_age ? evicted_age : evicted_size))++;
+    }
+    return STORE_OK;
+}
+
+/*
+ * One batch: each key is looked up in the view and, when new, added to the
+ * pending generation; the new records go to the log in one append and one
+ * fsync, and the batch is acknowledged. LMDB is not written here: the
+ * checkpointer does that later, in the background. On failure the log is
+ * rolled back and the caller recovers, which rebuilds the view from disk.
  */
 static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
                        int *store_rc)
@@ -830,97 +1019,253 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
     if (ensure_recs(c, nevents) != 0)
         return APPLY_FAILED;
     log_get_info(c->log, &li);
-    if (!c->txn_open) {
-        rc = store_begin(c->store);
-        if (rc != STORE_OK)
-            goto store_fail;
-        c->txn_open = true;
-        c->txn_since_ms = now_ms(CLOCK_MONOTONIC);
-        c->txn_events = 0;
-    }
     size_t steps = nevents * 2 > MIN_EVICT_STEPS ? nevents * 2 : MIN_EVICT_STEPS;
     /* Age out first, so a key past the window is accepted again rather than dropped. */
-    rc = store_evict(c->store, now - c->opts.window_ms, 0, steps, &bo->evicted_age,
-                     &bo->evicted_size);
-    if (rc != STORE_OK)
-        goto store_fail;
-    for (commit_req_t *q = batch; q; q = q->next) {
-        for (size_t i = 0; i < q->n; i++) {
+    rc = view_evict(c, now - c->opts.window_ms, 0, steps, &bo->evicted_age, &bo->evicted_size);
+    for (commit_req_t *q = batch; rc == STORE_OK && q; q = q->next) {
+        for (size_t i = 0; rc == STORE_OK && i < q->n; i++) {
             commit_event_t *ev = &q->events[i];
-            uint64_t off = li.next_offset + nrec;
-            rc = store_insert(c->store, ev->key, ev->received_ms, off, &dup);
+            uint64_t off = li.next_offset + nrec, seq;
+            rc = view_contains(c, ev->key, &dup);
             if (rc != STORE_OK)
-                goto store_fail;
+                break;
             if (dup) {
                 ev->result = COMMIT_DUPLICATE;
                 bo->duplicates++;
                 continue;
             }
+            if (pending_add(c->cur, ev->key, ev->received_ms, off, &seq) != 0) {
+                rc = STORE_NOMEM;
+                break;
+            }
+            c->next_seq = seq + 1;
+            c->live++;
             take_event(c, ev, off, &nrec);
         }
     }
-    /* The size bound after inserting, so it holds when the commit ends. */
-    if (c->opts.max_keys > 0) {
-        rc = store_evict(c->store, INT64_MIN, c->opts.max_keys, steps, &bo->evicted_age,
-                         &bo->evicted_size);
-        if (rc != STORE_OK)
-            goto store_fail;
+    /* The size bound after inserting, so it holds when the batch is acknowledged. */
+    if (rc == STORE_OK && c->opts.max_keys > 0)
+        rc = view_evict(c, INT64_MIN, c->opts.max_keys, steps, &bo->evicted_age, &bo->evicted_size);
+    if (rc != STORE_OK) {
+        *store_rc = rc;
+        return APPLY_FAILED;
     }
-    if (nrec > 0) {
-        rc = store_set_applied(c->store, li.next_offset + nrec);
-        if (rc != STORE_OK)
-            goto store_fail;
-        if (write_log(c, nrec, bo) != LOG_OK) {
-            abort_txn(c);
-            log_rollback(c->log); /* a failure here leaves the log failed: recovery reopens */
-            return APPLY_FAILED;
-        }
+    if (nrec > 0 && write_log(c, nrec, bo) != LOG_OK) {
+        log_rollback(c->log); /* a failure here leaves the log failed: recovery reopens */
+        return APPLY_FAILED;
     }
     bo->accepted = nrec;
-    c->txn_events += nevents;
     return APPLY_OK;
-store_fail:
-    abort_txn(c);
-    *store_rc = rc;
-    return rc == STORE_FULL || rc == STORE_TXN_FULL ? APPLY_GROW : APPLY_FAILED;
+}
+
+/* ---- the checkpointer ---- */
+
+#define JOB_CANCELLED 1 /* run_job's result when settle_job stopped it (not a store status) */
+
+static bool job_cancelled(commit_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool stop = c->job.cancel;
+    pthread_mutex_unlock(&c->mu);
+    return stop;
 }
 
 /*
- * Commits the open LMDB transaction. Every batch in it is durable in the log
- * and acknowledged, so a failure here costs nothing: the writer re-opens
- * storage from disk, which replays those batches from the last checkpoint.
+ * Writes a generation into LMDB, `ckpt_chunk` keys per transaction, each
+ * followed by as many deletions below the floor; then transactions of
+ * deletions only until none is left below it. Every transaction records how
+ * far the log is applied, so a crash in between replays only the rest.
  */
-static void checkpoint(commit_t *c)
+static int run_job(commit_t *c, const ckpt_job_t *j)
 {
-    if (!c->txn_open)
-        return;
-    c->txn_open = false;
-    double t0 = now_msf();
-    int rc = store_commit(c->store);
-    double ms = now_msf() - t0;
+    const pending_item_t *items = pending_items(j->gen);
+    size_t n = pending_count(j->gen), i = 0;
+    bool evicting = true;
+
+    while (i < n || evicting) {
+        if (job_cancelled(c))
+            return JOB_CANCELLED;
+        size_t chunk = c->ckpt_chunk, start = i;
+        if (c->ckpt_store_bytes > DIRTY_MAX_BYTES && chunk > CHUNK_BIG_WINDOW)
+            chunk = CHUNK_BIG_WINDOW;
+        size_t end = n - i > chunk ? i + chunk : n;
+        uint64_t evicted = 0;
+        int rc = store_begin(c->store);
+        for (; rc == STORE_OK && i < end; i++)
+            rc = store_put_seq(c->store, items[i].key, items[i].seq, items[i].received_ms,
+                               items[i].offset);
+        if (rc == STORE_OK)
+            rc = store_evict_below(c->store, j->floor, chunk, &evicted);
+        if (rc == STORE_OK)
+            rc = store_set_applied(c->store, i == n ? j->applied : items[i - 1].offset + 1);
+        if (rc == STORE_OK)
+            rc = store_commit(c->store);
+        else
+            store_abort(c->store);
+        if (rc == STORE_OK) {
+            pthread_mutex_lock(&c->mu);
+            c->job.commits++; /* the writer may move its snapshot on (see take_commits) */
+            pthread_mutex_unlock(&c->mu);
+        }
+        if (rc == STORE_TXN_FULL && chunk > CHUNK_MIN) {
+            c->ckpt_chunk = chunk / 2; /* redo this part in smaller transactions */
+            i = start;
+            continue;
+        }
+        if (rc != STORE_OK)
+            return rc;
+        evicting = evicted == chunk;
+        if (end - start == chunk && chunk < CHUNK_MAX)
+            c->ckpt_chunk = chunk * 2;
+    }
+    return STORE_OK;
+}
+
+/*
+ * The checkpointer thread: runs the jobs the writer hands it, one at a time,
+ * and reports each back (JOB_DONE, signalling cv). It never touches the log,
+ * the view or the queue; the writer never writes LMDB while a job runs.
+ */
+static void *checkpointer(void *arg)
+{
+    commit_t *c = arg;
     pthread_mutex_lock(&c->mu);
-    if (rc == STORE_OK) {
-        c->stats.checkpoints++;
-        c->stats.checkpoint_ms_last = ms;
-        c->stats.checkpoint_ms_total += ms;
-        if (ms > c->stats.checkpoint_ms_max)
-            c->stats.checkpoint_ms_max = ms;
-    } else {
-        c->stats.checkpoint_failures++;
+    for (;;) {
+        while (c->job.state != JOB_QUEUED && !c->job.quit)
+            pthread_cond_wait(&c->ckpt_cv, &c->mu);
+        if (c->job.state != JOB_QUEUED)
+            break;
+        c->job.state = JOB_RUNNING;
+        ckpt_job_t j = c->job;
+        pthread_mutex_unlock(&c->mu);
+
+        double t0 = now_msf();
+        int rc = run_job(c, &j);
+        double ms = now_msf() - t0;
+        store_info_t si;
+        bool info = rc == STORE_OK && store_get_info(c->store, &si) == STORE_OK;
+
+        pthread_mutex_lock(&c->mu);
+        if (rc == STORE_OK) {
+            c->stats.checkpoints++;
+            c->stats.checkpoint_ms_last = ms;
+            c->stats.checkpoint_ms_total += ms;
+            if (ms > c->stats.checkpoint_ms_max)
+                c->stats.checkpoint_ms_max = ms;
+        } else if (rc != JOB_CANCELLED) {
+            c->stats.checkpoint_failures++;
+        }
+        if (info) {
+            c->ckpt_store_bytes = si.used_bytes;
+            c->stats.store_map_size = si.map_size;
+            c->stats.store_used_bytes = si.used_bytes;
+        }
+        c->job.status = rc;
+        c->job.state = JOB_DONE;
+        pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);
-    if (rc == STORE_OK)
-        return;
+    return NULL;
+}
+
+/*
+ * Takes a finished job's result. Written: the snapshot moves on to include
+ * it, and its generation is no longer needed. Failed: every batch in it is
+ * durable in the log and acknowledged, so the failure costs no request:
+ * storage is re-opened from disk, which replays them.
+ */
+static void finish_job(commit_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    int status = c->job.status;
+    c->job.state = JOB_IDLE;
+    pthread_mutex_unlock(&c->mu);
+    if (status == STORE_OK) {
+        store_info_t si;
+        status = store_reader_refresh(c->reader);
+        if (status == STORE_OK)
+            status = store_reader_info(c->reader, &si);
+        /* The checkpoint must have numbered its keys exactly as the view did. */
+        if (status == STORE_OK && si.next_seq != pending_end(c->flight))
+            status = STORE_CORRUPT;
+        if (status == STORE_OK) {
+            c->snap_end = si.next_seq;
+            c->spare = c->flight;
+            c->flight = NULL;
+            return;
+        }
+    }
     notify(c, 1, "LMDB checkpoint failed: %s (%s); re-establishing storage from the log",
-           store_strerror(rc), store_detail(c->store));
-    recover(c, rc == STORE_FULL);
+           store_strerror(status), store_detail(c->store));
+    recover(c, status == STORE_FULL);
     refresh_stats(c);
 }
 
-static bool checkpoint_due(const commit_t *c)
+/*
+ * Hands the pending generation to the checkpointer when it is idle and a
+ * checkpoint is due (or `force`), taking a finished job's result first.
+ */
+static void hand_off(commit_t *c, bool force)
 {
-    return c->txn_open && (c->txn_events >= CHECKPOINT_EVENTS ||
-                           now_ms(CLOCK_MONOTONIC) - c->txn_since_ms >= CHECKPOINT_MS);
+    pthread_mutex_lock(&c->mu);
+    int state = c->job.state;
+    uint64_t commits = c->job.commits;
+    pthread_mutex_unlock(&c->mu);
+    if (state == JOB_RUNNING && commits != c->seen_commits && c->reader) {
+        /*
+         * A job of several transactions: move the snapshot on after each, so it pins no
+         * pages the next one could reuse (else a big window's file grows by every
+         * transaction's copy-on-write). The flight is still consulted first and agrees
+         * with the snapshot on every key the snapshot now has; snap_end stays at its base.
+         */
+        c->seen_commits = commits;
+        if (store_reader_refresh(c->reader) != STORE_OK) {
+            notify(c, 1, "refreshing the LMDB snapshot failed: %s; re-establishing storage",
+                   store_detail(c->store));
+            recover(c, false);
+            refresh_stats(c);
+            return;
+        }
+    }
+    if (state == JOB_DONE) {
+        finish_job(c);
+        state = JOB_IDLE;
+    }
+    if (state != JOB_IDLE || !c->reader || c->failed)
+        return;
+    size_t n = pending_count(c->cur);
+    if (n == 0 && c->floor == c->handed_floor)
+        return;
+    int64_t t = now_ms(CLOCK_MONOTONIC);
+    if (!force && n < CHECKPOINT_EVENTS && t - c->cur_since_ms < CHECKPOINT_MS)
+        return;
+    log_info_t li;
+    log_get_info(c->log, &li);
+    pending_reset(c->spare, pending_end(c->cur));
+    c->flight = c->cur;
+    c->cur = c->spare;
+    c->spare = NULL;
+    c->handed_floor = c->floor;
+    c->cur_since_ms = t;
+    pthread_mutex_lock(&c->mu);
+    c->job.state = JOB_QUEUED;
+    c->job.gen = c->flight;
+    c->job.floor = c->floor;
+    c->job.applied = li.synced_offset;
+    pthread_cond_signal(&c->ckpt_cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Waits until the checkpointer is idle or done, and takes its result. */
+static void wait_checkpoint(commit_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    while (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING)
+        pthread_cond_wait(&c->cv, &c->mu);
+    bool done = c->job.state == JOB_DONE;
+    pthread_mutex_unlock(&c->mu);
+    if (done)
+        finish_job(c);
 }
 
 /*
@@ -946,36 +1291,21 @@ static void warn_short_window(commit_t *c, uint64_t evicted, int64_t oldest_ms)
 static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nreqs)
 {
     batch_out_t bo = {0};
-    uint64_t grows = 0;
     int status = COMMIT_UNAVAILABLE, store_rc = STORE_OK;
 
     if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
         recover(c, false);
-    while (!c->failed) {
+    if (!c->failed) {
         int ar = c->filter ? apply_memory(c, batch, nevents, &bo)
                            : apply_batch(c, batch, nevents, &bo, &store_rc);
         if (ar == APPLY_OK) {
             status = COMMIT_OK;
-            break;
+        } else {
+            notify(c, 0, "group commit of %zu events failed: %s; re-establishing storage", nevents,
+                   store_rc != STORE_OK ? store_strerror(store_rc)
+                                        : strerror(c->log ? log_errno(c->log) : EIO));
+            recover(c, false);
         }
-        bool full = store_rc == STORE_FULL;
-        if (ar == APPLY_GROW && grows++ < MAX_GROW_RETRIES) {
-            /*
-             * The aborted transaction may have held acknowledged batches since the last
-             * checkpoint: re-open (with a doubled map when it was full) to replay them, then
-             * redo this batch in a fresh transaction. A full transaction (too many dirty
-             * pages) needs no bigger map, just the new transaction.
-             */
-            if (recover(c, full))
-                continue;
-            break;
-        }
-        notify(c, full ? 1 : 0, "group commit of %zu events failed: %s; re-establishing storage",
-               nevents,
-               store_rc != STORE_OK ? store_strerror(store_rc)
-                                    : strerror(c->log ? log_errno(c->log) : EIO));
-        recover(c, full);
-        break;
     }
     refresh_stats(c);
     if (status == COMMIT_OK && !c->filter) {
@@ -1098,6 +1428,18 @@ static void maybe_retain(commit_t *c)
     refresh_stats(c);
 }
 
+/* What the writer does between batches and while idle. */
+static void housekeeping(commit_t *c)
+{
+    if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
+        recover(c, false);
+        refresh_stats(c);
+    }
+    hand_off(c, false); /* rate-limited inside */
+    maybe_retain(c);    /* rate-limited inside */
+}
+
+/* Called with mu held; returns with it held when there is work or the writer is closing. */
 static void wait_for_work(commit_t *c)
 {
     while (!c->head && !c->closing) {
@@ -1105,8 +1447,9 @@ static void wait_for_work(commit_t *c)
         if (c->head || c->closing)
             break;
         /*
-         * Sleep until work, the next watch deadline, (storage failed) the next
-         * retry, or (a retention bound is set) the next retention pass: age-bound
+         * Sleep until work, a finished checkpoint, the next watch deadline,
+         * (storage failed) the next retry, (keys pending) the next checkpoint,
+         * or (a retention bound is set) the next retention pass: age-bound
          * retention must run while no events arrive too.
          */
         int64_t wake = INT64_MAX;
@@ -1114,26 +1457,24 @@ static void wait_for_work(commit_t *c)
             wake = c->last_recover_ms + RECOVER_EVERY_MS;
         else if (c->opts.log_retention_ms > 0 || c->opts.log_max_bytes > 0)
             wake = c->last_retain_ms + RETAIN_EVERY_MS;
-        if (c->txn_open && c->txn_since_ms + CHECKPOINT_MS < wake)
-            wake = c->txn_since_ms + CHECKPOINT_MS; /* an idle server checkpoints too */
+        if (c->reader && c->job.state == JOB_IDLE &&
+            (pending_count(c->cur) > 0 || c->floor != c->handed_floor) &&
+            c->cur_since_ms + CHECKPOINT_MS < wake)
+            wake = c->cur_since_ms + CHECKPOINT_MS; /* an idle server checkpoints too */
         for (watch_t *w = c->watches; w; w = w->next)
             if (w->deadline_ms < wake)
                 wake = w->deadline_ms;
-        if (wake == INT64_MAX) {
-            pthread_cond_wait(&c->cv, &c->mu);
-            continue;
+        if (c->job.state != JOB_DONE) {
+            if (wake == INT64_MAX) {
+                pthread_cond_wait(&c->cv, &c->mu);
+            } else {
+                struct timespec ts = {.tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000};
+                pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            }
         }
-        struct timespec ts = {.tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000};
-        pthread_cond_timedwait(&c->cv, &c->mu, &ts);
         if (!c->head && !c->closing) {
             pthread_mutex_unlock(&c->mu);
-            if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
-                recover(c, false);
-                refresh_stats(c);
-            }
-            if (checkpoint_due(c))
-                checkpoint(c);
-            maybe_retain(c); /* rate-limited inside */
+            housekeeping(c);
             pthread_mutex_lock(&c->mu);
         }
     }
@@ -1164,13 +1505,16 @@ static void *writer(void *arg)
         c->queue_events -= nevents;
         pthread_mutex_unlock(&c->mu);
 
+        if (c->cur && pending_count(c->cur) >= PENDING_MAX) {
+            /* The checkpointer is behind: let it catch up before more keys pile up. */
+            wait_checkpoint(c);
+            hand_off(c, true);
+        }
         process(c, batch, nevents, nreqs);
         /* Only now, with every request of the batch answered (and its memory freed by its
          * submitter), do its bytes stop counting against the bound. */
         atomic_fetch_sub_explicit(&c->queue_bytes, nbytes, memory_order_relaxed);
-        if (checkpoint_due(c))
-            checkpoint(c);
-        maybe_retain(c);
+        housekeeping(c);
 
         int64_t t = now_ms(CLOCK_MONOTONIC);
         if (c->store && t - c->last_reader_check > READER_CHECK_MS) {
@@ -1184,7 +1528,10 @@ static void *writer(void *arg)
     }
     fire_watches(c, true); /* closing: every long-poll answers now */
     pthread_mutex_unlock(&c->mu);
-    checkpoint(c); /* a clean stop leaves nothing to replay */
+    /* A clean stop leaves nothing to replay: the job under way, then the rest. */
+    wait_checkpoint(c);
+    hand_off(c, true);
+    wait_checkpoint(c);
     return NULL;
 }
 
@@ -1203,6 +1550,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     if (!c)
         return COMMIT_NOMEM;
     atomic_init(&c->queue_bytes, 0);
+    c->ckpt_chunk = CHUNK_MAX;
     c->lockfd = -1;
     c->acked_fd = -1;
     c->opts = *opts;
@@ -1217,6 +1565,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cv, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_cond_init(&c->ckpt_cv, NULL);
     c->data_dir = strdup(opts->data_dir);
     c->log_dir = c->data_dir ? fsutil_join(c->data_dir, "log") : NULL;
     if (!c->data_dir || !c->log_dir) {
@@ -1259,6 +1608,13 @@ locked:
         goto fail;
     refresh_stats(c);
     c->last_reader_check = now_ms(CLOCK_MONOTONIC);
+    if (!c->memory) {
+        if (pthread_create(&c->ckpt_thread, NULL, checkpointer, c) != 0) {
+            errf(errbuf, errlen, "starting the checkpointer thread: %s", strerror(errno));
+            goto fail;
+        }
+        c->ckpt_started = true;
+    }
     if (pthread_create(&c->thread, NULL, writer, c) != 0) {
         errf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
         goto fail;
@@ -1341,6 +1697,14 @@ void commit_close(commit_t *c)
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
     }
+    if (c->ckpt_started) {
+        settle_job(c); /* only when the writer never ran: it leaves none behind */
+        pthread_mutex_lock(&c->mu);
+        c->job.quit = true;
+        pthread_cond_signal(&c->ckpt_cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->ckpt_thread, NULL);
+    }
     if (c->opts.store_sync == STORE_SYNC_NONE && c->store && !c->failed) {
         /* Lazy mode: a synced store needs no rebuild, whatever happens to the machine next. */
         char *dir = fsutil_join(c->data_dir, "store");
@@ -1355,6 +1719,7 @@ void commit_close(commit_t *c)
         close(c->lockfd); /* releases the flock */
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
+    pthread_cond_destroy(&c->ckpt_cv);
     free(c->recs);
     free(c->data_dir);
     free(c->log_dir);

@@ -1,5 +1,5 @@
 /* commit: group commit; one writer thread turns pending requests into one log append + fsync each,
- * their keys going into an LMDB write transaction committed about once a second (a checkpoint). */
+ * a checkpointer thread puts their keys into LMDB about once a second (a checkpoint). */
 #ifndef INGESTD_COMMIT_H
 #define INGESTD_COMMIT_H
 
@@ -97,9 +97,9 @@ typedef struct commit_stats {
     uint64_t failures; /* group commits answered COMMIT_UNAVAILABLE (recovered ones: recoveries) */
     uint64_t fsyncs;
     double fsync_ms_last, fsync_ms_max, fsync_ms_total;
-    uint64_t checkpoints;         /* LMDB commits of the batches since the previous one */
+    uint64_t checkpoints; /* checkpoints: the keys acknowledged since the last one into LMDB */
     uint64_t checkpoint_failures; /* failed ones (storage was then re-established from the log) */
-    double checkpoint_ms_last, checkpoint_ms_max, checkpoint_ms_total;
+    double checkpoint_ms_last, checkpoint_ms_max, checkpoint_ms_total; /* in the background */
     uint64_t map_grows;
     uint64_t evicted_age, evicted_size; /* keys aged out, by reason */
     uint64_t keys;                      /* keys in the window */
@@ -134,10 +134,12 @@ typedef struct commit_stats {
  * Opens DIR/store and DIR/log, recovers (truncates a torn log tail, replays
  * log records past LMDB's applied offset), and starts the writer thread.
  * A group commit is acknowledged once its records are fsynced to the log;
- * its keys are then in LMDB's open write transaction, which is committed
- * about once a second, after 32 Ki events, and at close (a checkpoint): a
- * crash loses at most what the log replays at the next start. A failed
- * checkpoint fails no request: storage is re-established as below.
+ * de-duplication reads a snapshot of LMDB plus the keys acknowledged since it,
+ * which a checkpointer thread writes into LMDB about once a second (or after
+ * 128 Ki keys) and at close, without holding up any batch: a crash loses at
+ * most what the log replays at the next start. A failed checkpoint fails no
+ * request: storage is re-established as below. /stats is exact after every
+ * batch (keys, evictions, the window), whether or not LMDB has caught up.
  * After a failed group commit (I/O error, failed fsync, LMDB error) the
  * writer answers that batch COMMIT_UNAVAILABLE, closes store and log and
  * re-establishes them from disk exactly as at start (never trusting what a
