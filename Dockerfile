@@ -10,6 +10,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config \
         libmicrohttpd-dev libjansson-dev liblmdb-dev uuid-dev zlib1g-dev librdkafka-dev \
+        libjemalloc-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -20,7 +21,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF \
 FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-        libmicrohttpd12 libjansson4 liblmdb0 libuuid1 zlib1g librdkafka1 \
+        libmicrohttpd12 libjansson4 liblmdb0 libuuid1 zlib1g librdkafka1 libjemalloc2 \
     && apt-get clean && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --user-group --home-dir /data --shell /usr/sbin/nologin ingestd \
     && mkdir -p /data && chown ingestd:ingestd /data
