@@ -743,7 +743,7 @@ static int view_oldest(commit_t *c, store_entry_t *e, bool *found);
 
 static void refresh_stats(commit_t *c)
 {
-    log_info_t li;
+    log_info_t li = {0};
     store_entry_t oldest;
     bool have = false;
     bool view = c->reader && c->log && !c->failed;
