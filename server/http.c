@@ -1249,6 +1249,15 @@ void http_stop(http_t *h)
      * guarantees; wait for the stragglers rather than race them.
      */
     unsigned parked = counter_wait_zero(h, &h->suspended, STOP_WAIT_MS);
+    if (parked == 0) {
+        /* Resumed is not answered: a worker thread still has to send each response (the
+         * edge's 503s after its drain, say). Until their completion callbacks have run,
+         * MHD_stop_daemon would close those connections with nothing sent. */
+        unsigned unsent = counter_wait_zero(h, &h->inflight, STOP_WAIT_MS);
+        if (unsent > 0)
+            LOG_WARN("http: %u answers not sent after %d ms; closing their connections", unsent,
+                     STOP_WAIT_MS);
+    }
     watchdog_stop(h);
     if (parked > 0) {
         LOG_ERROR("http: %u requests still wait for storage; leaving the daemon running", parked);
