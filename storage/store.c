@@ -90,14 +90,7 @@ static uint64_t get_u64(const MDB_val *v)
     return x;
 }
 
-typedef struct {
-    uint64_t seq;
-    uint8_t key[KEYHASH_LEN];
-    int64_t received_ms;
-    uint64_t offset;
-} seq_rec_t;
-
-static int seq_decode(const store_t *st, const MDB_val *k, const MDB_val *v, seq_rec_t *r)
+static int seq_decode(const store_t *st, const MDB_val *k, const MDB_val *v, store_entry_t *r)
 {
     uint64_t bucket;
     if (k->mv_size != sizeof(bucket) || v->mv_size != SEQ_VALUE_LEN)
@@ -325,7 +318,7 @@ static int read_info(store_t *st, MDB_txn *txn, store_info_t *info)
         return rc;
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
     info->oldest_offset = info->applied;
-    seq_rec_t r;
+    store_entry_t r;
     if (mrc == 0 && seq_decode(st, &k, &v, &r) == STORE_OK) {
         info->oldest_received_ms = r.received_ms;
         info->oldest_offset = r.offset;
@@ -535,7 +528,7 @@ int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uin
         if (rc == STORE_OK && !have)
             rc = STORE_CORRUPT; /* a key whose sequence entry is gone */
         MDB_val k, v;
-        seq_rec_t r;
+        store_entry_t r;
         if (rc == STORE_OK)
             rc = xlate(st, mdb_cursor_get(scur, &k, &v, MDB_GET_CURRENT));
         if (rc == STORE_OK)
@@ -558,7 +551,7 @@ int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uin
  * the entry and the number of keys left, and says which counter to add to.
  */
 typedef enum { EVICT_STOP, EVICT_AGE, EVICT_SIZE } evict_why_t;
-typedef evict_why_t (*evict_pred_t)(const void *arg, const seq_rec_t *r, uint64_t keys_left);
+typedef evict_why_t (*evict_pred_t)(const void *arg, const store_entry_t *r, uint64_t keys_left);
 
 static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const void *arg,
                        uint64_t *evicted_age, uint64_t *evicted_size)
@@ -581,7 +574,7 @@ static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const v
             rc = xlate(st, mrc);
             goto out;
         }
-        seq_rec_t r;
+        store_entry_t r;
         if ((rc = seq_decode(st, &k, &v, &r)))
             goto out;
         evict_why_t why = more(arg, &r, count);
@@ -614,7 +607,7 @@ typedef struct {
     uint64_t max_keys;
 } window_bound_t;
 
-static evict_why_t past_window(const void *arg, const seq_rec_t *r, uint64_t keys_left)
+static evict_why_t past_window(const void *arg, const store_entry_t *r, uint64_t keys_left)
 {
     const window_bound_t *b = arg;
     if (r->received_ms < b->older_than_ms)
@@ -629,7 +622,7 @@ int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t ma
     return evict_front(st, max_steps, past_window, &b, evicted_age, evicted_size);
 }
 
-static evict_why_t below_seq(const void *arg, const seq_rec_t *r, uint64_t keys_left)
+static evict_why_t below_seq(const void *arg, const store_entry_t *r, uint64_t keys_left)
 {
     (void)keys_left;
     return r->seq < *(const uint64_t *)arg ? EVICT_AGE : EVICT_STOP;
@@ -699,7 +692,7 @@ typedef struct {
 
 static int scan_seq_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
 {
-    seq_rec_t r;
+    store_entry_t r;
     int rc = seq_decode(s->st, k, v, &r);
     return rc ? rc : s->on_seq(s->arg, r.seq, r.key, r.received_ms, r.offset);
 }
@@ -720,7 +713,7 @@ static int scan_key_entry(scan_t *s, const MDB_val *k, const MDB_val *v)
         return rc;
     if (ok) {
         MDB_val ck, cv;
-        seq_rec_t r;
+        store_entry_t r;
         ok = mdb_cursor_get(s->seqcur, &ck, &cv, MDB_GET_CURRENT) == 0 &&
              seq_decode(s->st, &ck, &cv, &r) == STORE_OK && memcmp(r.key, key, KEYHASH_LEN) == 0;
     }
@@ -834,7 +827,7 @@ int store_reader_first_from(store_reader_t *r, uint64_t from, bool *found, store
     store_t *st = r->st;
     uint64_t bucket = from / st->bucket;
     MDB_val k, v;
-    seq_rec_t rec;
+    store_entry_t rec;
 
     *found = false;
     /* The bucket of `from` (or the next one there is), then the first value at or past its
@@ -861,10 +854,7 @@ int store_reader_first_from(store_reader_t *r, uint64_t from, bool *found, store
                 return rc;
         }
         *found = true;
-        e->seq = rec.seq;
-        memcpy(e->key, rec.key, KEYHASH_LEN);
-        e->received_ms = rec.received_ms;
-        e->offset = rec.offset;
+        *e = rec;
         return STORE_OK;
     }
     return STORE_OK;
