@@ -932,7 +932,7 @@ static int apply_memory(commit_t *c, commit_req_t *batch, size_t nevents, batch_
  */
 static int view_contains(commit_t *c, const uint8_t key[KEYHASH_LEN], bool *dup)
 {
-    const pending_item_t *it = pending_find(c->cur, key);
+    const store_entry_t *it = pending_find(c->cur, key);
     if (!it && c->flight)
         it = pending_find(c->flight, key);
     if (it) {
@@ -959,7 +959,7 @@ static int view_oldest(commit_t *c, store_entry_t *e, bool *found)
         from = c->snap_end;
     }
     /* Past the snapshot every sequence up to next_seq is a pending item. */
-    const pending_item_t *it = c->flight ? pending_at_seq(c->flight, from) : NULL;
+    const store_entry_t *it = c->flight ? pending_at_seq(c->flight, from) : NULL;
     if (!it)
         it = pending_at_seq(c->cur, from);
     if (it) {
@@ -1078,7 +1078,7 @@ static bool job_cancelled(commit_t *c)
  */
 static int run_job(commit_t *c, const ckpt_job_t *j)
 {
-    const pending_item_t *items = pending_items(j->gen);
+    const store_entry_t *items = pending_items(j->gen);
     size_t n = pending_count(j->gen), i = 0;
     bool evicting = true;
 
@@ -1091,9 +1091,9 @@ static int run_job(commit_t *c, const ckpt_job_t *j)
         size_t end = n - i > chunk ? i + chunk : n;
         uint64_t evicted = 0;
         int rc = store_begin(c->store);
-        for (; rc == STORE_OK && i < end; i++)
-            rc = store_put_seq(c->store, items[i].key, items[i].seq, items[i].received_ms,
-                               items[i].offset);
+        if (rc == STORE_OK && end > i)
+            rc = store_put_entries(c->store, items + i, end - i);
+        i = end;
         if (rc == STORE_OK)
             rc = store_evict_below(c->store, j->floor, chunk, &evicted);
         if (rc == STORE_OK)

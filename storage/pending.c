@@ -7,7 +7,7 @@
 #define MIN_ITEMS 1024
 
 struct pending {
-    pending_item_t *items;
+    store_entry_t *items;
     size_t n, cap;
     uint32_t *slots; /* 0: empty, else index + 1; a power of two, at most half full */
     size_t nslots;
@@ -38,7 +38,7 @@ static int grow(pending_t *p)
     size_t cap = p->cap ? p->cap * 2 : MIN_ITEMS;
     if (cap > UINT32_MAX - 1)
         return -1;
-    pending_item_t *items = realloc(p->items, cap * sizeof(*items));
+    store_entry_t *items = realloc(p->items, cap * sizeof(*items));
     if (!items)
         return -1;
     p->items = items;
@@ -89,7 +89,7 @@ int pending_add(pending_t *p, const uint8_t key[KEYHASH_LEN], int64_t received_m
 {
     if (p->n == p->cap && grow(p) != 0)
         return -1;
-    pending_item_t *it = &p->items[p->n];
+    store_entry_t *it = &p->items[p->n];
     memcpy(it->key, key, KEYHASH_LEN);
     it->seq = p->base + p->n;
     it->received_ms = received_ms;
@@ -100,13 +100,13 @@ int pending_add(pending_t *p, const uint8_t key[KEYHASH_LEN], int64_t received_m
     return 0;
 }
 
-const pending_item_t *pending_find(const pending_t *p, const uint8_t key[KEYHASH_LEN])
+const store_entry_t *pending_find(const pending_t *p, const uint8_t key[KEYHASH_LEN])
 {
     uint32_t s = *probe(p, key);
     return s ? &p->items[s - 1] : NULL;
 }
 
-const pending_item_t *pending_at_seq(const pending_t *p, uint64_t seq)
+const store_entry_t *pending_at_seq(const pending_t *p, uint64_t seq)
 {
     return seq >= p->base && seq - p->base < p->n ? &p->items[seq - p->base] : NULL;
 }
@@ -126,7 +126,7 @@ uint64_t pending_end(const pending_t *p)
     return p->base + p->n;
 }
 
-const pending_item_t *pending_items(const pending_t *p)
+const store_entry_t *pending_items(const pending_t *p)
 {
     return p->items;
 }

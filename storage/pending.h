@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "storage/keyhash.h"
+#include "storage/store.h"
 
 /*
  * The commit writer acknowledges a batch once the log is synced; its keys
@@ -18,13 +19,6 @@
  * generation is frozen, and both threads only read it until the writer clears
  * it. Sequence numbers of one generation are consecutive from its base.
  */
-
-typedef struct pending_item {
-    uint8_t key[KEYHASH_LEN];
-    uint64_t seq;        /* the store's sequence number for it */
-    int64_t received_ms; /* receivedAt */
-    uint64_t offset;     /* its log record */
-} pending_item_t;
 
 typedef struct pending pending_t;
 
@@ -45,16 +39,16 @@ int pending_add(pending_t *p, const uint8_t key[KEYHASH_LEN], int64_t received_m
                 uint64_t *seq);
 
 /* The newest item with `key`, or NULL. The pointer is valid until the next add or reset. */
-const pending_item_t *pending_find(const pending_t *p, const uint8_t key[KEYHASH_LEN]);
+const store_entry_t *pending_find(const pending_t *p, const uint8_t key[KEYHASH_LEN]);
 
 /* The item with sequence `seq`, or NULL when it is not in this generation. */
-const pending_item_t *pending_at_seq(const pending_t *p, uint64_t seq);
+const store_entry_t *pending_at_seq(const pending_t *p, uint64_t seq);
 
 size_t pending_count(const pending_t *p);
 uint64_t pending_base(const pending_t *p);
 /* The sequence after the last item (base + count). */
 uint64_t pending_end(const pending_t *p);
 /* The items, in sequence order (pending_count of them). */
-const pending_item_t *pending_items(const pending_t *p);
+const store_entry_t *pending_items(const pending_t *p);
 
 #endif

@@ -37,7 +37,9 @@ struct store {
     uint64_t next_seq; /* committed */
     uint64_t txn_seq;  /* next sequence inside the open transaction */
     bool read_only;
-    int last_mdb; /* last LMDB error code, for store_detail() */
+    int last_mdb;    /* last LMDB error code, for store_detail() */
+    uint64_t *order; /* store_put_entries' sort space (key_order) */
+    size_t order_cap;
 };
 
 static int xlate(store_t *st, int rc)
@@ -256,6 +258,7 @@ void store_close(store_t *st)
         mdb_txn_abort(st->txn);
     if (st->env)
         mdb_env_close(st->env);
+    free(st->order);
     free(st);
 }
 
@@ -413,61 +416,38 @@ static int cursor(store_t *st, MDB_cursor **cur)
     return STORE_OK;
 }
 
-int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
-                 uint64_t log_offset, bool *duplicate)
+/* Appends the `seq` entry of `e`, whose sequence must come after every one in the tree. */
+static int seq_append(store_t *st, const store_entry_t *e)
 {
-    uint64_t seq = st->txn_seq;
-    uint8_t value[KEY_VALUE];
-    MDB_cursor *cur = NULL;
-    MDB_val k, v;
-    int rc;
-
-    *duplicate = false;
-    if ((rc = cursor(st, &cur)) || (rc = find_key(st, cur, key, duplicate, NULL)))
-        return rc;
-    if (*duplicate)
-        return STORE_OK;
-    key_entry(key, seq, value, &k, &v);
-    if ((rc = mdb_cursor_put(cur, &k, &v, MDB_NODUPDATA)))
-        return xlate(st, rc);
-
     uint8_t rec[SEQ_VALUE_LEN];
-    uint64_t bucket = seq / st->bucket;
-    rec[0] = (uint8_t)(seq % st->bucket);
-    memcpy(rec + 1, key, KEYHASH_LEN);
-    memcpy(rec + 17, &received_ms, 8);
-    memcpy(rec + 25, &log_offset, 8);
+    uint64_t bucket = e->seq / st->bucket;
+    rec[0] = (uint8_t)(e->seq % st->bucket);
+    memcpy(rec + 1, e->key, KEYHASH_LEN);
+    memcpy(rec + 17, &e->received_ms, 8);
+    memcpy(rec + 25, &e->offset, 8);
     MDB_val sk = val(&bucket, sizeof(bucket)), sv = val(rec, sizeof(rec));
     /* The first of a bucket opens it at the tree's end; the others go at its end. */
-    unsigned flags = seq % st->bucket == 0 ? MDB_APPEND : MDB_APPENDDUP;
-    rc = mdb_put(st->txn, st->seq, &sk, &sv, flags);
-    if (rc)
-        return xlate(st, rc);
-    st->txn_seq++;
-    return STORE_OK;
+    unsigned flags = e->seq % st->bucket == 0 ? MDB_APPEND : MDB_APPENDDUP;
+    return xlate(st, mdb_put(st->txn, st->seq, &sk, &sv, flags));
 }
 
-int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
-                 uint64_t log_offset)
+/*
+ * Puts the `keys` entry of `e`. When `cur` stands on an older entry of the
+ * same key (found by find_key just before), that entry and its sequence entry
+ * are retired first, so the newer record wins.
+ */
+static int key_put(store_t *st, MDB_cursor *cur, const store_entry_t *e, bool found,
+                   uint64_t old_seq)
 {
-    uint64_t old_seq = 0;
     uint8_t value[KEY_VALUE];
-    MDB_cursor *cur = NULL;
     MDB_val k, v;
-    bool found, dup;
     int rc;
 
-    if ((rc = cursor(st, &cur)) || (rc = find_key(st, cur, key, &found, &old_seq)))
-        return rc;
     if (found) {
-        /* Present: retire its older entries, then insert afresh. */
         MDB_cursor *scur = NULL;
         bool have;
-        key_entry(key, old_seq, value, &k, &v);
-        int mrc = mdb_del(st->txn, st->keys, &k, &v);
-        if (mrc && mrc != MDB_NOTFOUND)
-            return xlate(st, mrc);
-        if ((rc = xlate(st, mdb_cursor_open(st->txn, st->seq, &scur))))
+        if ((rc = xlate(st, mdb_cursor_del(cur, 0))) ||
+            (rc = xlate(st, mdb_cursor_open(st->txn, st->seq, &scur))))
             return rc;
         rc = seq_find(st, scur, old_seq, &have);
         if (rc == STORE_OK && have)
@@ -476,15 +456,129 @@ int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
         if (rc)
             return rc;
     }
-    return store_insert(st, key, received_ms, log_offset, &dup);
+    key_entry(e->key, e->seq, value, &k, &v);
+    return xlate(st, mdb_cursor_put(cur, &k, &v, MDB_NODUPDATA));
+}
+
+/* One key at the open transaction's next sequence: upserted, or skipped when present. */
+static int put_one(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                   uint64_t log_offset, bool upsert, bool *duplicate)
+{
+    store_entry_t e = {.seq = st->txn_seq, .received_ms = received_ms, .offset = log_offset};
+    MDB_cursor *cur = NULL;
+    uint64_t old_seq = 0;
+    bool found;
+    int rc;
+
+    memcpy(e.key, key, KEYHASH_LEN);
+    if ((rc = cursor(st, &cur)) || (rc = find_key(st, cur, key, &found, &old_seq)))
+        return rc;
+    *duplicate = found;
+    if (found && !upsert)
+        return STORE_OK;
+    if ((rc = key_put(st, cur, &e, found, old_seq)) || (rc = seq_append(st, &e)))
+        return rc;
+    st->txn_seq++;
+    return STORE_OK;
+}
+
+int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                 uint64_t log_offset, bool *duplicate)
+{
+    return put_one(st, key, received_ms, log_offset, false, duplicate);
+}
+
+int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                 uint64_t log_offset)
+{
+    bool found;
+    return put_one(st, key, received_ms, log_offset, true, &found);
+}
+
+/*
+ * The order in which to put `n` entries into `keys`: by their first 32 key
+ * bits (the tree's byte order; ties are rare and harmless). Keys are hashes,
+ * so in arrival order every put lands on a random page; in key order the
+ * cursor stays on its page from one put to the next, and LMDB searches only
+ * that page. Two 16-bit passes of a radix sort over (bits, index) pairs in
+ * st->order (grown as needed, freed by store_close; it also holds the
+ * counts, so stores on different threads never share them). NULL when out of
+ * memory.
+ */
+#define RADIX (1u << 16)
+static const uint64_t *key_order(store_t *st, const store_entry_t *e, size_t n)
+{
+    if (n > st->order_cap) {
+        uint64_t *o = realloc(st->order, (2 * n + RADIX) * sizeof(*o));
+        if (!o)
+            return NULL;
+        st->order = o;
+        st->order_cap = n;
+    }
+    uint64_t *a = st->order, *b = st->order + n, *count = st->order + 2 * n;
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t *k = e[i].key;
+        uint64_t hi = (uint64_t)k[0] << 24 | (uint64_t)k[1] << 16 | (uint64_t)k[2] << 8 | k[3];
+        a[i] = hi << 32 | (uint64_t)i;
+    }
+    for (int shift = 32; shift <= 48; shift += 16) {
+        memset(count, 0, RADIX * sizeof(*count));
+        for (size_t i = 0; i < n; i++)
+            count[(a[i] >> shift) & 0xffff]++;
+        uint64_t sum = 0;
+        for (size_t d = 0; d < RADIX; d++) {
+            uint64_t c = count[d];
+            count[d] = sum;
+            sum += c;
+        }
+        for (size_t i = 0; i < n; i++)
+            b[count[(a[i] >> shift) & 0xffff]++] = a[i];
+        uint64_t *t = a;
+        a = b;
+        b = t;
+    }
+    return a; /* two passes: the sorted pairs are back in the first half */
+}
+
+int store_put_entries(store_t *st, const store_entry_t *e, size_t n)
+{
+    if (!st->txn)
+        return STORE_ERROR;
+    for (size_t i = 0; i < n; i++)
+        if (e[i].seq != st->txn_seq + i)
+            return STORE_ERROR; /* the caller's numbering and the store's must agree */
+    const uint64_t *order = n > 1 ? key_order(st, e, n) : NULL;
+    if (n > 1 && !order)
+        return STORE_NOMEM;
+    /*
+     * `seq` first, in sequence order (appends, at the tree's end), so that a
+     * key put twice retires its older entry whole, as one at a time would.
+     * The sort is stable: of one key's entries the older goes in first.
+     */
+    int rc = STORE_OK;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++)
+        rc = seq_append(st, &e[i]);
+    MDB_cursor *cur = NULL;
+    if (rc == STORE_OK)
+        rc = cursor(st, &cur);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        const store_entry_t *x = order ? &e[(uint32_t)order[i]] : &e[i];
+        uint64_t old_seq = 0;
+        bool found;
+        if ((rc = find_key(st, cur, x->key, &found, &old_seq)) == STORE_OK)
+            rc = key_put(st, cur, x, found, old_seq);
+    }
+    if (rc == STORE_OK)
+        st->txn_seq += n;
+    return rc;
 }
 
 int store_put_seq(store_t *st, const uint8_t key[KEYHASH_LEN], uint64_t seq, int64_t received_ms,
                   uint64_t log_offset)
 {
-    if (!st->txn || seq != st->txn_seq)
-        return STORE_ERROR; /* the caller's numbering and the store's must agree */
-    return store_upsert(st, key, received_ms, log_offset);
+    store_entry_t e = {.seq = seq, .received_ms = received_ms, .offset = log_offset};
+    memcpy(e.key, key, KEYHASH_LEN);
+    return store_put_entries(st, &e, 1);
 }
 
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present)

@@ -111,14 +111,6 @@ int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
  */
 int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uint64_t *log_offset);
 
-/*
- * Checkpointer only: store_upsert at the exact sequence `seq`, which must be
- * the one the open transaction gives next (STORE_ERROR otherwise: the caller
- * numbered its keys from another state of the store).
- */
-int store_put_seq(store_t *st, const uint8_t key[KEYHASH_LEN], uint64_t seq, int64_t received_ms,
-                  uint64_t log_offset);
-
 /* True in *present when `key` is in the store (inside the open write txn, or a read txn). */
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present);
 
@@ -165,6 +157,31 @@ typedef int (*store_key_fn)(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t 
 int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_fn on_key,
                void *arg);
 
+/* One sequence entry: what `seq` holds for it. */
+typedef struct store_entry {
+    uint64_t seq;
+    uint8_t key[KEYHASH_LEN];
+    int64_t received_ms;
+    uint64_t offset;
+} store_entry_t;
+
+/*
+ * Checkpointer only: store_upsert at the exact sequence `seq`, which must be
+ * the one the open transaction gives next (STORE_ERROR otherwise: the caller
+ * numbered its keys from another state of the store).
+ */
+int store_put_seq(store_t *st, const uint8_t key[KEYHASH_LEN], uint64_t seq, int64_t received_ms,
+                  uint64_t log_offset);
+
+/*
+ * store_put_seq of n entries at once: entries[i].seq must be the open
+ * transaction's next sequence plus i (STORE_ERROR otherwise, before anything
+ * is written). The keys go into the tree in key order, which costs LMDB far
+ * less than arrival order. STORE_NOMEM when the sort space cannot be had.
+ * On any other error the transaction holds part of the entries: abort it.
+ */
+int store_put_entries(store_t *st, const store_entry_t *entries, size_t n);
+
 /*
  * A reader: one read transaction, on the latest commit when opened or
  * refreshed, kept (with its snapshot) until the next refresh. It may be used
@@ -173,14 +190,6 @@ int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_f
  * store_reader_close(), before store_close().
  */
 typedef struct store_reader store_reader_t;
-
-/* One sequence entry: what `seq` holds for it. */
-typedef struct store_entry {
-    uint64_t seq;
-    uint8_t key[KEYHASH_LEN];
-    int64_t received_ms;
-    uint64_t offset;
-} store_entry_t;
 
 int store_reader_open(store_t *st, store_reader_t **out);
 void store_reader_close(store_reader_t *r);

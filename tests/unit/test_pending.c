@@ -37,7 +37,7 @@ static void test_add_find_order(void **state)
     assert_int_equal(pending_end(p), 6000);
     for (uint64_t i = 0; i < 5000; i++) {
         mkkey(i, key);
-        const pending_item_t *it = pending_find(p, key);
+        const store_entry_t *it = pending_find(p, key);
         assert_non_null(it);
         assert_int_equal(it->seq, 1000 + i);
         assert_int_equal(it->received_ms, (int64_t)i * 10);
@@ -66,7 +66,7 @@ static void test_newest_wins(void **state)
     mkkey(42, key);
     assert_int_equal(pending_add(p, key, 3, 12, &seq), 0);
     assert_int_equal(seq, 2);
-    const pending_item_t *it = pending_find(p, key);
+    const store_entry_t *it = pending_find(p, key);
     assert_non_null(it);
     assert_int_equal(it->seq, 2);
     assert_int_equal(it->received_ms, 3);

@@ -757,6 +757,85 @@ static void test_put_seq_and_evict_below(void **state)
     store_close(st);
 }
 
+typedef struct {
+    uint64_t seqs, keys, bad; /* sequence entries, keys, keys without their entry */
+    bool seen_retired;        /* a sequence entry that should have been retired */
+} scan_count_t;
+
+static int count_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                     uint64_t log_offset)
+{
+    scan_count_t *n = arg;
+    (void)key, (void)received_ms, (void)log_offset;
+    n->seqs++;
+    if (seq == 3 || seq == 610)
+        n->seen_retired = true;
+    return 0;
+}
+
+static int count_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool seq_ok)
+{
+    scan_count_t *n = arg;
+    (void)key, (void)seq;
+    n->keys++;
+    n->bad += !seq_ok;
+    return 0;
+}
+
+/*
+ * store_put_entries (the checkpointer's batch, put in key order) ends as one
+ * store_put_seq per entry in sequence order would: a key already present is
+ * replaced, a key twice in the batch keeps its newer entry, and a batch
+ * numbered from another state of the store is refused before any write.
+ */
+static void test_put_entries_in_key_order(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    enum { N = 2000 };
+    store_entry_t *e = calloc(N, sizeof(*e));
+    store_info_t si;
+    assert_non_null(e);
+
+    insert_committed(st, 0, 10, 0); /* sequences 0..9 */
+    for (uint64_t j = 0; j < N; j++) {
+        /* Distinct keys in no particular order (2003 is prime), but three. */
+        uint64_t k = j == 500 ? 3 : j == 600 || j == 1500 ? 50000 : 100 + (j * 7919) % 2003;
+        e[j].seq = 10 + j;
+        mkkey(k, e[j].key);
+        e[j].received_ms = 1000 + (int64_t)j;
+        e[j].offset = 1000 + j;
+    }
+
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_put_entries(st, e + 1, N - 1), STORE_ERROR); /* starts at 11 */
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.next_seq, 10); /* nothing written */
+    assert_int_equal(store_put_entries(st, e, N), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.next_seq, 10 + N);
+    assert_int_equal(si.keys, 10 + N - 2); /* key 3 replaced, key 50000 put twice */
+    for (uint64_t j = 0; j < N; j++) {
+        bool present = false;
+        uint64_t off = 0;
+        assert_int_equal(store_lookup(st, e[j].key, &present, &off), STORE_OK);
+        assert_true(present);
+        assert_int_equal(off, j == 600 ? 1000 + 1500 : 1000 + j); /* the newer entry wins */
+    }
+    assert_true(contains(st, 4));
+
+    scan_count_t n = {0};
+    assert_int_equal(store_scan(st, &si, count_seq, count_key, &n), STORE_OK);
+    assert_int_equal(n.seqs, 10 + N - 2);
+    assert_int_equal(n.keys, 10 + N - 2);
+    assert_int_equal(n.bad, 0);
+    assert_false(n.seen_retired);
+    free(e);
+    store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -782,6 +861,7 @@ int main(void)
         T(test_reader_snapshot),
         T(test_reader_first_from),
         T(test_put_seq_and_evict_below),
+        T(test_put_entries_in_key_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
