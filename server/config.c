@@ -70,7 +70,7 @@ static const struct setting settings[] = {
      FIELD(segment_bytes), "SIZE",
      "roll the event log to a new segment at this size (4KiB..64GiB)"},
     {"map-size", "INGESTD_MAP_SIZE", "1GiB", K_SIZE, MIB, 16 * TIB, FIELD(map_size), "SIZE",
-     "initial LMDB map size, grown on demand (1MiB..16TiB)"},
+     "initial LMDB map size, doubled once the store fills half (1MiB..16TiB)"},
     {"threads", "INGESTD_THREADS", NULL, K_COUNT, 1, 64, FIELD(threads), "N",
      "HTTP worker threads (1..64)"},
     {"max-connections", "INGESTD_MAX_CONNECTIONS", "1024", K_COUNT, 1, 1000000,

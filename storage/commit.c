@@ -1205,6 +1205,35 @@ static void finish_job(commit_t *c)
  * Hands the pending generation to the checkpointer when it is idle and a
  * checkpoint is due (or `force`), taking a finished job's result first.
  */
+/*
+ * Doubles LMDB's map once the store fills half of it. A checkpoint that finds
+ * the map full fails, and storage is then re-established from the log, which
+ * stalls the writer for a second or more; growing ahead costs only address
+ * space. Only while the checkpointer is idle: the writer's snapshot is then
+ * the one transaction open.
+ */
+static void grow_ahead(commit_t *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t used = c->stats.store_used_bytes, map = c->stats.store_map_size;
+    pthread_mutex_unlock(&c->mu);
+    if (map == 0 || used <= map / 2)
+        return;
+    store_info_t si;
+    if (store_reader_grow(c->reader) != STORE_OK || store_reader_info(c->reader, &si) != STORE_OK) {
+        notify(c, 1, "growing the LMDB map failed: %s; re-establishing storage",
+               store_detail(c->store));
+        recover(c, true);
+        return;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->stats.map_grows++;
+    c->stats.store_map_size = si.map_size;
+    pthread_mutex_unlock(&c->mu);
+    notify(c, 2, "LMDB map grown to %llu MiB (the store uses %llu MiB)",
+           (unsigned long long)(si.map_size >> 20), (unsigned long long)(used >> 20));
+}
+
 static void hand_off(commit_t *c, bool force)
 {
     pthread_mutex_lock(&c->mu);
@@ -1232,6 +1261,9 @@ static void hand_off(commit_t *c, bool force)
         state = JOB_IDLE;
     }
     if (state != JOB_IDLE || !c->reader || c->failed)
+        return;
+    grow_ahead(c);
+    if (!c->reader || c->failed)
         return;
     size_t n = pending_count(c->cur);
     if (n == 0 && c->floor == c->handed_floor)

@@ -100,7 +100,7 @@ typedef struct commit_stats {
     uint64_t checkpoints; /* checkpoints: the keys acknowledged since the last one into LMDB */
     uint64_t checkpoint_failures; /* failed ones (storage was then re-established from the log) */
     double checkpoint_ms_last, checkpoint_ms_max, checkpoint_ms_total; /* in the background */
-    uint64_t map_grows;
+    uint64_t map_grows;                 /* map doublings: ahead of need, or after MDB_MAP_FULL */
     uint64_t evicted_age, evicted_size; /* keys aged out, by reason */
     uint64_t keys;                      /* keys in the window */
     int64_t oldest_received_ms;         /* 0 when empty */

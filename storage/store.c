@@ -910,6 +910,13 @@ int store_reader_refresh(store_reader_t *r)
     return rc;
 }
 
+int store_reader_grow(store_reader_t *r)
+{
+    mdb_txn_reset(r->txn); /* LMDB may re-map only with no transaction open */
+    int rc = store_grow(r->st), rrc = store_reader_refresh(r);
+    return rc ? rc : rrc;
+}
+
 int store_reader_find(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,
                       uint64_t *seq)
 {

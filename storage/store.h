@@ -195,6 +195,12 @@ int store_reader_open(store_t *st, store_reader_t **out);
 void store_reader_close(store_reader_t *r);
 /* Moves the reader to the latest commit. */
 int store_reader_refresh(store_reader_t *r);
+/*
+ * store_grow while the reader is the process's only open transaction (the
+ * caller makes sure no other thread has one): parks the reader, doubles the
+ * map, and moves the reader to the latest commit.
+ */
+int store_reader_grow(store_reader_t *r);
 /* *present when `key` is in the snapshot, with its sequence number in *seq (may be NULL). */
 int store_reader_find(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,
                       uint64_t *seq);

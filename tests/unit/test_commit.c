@@ -866,6 +866,35 @@ static void test_map_grows(void **state)
     expect_log_records(fx, 16000);
 }
 
+/*
+ * A map that fills up slowly is grown ahead of need, between checkpoints,
+ * without failing one: storage is never re-established for it.
+ */
+static void test_map_grows_ahead(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    o.map_size = 1024 * 1024;
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    int64_t now = tu_now_ms();
+    unsigned round = 0;
+
+    do {
+        submit_range(c, round * 1000, 1000, now, COMMIT_ACCEPTED);
+        round++;
+        await_stat(c, offsetof(commit_stats_t, checkpoints), round, &s);
+        commit_get_stats(c, &s);
+    } while (s.map_grows == 0 && round < 20);
+    assert_true(s.map_grows > 0);
+    assert_true(s.store_map_size > o.map_size);
+    assert_int_equal(s.recoveries, 0);
+    assert_int_equal(s.checkpoint_failures, 0);
+    assert_int_equal(s.keys, round * 1000);
+    commit_close(c);
+    expect_log_records(fx, round * 1000);
+}
+
 /* Counts how often each payload of ids [0, n) occurs in the log. */
 static void count_in_log(const fx_t *fx, unsigned *counts, unsigned n, uint64_t *total)
 {
@@ -1462,6 +1491,7 @@ int main(void)
         T(test_secret_file),
         T(test_torn_tail_at_open),
         T(test_map_grows),
+        T(test_map_grows_ahead),
         T(test_replay_grows_map),
         T(test_checkpoint_fails),
         T(test_store_full_at_checkpoint),
