@@ -40,6 +40,8 @@ struct store {
     int last_mdb;    /* last LMDB error code, for store_detail() */
     uint64_t *order; /* store_put_entries' sort space (key_order) */
     size_t order_cap;
+    store_entry_t *gone; /* evict_front's round of entries */
+    size_t gone_cap;
 };
 
 static int xlate(store_t *st, int rc)
@@ -259,6 +261,7 @@ void store_close(store_t *st)
     if (st->env)
         mdb_env_close(st->env);
     free(st->order);
+    free(st->gone);
     free(st);
 }
 
@@ -645,8 +648,36 @@ int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uin
  * the entry and the number of keys left, and says which counter to add to.
  */
 typedef enum { EVICT_STOP, EVICT_AGE, EVICT_SIZE } evict_why_t;
+#define EVICT_ROUND 65536 /* entries read, then deleted, at a time */
 typedef evict_why_t (*evict_pred_t)(const void *arg, const store_entry_t *r, uint64_t keys_left);
 
+/* Deletes the `keys` entries of gone[0..n), in key order (see key_order); *count drops by each. */
+static int evict_keys(store_t *st, const store_entry_t *gone, size_t n, uint64_t *count)
+{
+    const uint64_t *order = n > 1 ? key_order(st, gone, n) : NULL;
+    MDB_cursor *cur = NULL;
+    int rc = n > 1 && !order ? STORE_NOMEM : cursor(st, &cur);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        const store_entry_t *e = order ? &gone[(uint32_t)order[i]] : &gone[i];
+        /* Exactly this key's entry with this sequence: a newer one for the key is never hit. */
+        uint8_t value[KEY_VALUE];
+        MDB_val k, v;
+        key_entry(e->key, e->seq, value, &k, &v);
+        int mrc = mdb_cursor_get(cur, &k, &v, MDB_GET_BOTH);
+        if (mrc == 0 && (mrc = mdb_cursor_del(cur, 0)) == 0)
+            (*count)--;
+        if (mrc && mrc != MDB_NOTFOUND)
+            rc = xlate(st, mrc);
+    }
+    return rc;
+}
+
+/*
+ * Evicts from the oldest end of `seq` while `more` says so, at most max_steps
+ * entries. In rounds of at most EVICT_ROUND: read the entries, delete their
+ * keys in key order (as store_put_entries puts them, for the same reason),
+ * then cut the entries off the front.
+ */
 static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const void *arg,
                        uint64_t *evicted_age, uint64_t *evicted_size)
 {
@@ -660,38 +691,41 @@ static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const v
     uint64_t count = ms.ms_entries;
     if ((rc = xlate(st, mdb_cursor_open(st->txn, st->seq, &cur))))
         return rc;
-    for (size_t step = 0; step < max_steps; step++) {
+    bool more_left = true;
+    for (size_t steps = 0; rc == STORE_OK && more_left && steps < max_steps;) {
+        size_t want = max_steps - steps < EVICT_ROUND ? max_steps - steps : EVICT_ROUND, n = 0;
+        if (want > st->gone_cap) {
+            store_entry_t *g = realloc(st->gone, want * sizeof(*g));
+            if (!g) {
+                rc = STORE_NOMEM;
+                break;
+            }
+            st->gone = g;
+            st->gone_cap = want;
+        }
         int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
-        if (mrc == MDB_NOTFOUND)
-            break;
-        if (mrc) {
-            rc = xlate(st, mrc);
-            goto out;
+        for (; mrc == 0 && n < want; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            store_entry_t *r = &st->gone[n];
+            if ((rc = seq_decode(st, &k, &v, r)))
+                break;
+            /* Each entry ahead of this one takes its key with it. */
+            evict_why_t why = more(arg, r, count - n);
+            if (why == EVICT_STOP)
+                break;
+            (*(why == EVICT_AGE ? evicted_age : evicted_size))++;
+            n++;
         }
-        store_entry_t r;
-        if ((rc = seq_decode(st, &k, &v, &r)))
-            goto out;
-        evict_why_t why = more(arg, &r, count);
-        if (why == EVICT_STOP)
-            break;
-        /* Exactly this key's entry with this sequence: a newer one for the key is never hit. */
-        uint8_t value[KEY_VALUE];
-        MDB_val kk, kv;
-        key_entry(r.key, r.seq, value, &kk, &kv);
-        mrc = mdb_del(st->txn, st->keys, &kk, &kv);
-        if (mrc == 0)
-            count--;
-        else if (mrc != MDB_NOTFOUND) {
+        if (rc == STORE_OK && mrc && mrc != MDB_NOTFOUND)
             rc = xlate(st, mrc);
-            goto out;
+        more_left = n == want;
+        if (rc == STORE_OK)
+            rc = evict_keys(st, st->gone, n, &count);
+        for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+            if ((mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) || (mrc = mdb_cursor_del(cur, 0)))
+                rc = xlate(st, mrc);
         }
-        if ((mrc = mdb_cursor_del(cur, 0))) {
-            rc = xlate(st, mrc);
-            goto out;
-        }
-        (*(why == EVICT_AGE ? evicted_age : evicted_size))++;
+        steps += n;
     }
-out:
     mdb_cursor_close(cur);
     return rc;
 }

@@ -836,6 +836,47 @@ static void test_put_entries_in_key_order(void **state)
     store_close(st);
 }
 
+/*
+ * Eviction reads the oldest entries in rounds (65,536 at a time) and deletes
+ * their keys in key order: bounds and counts stay exact across rounds, by
+ * sequence and by size.
+ */
+static void test_evict_in_rounds(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 64ull << 20);
+    store_info_t si;
+    uint64_t evicted = 0, by_age = 0, by_size = 0;
+
+    insert_committed(st, 0, 150000, 0);
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_evict_below(st, 70000, 66000, &evicted), STORE_OK);
+    assert_int_equal(evicted, 66000);
+    assert_int_equal(store_evict_below(st, 70000, 1000000, &evicted), STORE_OK);
+    assert_int_equal(evicted, 70000);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_false(contains(st, 0));
+    assert_false(contains(st, 65536));
+    assert_false(contains(st, 69999));
+    assert_true(contains(st, 70000));
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 80000);
+    assert_int_equal(si.oldest_offset, 70000);
+
+    /* By size: nothing is old enough, 1,000 keys may stay. */
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_evict(st, 0, 1000, 1000000, &by_age, &by_size), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(by_age, 0);
+    assert_int_equal(by_size, 79000);
+    assert_int_equal(store_get_info(st, &si), STORE_OK);
+    assert_int_equal(si.keys, 1000);
+    assert_int_equal(si.oldest_offset, 149000);
+    assert_true(contains(st, 149000));
+    assert_false(contains(st, 148999));
+    store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -862,6 +903,7 @@ int main(void)
         T(test_reader_first_from),
         T(test_put_seq_and_evict_below),
         T(test_put_entries_in_key_order),
+        T(test_evict_in_rounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
