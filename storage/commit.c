@@ -41,28 +41,32 @@
  * keys, whichever comes first, when the checkpointer is idle. What a crash
  * loses of LMDB since the last checkpoint the log replays at start (it is
  * durable: every batch was fsynced to the log before its ack).
- * The checkpointer writes a generation in as few LMDB transactions as it can:
- * a page dirtied by many keys is copied and written once per transaction, so
- * the fewer transactions, the fewer bytes written and synced. A transaction
- * takes up to `ckpt_chunk` keys (and as many evictions); when LMDB runs out of
- * dirty-page room (STORE_TXN_FULL) it is redone with half as many, and the
- * chunk grows back after each full one that fits. LMDB holds a transaction's
- * dirty pages in memory until the commit: a small store has few pages to
- * dirty, but in a big window every key dirties a leaf page or two of its own,
- * so once the store outgrows DIRTY_MAX_BYTES a transaction takes at most
- * CHUNK_BIG_WINDOW keys (LMDB spills dirty pages past 128 Ki, 512 MiB, itself;
- * the more keys share a transaction, the more of them share a page). PENDING_MAX bounds the keys
- * waiting for a checkpoint: past it the writer waits for the checkpointer (a slow disk or a huge
- * window), so memory stays bounded and the queue bound (503) does the rest.
+ * Keys are hashes, so a checkpoint touches leaf pages all over the tree: at a
+ * few million keys, every one of them. Its cost is the pages it writes, so
+ * checkpoints are rare and big (more keys per page written), and a
+ * generation's keys go in key order, KEYS_PER_TXN per transaction: each
+ * transaction writes and syncs its own slice of the tree, so the disk never
+ * holds more than one small sync ahead of the log's fsyncs (run_job).
+ * Deletions below the floor go in the last transactions, up to `ckpt_chunk`
+ * each; when LMDB runs out of dirty-page room (STORE_TXN_FULL) that is
+ * halved, and it grows back after each full one that fits. LMDB holds a
+ * transaction's dirty pages in memory until the commit, and in a big window
+ * every deletion dirties a leaf page of its own, so once the store outgrows
+ * DIRTY_MAX_BYTES a transaction deletes at most CHUNK_BIG_WINDOW keys.
+ * PENDING_MAX bounds the keys waiting for a checkpoint: past it the writer
+ * waits for the checkpointer (a slow disk or a huge window), so memory stays
+ * bounded (~50 bytes a key, two generations) and the queue bound (503) does
+ * the rest.
  */
 #define SHORT_WINDOW_WARN_MS 60000
-#define CHECKPOINT_MS        1000
-#define CHECKPOINT_EVENTS    131072
+#define CHECKPOINT_MS        3000
+#define CHECKPOINT_EVENTS    524288
+#define KEYS_PER_TXN         4096
 #define CHUNK_MAX            262144
 #define CHUNK_MIN            1024
 #define CHUNK_BIG_WINDOW     131072
 #define DIRTY_MAX_BYTES      (512ull << 20)
-#define PENDING_MAX          262144
+#define PENDING_MAX          1048576
 #define ACKED_FILE           "ACKED" /* in DIR/store: the acknowledged end, for readers */
 
 /* What the checkpointer is doing; under mu. */
@@ -1070,55 +1074,82 @@ static bool job_cancelled(commit_t *c)
     return stop;
 }
 
+/* One LMDB transaction of a checkpoint; counts it for the writer (see take_commits). */
+static int ckpt_commit(commit_t *c, int rc)
+{
+    if (rc == STORE_OK)
+        rc = store_commit(c->store);
+    else
+        store_abort(c->store);
+    if (rc == STORE_OK) {
+        pthread_mutex_lock(&c->mu);
+        c->job.commits++; /* the writer may move its snapshot on */
+        pthread_mutex_unlock(&c->mu);
+    }
+    return rc;
+}
+
 /*
- * Writes a generation into LMDB, `ckpt_chunk` keys per transaction, each
- * followed by as many deletions below the floor; then transactions of
- * deletions only until none is left below it. Every transaction records how
- * far the log is applied, so a crash in between replays only the rest.
+ * Writes a generation into LMDB. First its keys, in key order, KEYS_PER_TXN
+ * per transaction: each transaction covers its own slice of the key space,
+ * so it writes (and syncs) only the pages of that slice, and no page twice
+ * over the whole checkpoint. A checkpoint is thus many small syncs, not one of
+ * the whole tree, and the log's fsyncs never queue behind more than one of
+ * them. Then one transaction with the sequence entries, the deletions below
+ * the floor (`ckpt_chunk` at most, halved whenever LMDB runs out of dirty
+ * pages) and the applied offset; then transactions of deletions only, until
+ * none is left below the floor. A crash before the applied offset is written
+ * replays the whole generation from the log, which numbers it the same way.
  */
 static int run_job(commit_t *c, const ckpt_job_t *j)
 {
     const store_entry_t *items = pending_items(j->gen);
-    size_t n = pending_count(j->gen), i = 0;
-    bool evicting = true;
+    size_t n = pending_count(j->gen);
+    uint32_t *order = n > 0 ? malloc(n * sizeof(*order)) : NULL;
+    int rc = n > 0 && !order ? STORE_NOMEM : STORE_OK;
 
-    while (i < n || evicting) {
+    if (rc == STORE_OK && n > 0)
+        rc = store_key_order(items, n, order);
+    for (size_t i = 0; rc == STORE_OK && i < n; i += KEYS_PER_TXN) {
+        if (job_cancelled(c)) {
+            rc = JOB_CANCELLED;
+            break;
+        }
+        size_t m = n - i < KEYS_PER_TXN ? n - i : KEYS_PER_TXN;
+        rc = store_begin(c->store);
+        if (rc == STORE_OK)
+            rc = store_put_keys(c->store, items, order + i, m);
+        rc = ckpt_commit(c, rc);
+    }
+    free(order);
+
+    bool first = true, evicting = true;
+    while (rc == STORE_OK && (first || evicting)) {
         if (job_cancelled(c))
             return JOB_CANCELLED;
-        size_t chunk = c->ckpt_chunk, start = i;
+        size_t chunk = c->ckpt_chunk;
         if (c->ckpt_store_bytes > DIRTY_MAX_BYTES && chunk > CHUNK_BIG_WINDOW)
             chunk = CHUNK_BIG_WINDOW;
-        size_t end = n - i > chunk ? i + chunk : n;
         uint64_t evicted = 0;
-        int rc = store_begin(c->store);
-        if (rc == STORE_OK && end > i)
-            rc = store_put_entries(c->store, items + i, end - i);
-        i = end;
+        rc = store_begin(c->store);
+        if (rc == STORE_OK && first)
+            rc = store_append_seq(c->store, items, n);
         if (rc == STORE_OK)
             rc = store_evict_below(c->store, j->floor, chunk, &evicted);
-        if (rc == STORE_OK)
-            rc = store_set_applied(c->store, i == n ? j->applied : items[i - 1].offset + 1);
-        if (rc == STORE_OK)
-            rc = store_commit(c->store);
-        else
-            store_abort(c->store);
-        if (rc == STORE_OK) {
-            pthread_mutex_lock(&c->mu);
-            c->job.commits++; /* the writer may move its snapshot on (see take_commits) */
-            pthread_mutex_unlock(&c->mu);
-        }
+        if (rc == STORE_OK && first)
+            rc = store_set_applied(c->store, j->applied);
+        rc = ckpt_commit(c, rc);
         if (rc == STORE_TXN_FULL && chunk > CHUNK_MIN) {
-            c->ckpt_chunk = chunk / 2; /* redo this part in smaller transactions */
-            i = start;
+            c->ckpt_chunk = chunk / 2; /* redo it with fewer deletions */
+            rc = STORE_OK;
             continue;
         }
-        if (rc != STORE_OK)
-            return rc;
+        first = false;
         evicting = evicted == chunk;
-        if (end - start == chunk && chunk < CHUNK_MAX)
+        if (rc == STORE_OK && evicting && chunk < CHUNK_MAX)
             c->ckpt_chunk = chunk * 2;
     }
-    return STORE_OK;
+    return rc;
 }
 
 /*

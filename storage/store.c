@@ -38,7 +38,7 @@ struct store {
     uint64_t txn_seq;  /* next sequence inside the open transaction */
     bool read_only;
     int last_mdb;    /* last LMDB error code, for store_detail() */
-    uint64_t *order; /* store_put_entries' sort space (key_order) */
+    uint32_t *order; /* sort space of key_order */
     size_t order_cap;
     store_entry_t *gone; /* evict_front's round of entries */
     size_t gone_cap;
@@ -453,7 +453,17 @@ static int key_put(store_t *st, MDB_cursor *cur, const store_entry_t *e, bool fo
             (rc = xlate(st, mdb_cursor_open(st->txn, st->seq, &scur))))
             return rc;
         rc = seq_find(st, scur, old_seq, &have);
-        if (rc == STORE_OK && have)
+        /*
+         * Only when the entry names this key: a checkpoint cut short between
+         * its transactions leaves keys whose sequence entries were not written
+         * yet (store_put_keys), and a replay may have numbered others since.
+         */
+        MDB_val sk, sv;
+        store_entry_t r;
+        if (rc == STORE_OK && have &&
+            (rc = xlate(st, mdb_cursor_get(scur, &sk, &sv, MDB_GET_CURRENT))) == STORE_OK &&
+            (rc = seq_decode(st, &sk, &sv, &r)) == STORE_OK &&
+            memcmp(r.key, e->key, KEYHASH_LEN) == 0)
             rc = xlate(st, mdb_cursor_del(scur, 0));
         mdb_cursor_close(scur);
         if (rc)
@@ -499,26 +509,21 @@ int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
 }
 
 /*
- * The order in which to put `n` entries into `keys`: by their first 32 key
- * bits (the tree's byte order; ties are rare and harmless). Keys are hashes,
- * so in arrival order every put lands on a random page; in key order the
- * cursor stays on its page from one put to the next, and LMDB searches only
- * that page. Two 16-bit passes of a radix sort over (bits, index) pairs in
- * st->order (grown as needed, freed by store_close; it also holds the
- * counts, so stores on different threads never share them). NULL when out of
- * memory.
+ * Keys are hashes, so in arrival order every put lands on a random page; in
+ * key order the cursor stays on its page from one put to the next, and LMDB
+ * searches only that page. The sort looks at the first 32 key bits (the
+ * tree's byte order; ties are rare and harmless): two 16-bit passes of a
+ * radix sort over (bits, index) pairs, stable.
  */
 #define RADIX (1u << 16)
-static const uint64_t *key_order(store_t *st, const store_entry_t *e, size_t n)
+int store_key_order(const store_entry_t *e, size_t n, uint32_t *order)
 {
-    if (n > st->order_cap) {
-        uint64_t *o = realloc(st->order, (2 * n + RADIX) * sizeof(*o));
-        if (!o)
-            return NULL;
-        st->order = o;
-        st->order_cap = n;
-    }
-    uint64_t *a = st->order, *b = st->order + n, *count = st->order + 2 * n;
+    if (n > UINT32_MAX)
+        return STORE_ERROR;
+    uint64_t *a = malloc((2 * n + RADIX) * sizeof(*a));
+    if (!a)
+        return STORE_NOMEM;
+    uint64_t *b = a + n, *count = a + 2 * n;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *k = e[i].key;
         uint64_t hi = (uint64_t)k[0] << 24 | (uint64_t)k[1] << 16 | (uint64_t)k[2] << 8 | k[3];
@@ -540,40 +545,67 @@ static const uint64_t *key_order(store_t *st, const store_entry_t *e, size_t n)
         a = b;
         b = t;
     }
-    return a; /* two passes: the sorted pairs are back in the first half */
+    /* Two passes: the sorted pairs are back in the first half, where the block starts. */
+    for (size_t i = 0; i < n; i++)
+        order[i] = (uint32_t)a[i];
+    free(a);
+    return STORE_OK;
 }
 
-int store_put_entries(store_t *st, const store_entry_t *e, size_t n)
+/* store_key_order into st->order (grown as needed, freed by store_close). NULL when out of memory.
+ */
+static const uint32_t *key_order(store_t *st, const store_entry_t *e, size_t n)
+{
+    if (n > st->order_cap) {
+        uint32_t *o = realloc(st->order, n * sizeof(*o));
+        if (!o)
+            return NULL;
+        st->order = o;
+        st->order_cap = n;
+    }
+    return store_key_order(e, n, st->order) == STORE_OK ? st->order : NULL;
+}
+
+int store_put_keys(store_t *st, const store_entry_t *e, const uint32_t *order, size_t n)
+{
+    MDB_cursor *cur = NULL;
+    int rc = st->txn ? cursor(st, &cur) : STORE_ERROR;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        const store_entry_t *x = order ? &e[order[i]] : &e[i];
+        uint64_t old_seq = 0;
+        bool found;
+        if ((rc = find_key(st, cur, x->key, &found, &old_seq)) == STORE_OK)
+            rc = key_put(st, cur, x, found, old_seq);
+    }
+    return rc;
+}
+
+int store_append_seq(store_t *st, const store_entry_t *e, size_t n)
 {
     if (!st->txn)
         return STORE_ERROR;
     for (size_t i = 0; i < n; i++)
         if (e[i].seq != st->txn_seq + i)
             return STORE_ERROR; /* the caller's numbering and the store's must agree */
-    const uint64_t *order = n > 1 ? key_order(st, e, n) : NULL;
-    if (n > 1 && !order)
-        return STORE_NOMEM;
-    /*
-     * `seq` first, in sequence order (appends, at the tree's end), so that a
-     * key put twice retires its older entry whole, as one at a time would.
-     * The sort is stable: of one key's entries the older goes in first.
-     */
     int rc = STORE_OK;
     for (size_t i = 0; rc == STORE_OK && i < n; i++)
         rc = seq_append(st, &e[i]);
-    MDB_cursor *cur = NULL;
-    if (rc == STORE_OK)
-        rc = cursor(st, &cur);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
-        const store_entry_t *x = order ? &e[(uint32_t)order[i]] : &e[i];
-        uint64_t old_seq = 0;
-        bool found;
-        if ((rc = find_key(st, cur, x->key, &found, &old_seq)) == STORE_OK)
-            rc = key_put(st, cur, x, found, old_seq);
-    }
     if (rc == STORE_OK)
         st->txn_seq += n;
     return rc;
+}
+
+int store_put_entries(store_t *st, const store_entry_t *e, size_t n)
+{
+    const uint32_t *order = NULL;
+    if (n > 1 && !(order = key_order(st, e, n)))
+        return STORE_NOMEM;
+    /*
+     * `seq` first, so that a key put twice retires its older entry whole, as
+     * one at a time would (the sort is stable: the older goes in first).
+     */
+    int rc = store_append_seq(st, e, n);
+    return rc ? rc : store_put_keys(st, e, order, n);
 }
 
 int store_put_seq(store_t *st, const uint8_t key[KEYHASH_LEN], uint64_t seq, int64_t received_ms,
@@ -654,11 +686,11 @@ typedef evict_why_t (*evict_pred_t)(const void *arg, const store_entry_t *r, uin
 /* Deletes the `keys` entries of gone[0..n), in key order (see key_order); *count drops by each. */
 static int evict_keys(store_t *st, const store_entry_t *gone, size_t n, uint64_t *count)
 {
-    const uint64_t *order = n > 1 ? key_order(st, gone, n) : NULL;
+    const uint32_t *order = n > 1 ? key_order(st, gone, n) : NULL;
     MDB_cursor *cur = NULL;
     int rc = n > 1 && !order ? STORE_NOMEM : cursor(st, &cur);
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
-        const store_entry_t *e = order ? &gone[(uint32_t)order[i]] : &gone[i];
+        const store_entry_t *e = order ? &gone[order[i]] : &gone[i];
         /* Exactly this key's entry with this sequence: a newer one for the key is never hit. */
         uint8_t value[KEY_VALUE];
         MDB_val k, v;

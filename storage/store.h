@@ -183,6 +183,28 @@ int store_put_seq(store_t *st, const uint8_t key[KEYHASH_LEN], uint64_t seq, int
 int store_put_entries(store_t *st, const store_entry_t *entries, size_t n);
 
 /*
+ * The same in parts, for a checkpoint spread over several transactions:
+ *
+ * store_key_order fills order[0..n) with the indices of entries in key order
+ * (the order of LMDB's tree; stable, so of one key's entries the older comes
+ * first). STORE_NOMEM when its sort space cannot be had.
+ *
+ * store_put_keys puts the `keys` entries of entries[order[i]], i < n (order
+ * may be NULL: as they come), retiring an older entry of the same key with its
+ * sequence entry. Consecutive slices of one key order touch disjoint ranges of
+ * the tree, so each transaction writes only its own pages.
+ *
+ * store_append_seq then puts their sequence entries, numbered from the open
+ * transaction's next sequence (STORE_ERROR otherwise, nothing written). Until
+ * it has committed, the keys already put name sequences past the store's
+ * next_seq: store_scan reports them as not named back, and a replay from the
+ * applied offset, which numbers the same records again, makes them whole.
+ */
+int store_key_order(const store_entry_t *entries, size_t n, uint32_t *order);
+int store_put_keys(store_t *st, const store_entry_t *entries, const uint32_t *order, size_t n);
+int store_append_seq(store_t *st, const store_entry_t *entries, size_t n);
+
+/*
  * A reader: one read transaction, on the latest commit when opened or
  * refreshed, kept (with its snapshot) until the next refresh. It may be used
  * by one thread at a time while another thread writes. It pins the pages of

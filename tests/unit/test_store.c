@@ -877,6 +877,99 @@ static void test_evict_in_rounds(void **state)
     store_close(st);
 }
 
+typedef struct {
+    uint64_t keys, not_named_back, past_next; /* keys; of them seq_ok false; and past next_seq */
+    uint64_t seqs;
+    const store_info_t *info;
+} part_scan_t;
+
+static int part_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                    uint64_t log_offset)
+{
+    (void)seq, (void)key, (void)received_ms, (void)log_offset;
+    ((part_scan_t *)arg)->seqs++;
+    return 0;
+}
+
+static int part_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool seq_ok)
+{
+    part_scan_t *n = arg;
+    (void)key;
+    n->keys++;
+    n->not_named_back += !seq_ok;
+    n->past_next += !seq_ok && seq >= n->info->next_seq;
+    return 0;
+}
+
+/*
+ * A checkpoint in parts (store_key_order, store_put_keys in slices, then
+ * store_append_seq) that is cut short after its key transactions: the keys
+ * put so far name sequences past next_seq, and a replay of the same records
+ * from the applied offset (store_upsert, numbering them the same way) makes
+ * the store whole again. A key re-accepted in the checkpoint retires its old
+ * entry in the key transaction itself.
+ */
+static void test_checkpoint_in_parts_cut_short(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    enum { N = 3000, SLICE = 1000 };
+    store_entry_t *e = calloc(N, sizeof(*e));
+    uint32_t *order = calloc(N, sizeof(*order));
+    store_info_t si;
+    assert_non_null(e);
+    assert_non_null(order);
+
+    insert_committed(st, 0, 10, 0); /* sequences 0..9, log offsets 0..9 */
+    for (uint64_t j = 0; j < N; j++) {
+        e[j].seq = 10 + j;
+        mkkey(j == 7 ? 2 : 1000 + (j * 7919) % 3001, e[j].key); /* key 2 again, at seq 17 */
+        e[j].received_ms = 5000 + (int64_t)j;
+        e[j].offset = 10 + j;
+    }
+    assert_int_equal(store_key_order(e, N, order), STORE_OK);
+    for (size_t i = 1; i < N; i++) /* key order: the first 32 bits never go down */
+        assert_true(memcmp(e[order[i - 1]].key, e[order[i]].key, 4) <= 0);
+    for (size_t i = 0; i < N; i += SLICE) {
+        assert_int_equal(store_begin(st), STORE_OK);
+        assert_int_equal(store_put_keys(st, e, order + i, SLICE), STORE_OK);
+        assert_int_equal(store_commit(st), STORE_OK);
+    }
+    /* Cut short: the last transaction (sequence entries, applied offset) never ran. */
+    store_close(st);
+    st = open_store(fx, 0);
+    part_scan_t n = {.info = &si};
+    assert_int_equal(store_scan(st, &si, part_seq, part_key, &n), STORE_OK);
+    assert_int_equal(si.next_seq, 10);
+    assert_int_equal(si.applied, 0); /* insert_committed sets none: the log replays from 0 */
+    assert_int_equal(n.seqs, 9);     /* key 2's old entry retired with it */
+    assert_int_equal(n.keys, 9 + N);
+    assert_int_equal(n.not_named_back, N);
+    assert_int_equal(n.past_next, N);
+
+    /* The replay: the same records, in log order, numbered from next_seq. */
+    assert_int_equal(store_begin(st), STORE_OK);
+    for (uint64_t j = 0; j < N; j++)
+        assert_int_equal(store_upsert(st, e[j].key, e[j].received_ms, e[j].offset), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+    n = (part_scan_t){.info = &si};
+    assert_int_equal(store_scan(st, &si, part_seq, part_key, &n), STORE_OK);
+    assert_int_equal(si.next_seq, 10 + N);
+    assert_int_equal(n.seqs, 9 + N);
+    assert_int_equal(n.keys, 9 + N);
+    assert_int_equal(n.not_named_back, 0);
+    uint64_t off = 0;
+    bool present = false;
+    uint8_t key[KEYHASH_LEN];
+    mkkey(2, key);
+    assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
+    assert_true(present);
+    assert_int_equal(off, 17);
+    free(order);
+    free(e);
+    store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -904,6 +997,7 @@ int main(void)
         T(test_put_seq_and_evict_below),
         T(test_put_entries_in_key_order),
         T(test_evict_in_rounds),
+        T(test_checkpoint_in_parts_cut_short),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
