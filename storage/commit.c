@@ -2,7 +2,7 @@
  * commit.c: group commit. The writer thread de-duplicates a batch against a
  * read snapshot of LMDB plus the keys accepted since (pending.h), appends it
  * to the log with one fsync, and acknowledges it; the checkpointer thread
- * writes those keys into LMDB about once a second.
+ * writes those keys into LMDB every few seconds.
  */
 #include "storage/commit.h"
 

@@ -1,5 +1,5 @@
 /* commit: group commit; one writer thread turns pending requests into one log append + fsync each,
- * a checkpointer thread puts their keys into LMDB about once a second (a checkpoint). */
+ * a checkpointer thread puts their keys into LMDB every few seconds (a checkpoint). */
 #ifndef INGESTD_COMMIT_H
 #define INGESTD_COMMIT_H
 
@@ -135,8 +135,8 @@ typedef struct commit_stats {
  * log records past LMDB's applied offset), and starts the writer thread.
  * A group commit is acknowledged once its records are fsynced to the log;
  * de-duplication reads a snapshot of LMDB plus the keys acknowledged since it,
- * which a checkpointer thread writes into LMDB about once a second (or after
- * 128 Ki keys) and at close, without holding up any batch: a crash loses at
+ * which a checkpointer thread writes into LMDB every 3 s (or after 512 Ki
+ * keys) and at close, without holding up any batch: a crash loses at
  * most what the log replays at the next start. A failed checkpoint fails no
  * request: storage is re-established as below. /stats is exact after every
  * batch (keys, evictions, the window), whether or not LMDB has caught up.
