@@ -156,7 +156,7 @@ struct commit {
     bool ckpt_started;
     pthread_cond_t ckpt_cv;    /* wakes the checkpointer; the writer waits on cv */
     ckpt_job_t job;            /* under mu */
-    size_t ckpt_chunk;         /* checkpointer-only: keys per LMDB transaction (see CHUNK_MAX) */
+    size_t ckpt_chunk;         /* checkpointer-only: deletions per LMDB transaction (CHUNK_MAX) */
     uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
 };
 

@@ -166,9 +166,10 @@ typedef struct store_entry {
 } store_entry_t;
 
 /*
- * Checkpointer only: store_upsert at the exact sequence `seq`, which must be
- * the one the open transaction gives next (STORE_ERROR otherwise: the caller
- * numbered its keys from another state of the store).
+ * store_upsert at the exact sequence `seq`, which must be the one the open
+ * transaction gives next (STORE_ERROR otherwise: the caller numbered its keys
+ * from another state of the store). A checkpoint in one transaction; the
+ * checkpointer itself uses the parts below (store_put_keys and the rest).
  */
 int store_put_seq(store_t *st, const uint8_t key[KEYHASH_LEN], uint64_t seq, int64_t received_ms,
                   uint64_t log_offset);
