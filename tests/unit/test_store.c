@@ -757,15 +757,17 @@ static void test_put_seq_and_evict_below(void **state)
     store_close(st);
 }
 
+/* What store_scan saw: entries, keys, keys not named back (and of them those past next_seq). */
 typedef struct {
-    uint64_t seqs, keys, bad; /* sequence entries, keys, keys without their entry */
-    bool seen_retired;        /* a sequence entry that should have been retired */
-} scan_count_t;
+    uint64_t seqs, keys, not_named_back, past_next;
+    bool seen_retired;        /* sequence 3 or 610 (test_put_entries_in_key_order retires both) */
+    const store_info_t *info; /* the scan's, for next_seq */
+} scan_tally_t;
 
-static int count_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+static int tally_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
                      uint64_t log_offset)
 {
-    scan_count_t *n = arg;
+    scan_tally_t *n = arg;
     (void)key, (void)received_ms, (void)log_offset;
     n->seqs++;
     if (seq == 3 || seq == 610)
@@ -773,12 +775,13 @@ static int count_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], in
     return 0;
 }
 
-static int count_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool seq_ok)
+static int tally_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool seq_ok)
 {
-    scan_count_t *n = arg;
-    (void)key, (void)seq;
+    scan_tally_t *n = arg;
+    (void)key;
     n->keys++;
-    n->bad += !seq_ok;
+    n->not_named_back += !seq_ok;
+    n->past_next += !seq_ok && seq >= n->info->next_seq;
     return 0;
 }
 
@@ -826,11 +829,11 @@ static void test_put_entries_in_key_order(void **state)
     }
     assert_true(contains(st, 4));
 
-    scan_count_t n = {0};
-    assert_int_equal(store_scan(st, &si, count_seq, count_key, &n), STORE_OK);
+    scan_tally_t n = {.info = &si};
+    assert_int_equal(store_scan(st, &si, tally_seq, tally_key, &n), STORE_OK);
     assert_int_equal(n.seqs, 10 + N - 2);
     assert_int_equal(n.keys, 10 + N - 2);
-    assert_int_equal(n.bad, 0);
+    assert_int_equal(n.not_named_back, 0);
     assert_false(n.seen_retired);
     free(e);
     store_close(st);
@@ -877,30 +880,6 @@ static void test_evict_in_rounds(void **state)
     store_close(st);
 }
 
-typedef struct {
-    uint64_t keys, not_named_back, past_next; /* keys; of them seq_ok false; and past next_seq */
-    uint64_t seqs;
-    const store_info_t *info;
-} part_scan_t;
-
-static int part_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
-                    uint64_t log_offset)
-{
-    (void)seq, (void)key, (void)received_ms, (void)log_offset;
-    ((part_scan_t *)arg)->seqs++;
-    return 0;
-}
-
-static int part_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool seq_ok)
-{
-    part_scan_t *n = arg;
-    (void)key;
-    n->keys++;
-    n->not_named_back += !seq_ok;
-    n->past_next += !seq_ok && seq >= n->info->next_seq;
-    return 0;
-}
-
 /*
  * A checkpoint in parts (store_key_order, store_put_keys in slices, then
  * store_append_seq) that is cut short after its key transactions: the keys
@@ -938,8 +917,8 @@ static void test_checkpoint_in_parts_cut_short(void **state)
     /* Cut short: the last transaction (sequence entries, applied offset) never ran. */
     store_close(st);
     st = open_store(fx, 0);
-    part_scan_t n = {.info = &si};
-    assert_int_equal(store_scan(st, &si, part_seq, part_key, &n), STORE_OK);
+    scan_tally_t n = {.info = &si};
+    assert_int_equal(store_scan(st, &si, tally_seq, tally_key, &n), STORE_OK);
     assert_int_equal(si.next_seq, 10);
     assert_int_equal(si.applied, 0); /* insert_committed sets none: the log replays from 0 */
     assert_int_equal(n.seqs, 9);     /* key 2's old entry retired with it */
@@ -952,8 +931,8 @@ static void test_checkpoint_in_parts_cut_short(void **state)
     for (uint64_t j = 0; j < N; j++)
         assert_int_equal(store_upsert(st, e[j].key, e[j].received_ms, e[j].offset), STORE_OK);
     assert_int_equal(store_commit(st), STORE_OK);
-    n = (part_scan_t){.info = &si};
-    assert_int_equal(store_scan(st, &si, part_seq, part_key, &n), STORE_OK);
+    n = (scan_tally_t){.info = &si};
+    assert_int_equal(store_scan(st, &si, tally_seq, tally_key, &n), STORE_OK);
     assert_int_equal(si.next_seq, 10 + N);
     assert_int_equal(n.seqs, 9 + N);
     assert_int_equal(n.keys, 9 + N);
