@@ -44,12 +44,14 @@
  * Keys are hashes, so a checkpoint touches leaf pages all over the tree: at a
  * few million keys, every one of them. Its cost is the pages it writes, so
  * checkpoints are rare and big (more keys per page written), and a
- * generation's keys go in key order, KEYS_PER_TXN per transaction: each
- * transaction writes and syncs its own slice of the tree, so the disk never
- * holds more than one small sync ahead of the log's fsyncs (run_job).
- * Deletions below the floor go in the last transactions, up to `ckpt_chunk`
- * each; when LMDB runs out of dirty-page room (STORE_TXN_FULL) that is
- * halved, and it grows back after each full one that fits. LMDB holds a
+ * generation's keys, and the keys it evicts, go in key order, OPS_PER_TXN
+ * per transaction: each transaction writes and syncs its own slice of the
+ * tree, so the disk never holds more than one small sync ahead of the log's
+ * fsyncs (run_job). Deletions below the floor beyond what a checkpoint reads
+ * ahead (as many as it puts, at least EVICT_READ_MIN) go in the last
+ * transactions, up to `ckpt_chunk` each; when LMDB runs out of dirty-page
+ * room (STORE_TXN_FULL) that is halved, and it grows back after each full
+ * one that fits. LMDB holds a
  * transaction's dirty pages in memory until the commit, and in a big window
  * every deletion dirties a leaf page of its own, so once the store outgrows
  * DIRTY_MAX_BYTES a transaction deletes at most CHUNK_BIG_WINDOW keys.
@@ -61,7 +63,8 @@
 #define SHORT_WINDOW_WARN_MS 60000
 #define CHECKPOINT_MS        3000
 #define CHECKPOINT_EVENTS    524288
-#define KEYS_PER_TXN         4096
+#define OPS_PER_TXN          4096
+#define EVICT_READ_MIN       65536
 #define CHUNK_MAX            262144
 #define CHUNK_MIN            1024
 #define CHUNK_BIG_WINDOW     131072
@@ -290,6 +293,34 @@ static int replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint64_t *po
     return rc;
 }
 
+/*
+ * A checkpoint cut short may have deleted keys below its eviction mark ahead
+ * of their sequence entries (run_job). Finishes those evictions before the
+ * replay, so that every sequence entry names its key again and the replay's
+ * size bound counts keys that exist.
+ */
+static int finish_evictions(commit_t *c, uint64_t below, uint64_t *grows)
+{
+    uint64_t evicted = CHUNK_BIG_WINDOW;
+    int rc = STORE_OK, tries = 0;
+    while (rc == STORE_OK && evicted == CHUNK_BIG_WINDOW) {
+        evicted = 0;
+        if ((rc = store_begin(c->store)) != STORE_OK)
+            break;
+        rc = store_evict_below(c->store, below, CHUNK_BIG_WINDOW, &evicted);
+        if (rc == STORE_OK)
+            rc = store_commit(c->store);
+        else
+            store_abort(c->store);
+        if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
+            (*grows)++;
+            rc = STORE_OK;
+            evicted = CHUNK_BIG_WINDOW; /* again */
+        }
+    }
+    return rc;
+}
+
 /* Applies log records past LMDB's applied offset: the log is the source of truth. */
 static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t *grows,
                   char *errbuf, size_t errlen)
@@ -317,6 +348,11 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
     if (si.applied < li.first_offset) {
         errf(errbuf, errlen, "the store's applied offset %llu is older than the log's start %llu",
              (unsigned long long)si.applied, (unsigned long long)li.first_offset);
+        return -1;
+    }
+    if (si.evicting_below > 0 && (rc = finish_evictions(c, si.evicting_below, grows))) {
+        errf(errbuf, errlen, "finishing a checkpoint's evictions: %s (%s)", store_strerror(rc),
+             store_detail(c->store));
         return -1;
     }
     uint64_t pos = si.applied;
@@ -1089,39 +1125,73 @@ static int ckpt_commit(commit_t *c, int rc)
     return rc;
 }
 
+/* The first 32 bits of a key: the order store_key_order sorts by. */
+static uint32_t key_bits(const store_entry_t *e)
+{
+    return (uint32_t)e->key[0] << 24 | (uint32_t)e->key[1] << 16 | (uint32_t)e->key[2] << 8 |
+           e->key[3];
+}
+
 /*
- * Writes a generation into LMDB. First its keys, in key order, KEYS_PER_TXN
- * per transaction: each transaction covers its own slice of the key space,
- * so it writes (and syncs) only the pages of that slice, and no page twice
- * over the whole checkpoint. A checkpoint is thus many small syncs, not one of
- * the whole tree, and the log's fsyncs never queue behind more than one of
- * them. Then one transaction with the sequence entries, the deletions below
- * the floor (`ckpt_chunk` at most, halved whenever LMDB runs out of dirty
- * pages) and the applied offset; then transactions of deletions only, until
- * none is left below the floor. A crash before the applied offset is written
- * replays the whole generation from the log, which numbers it the same way.
+ * Writes a generation into LMDB. First its keys and the keys it evicts (the
+ * oldest sequences below the floor, up to the generation's size or
+ * EVICT_READ_MIN), merged in key order, OPS_PER_TXN puts and deletions per
+ * transaction: each transaction covers its own slice of the key space, so it
+ * writes (and syncs) only the pages of that slice, and no page twice over
+ * the whole checkpoint. A checkpoint is thus many small syncs, not one of the
+ * whole tree, and the log's fsyncs never queue behind more than one of them.
+ * Then one transaction with the sequence entries, the cut of the evicted
+ * ones, any further deletions below the floor (`ckpt_chunk` at most, halved
+ * whenever LMDB runs out of dirty pages) and the applied offset; then
+ * transactions of deletions only, until none is left below the floor. A
+ * crash before the applied offset is written replays the whole generation
+ * from the log, which numbers it the same way; the evictions it had begun
+ * are finished first (store_mark_evicting, finish_evictions).
  */
 static int run_job(commit_t *c, const ckpt_job_t *j)
 {
     const store_entry_t *items = pending_items(j->gen);
-    size_t n = pending_count(j->gen);
-    uint32_t *order = n > 0 ? malloc(n * sizeof(*order)) : NULL;
-    int rc = n > 0 && !order ? STORE_NOMEM : STORE_OK;
+    size_t n = pending_count(j->gen), ng = 0;
+    size_t gmax = n > EVICT_READ_MIN ? n : EVICT_READ_MIN;
+    store_entry_t *gone = malloc(gmax * sizeof(*gone));
+    uint32_t *order = malloc((n + gmax) * sizeof(*order)), *gorder = order ? order + n : NULL;
+    uint64_t cut_below = 0, deleted = 0;
+    int rc = gone && order ? STORE_OK : STORE_NOMEM;
 
+    if (rc == STORE_OK)
+        rc = store_read_front(c->store, j->floor, gone, gmax, &ng);
     if (rc == STORE_OK && n > 0)
         rc = store_key_order(items, n, order);
-    for (size_t i = 0; rc == STORE_OK && i < n; i += KEYS_PER_TXN) {
+    if (rc == STORE_OK && ng > 0) {
+        rc = store_key_order(gone, ng, gorder);
+        cut_below = gone[ng - 1].seq + 1;
+    }
+    for (size_t ip = 0, ig = 0; rc == STORE_OK && (ip < n || ig < ng);) {
         if (job_cancelled(c)) {
             rc = JOB_CANCELLED;
             break;
         }
-        size_t m = n - i < KEYS_PER_TXN ? n - i : KEYS_PER_TXN;
+        size_t mp = 0, mg = 0; /* this slice: puts and deletions, merged in key order */
+        while (mp + mg < OPS_PER_TXN && (ip + mp < n || ig + mg < ng)) {
+            if (ig + mg == ng || (ip + mp < n && key_bits(&items[order[ip + mp]]) <=
+                                                     key_bits(&gone[gorder[ig + mg]])))
+                mp++;
+            else
+                mg++;
+        }
         rc = store_begin(c->store);
+        if (rc == STORE_OK && ig == 0 && mg > 0)
+            rc = store_mark_evicting(c->store, cut_below);
         if (rc == STORE_OK)
-            rc = store_put_keys(c->store, items, order + i, m);
+            rc = store_put_keys(c->store, items, order + ip, mp);
+        if (rc == STORE_OK)
+            rc = store_delete_keys(c->store, gone, gorder + ig, mg, &deleted);
         rc = ckpt_commit(c, rc);
+        ip += mp;
+        ig += mg;
     }
     free(order);
+    free(gone);
 
     bool first = true, evicting = true;
     while (rc == STORE_OK && (first || evicting)) {
@@ -1130,10 +1200,12 @@ static int run_job(commit_t *c, const ckpt_job_t *j)
         size_t chunk = c->ckpt_chunk;
         if (c->ckpt_store_bytes > DIRTY_MAX_BYTES && chunk > CHUNK_BIG_WINDOW)
             chunk = CHUNK_BIG_WINDOW;
-        uint64_t evicted = 0;
+        uint64_t evicted = 0, cut = 0;
         rc = store_begin(c->store);
         if (rc == STORE_OK && first)
             rc = store_append_seq(c->store, items, n);
+        if (rc == STORE_OK && first && cut_below > 0)
+            rc = store_cut_front(c->store, cut_below, &cut);
         if (rc == STORE_OK)
             rc = store_evict_below(c->store, j->floor, chunk, &evicted);
         if (rc == STORE_OK && first)

@@ -131,8 +131,9 @@ typedef struct commit_stats {
 } commit_stats_t;
 
 /*
- * Opens DIR/store and DIR/log, recovers (truncates a torn log tail, replays
- * log records past LMDB's applied offset), and starts the writer thread.
+ * Opens DIR/store and DIR/log, recovers (truncates a torn log tail, finishes
+ * the evictions of a checkpoint cut short, replays log records past LMDB's
+ * applied offset), and starts the writer thread.
  * A group commit is acknowledged once its records are fsynced to the log;
  * de-duplication reads a snapshot of LMDB plus the keys acknowledged since it,
  * which a checkpointer thread writes into LMDB every 3 s (or after 512 Ki

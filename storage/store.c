@@ -318,7 +318,8 @@ static int read_info(store_t *st, MDB_txn *txn, store_info_t *info)
         return rc;
     info->keys = ms.ms_entries;
     if ((rc = meta_get_u64(st, txn, "applied", &info->applied, &found)) ||
-        (rc = meta_get_u64(st, txn, "next_seq", &info->next_seq, &found)))
+        (rc = meta_get_u64(st, txn, "next_seq", &info->next_seq, &found)) ||
+        (rc = meta_get_u64(st, txn, "evicting", &info->evicting_below, &found)))
         return rc;
     if ((rc = xlate(st, mdb_cursor_open(txn, st->seq, &cur))))
         return rc;
@@ -683,12 +684,11 @@ typedef enum { EVICT_STOP, EVICT_AGE, EVICT_SIZE } evict_why_t;
 #define EVICT_ROUND 65536 /* entries read, then deleted, at a time */
 typedef evict_why_t (*evict_pred_t)(const void *arg, const store_entry_t *r, uint64_t keys_left);
 
-/* Deletes the `keys` entries of gone[0..n), in key order (see key_order); *count drops by each. */
-static int evict_keys(store_t *st, const store_entry_t *gone, size_t n, uint64_t *count)
+int store_delete_keys(store_t *st, const store_entry_t *gone, const uint32_t *order, size_t n,
+                      uint64_t *deleted)
 {
-    const uint32_t *order = n > 1 ? key_order(st, gone, n) : NULL;
     MDB_cursor *cur = NULL;
-    int rc = n > 1 && !order ? STORE_NOMEM : cursor(st, &cur);
+    int rc = st->txn ? cursor(st, &cur) : STORE_ERROR;
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         const store_entry_t *e = order ? &gone[order[i]] : &gone[i];
         /* Exactly this key's entry with this sequence: a newer one for the key is never hit. */
@@ -697,10 +697,20 @@ static int evict_keys(store_t *st, const store_entry_t *gone, size_t n, uint64_t
         key_entry(e->key, e->seq, value, &k, &v);
         int mrc = mdb_cursor_get(cur, &k, &v, MDB_GET_BOTH);
         if (mrc == 0 && (mrc = mdb_cursor_del(cur, 0)) == 0)
-            (*count)--;
+            (*deleted)++;
         if (mrc && mrc != MDB_NOTFOUND)
             rc = xlate(st, mrc);
     }
+    return rc;
+}
+
+/* Deletes the `keys` entries of gone[0..n), in key order (see key_order); *count drops by each. */
+static int evict_keys(store_t *st, const store_entry_t *gone, size_t n, uint64_t *count)
+{
+    const uint32_t *order = n > 1 ? key_order(st, gone, n) : NULL;
+    uint64_t deleted = 0;
+    int rc = n > 1 && !order ? STORE_NOMEM : store_delete_keys(st, gone, order, n, &deleted);
+    *count -= deleted;
     return rc;
 }
 
@@ -792,6 +802,70 @@ int store_evict_below(store_t *st, uint64_t floor_seq, size_t max_steps, uint64_
 {
     uint64_t unused = 0;
     return evict_front(st, max_steps, below_seq, &floor_seq, evicted, &unused);
+}
+
+int store_read_front(store_t *st, uint64_t below_seq, store_entry_t *out, size_t max, size_t *n)
+{
+    MDB_txn *txn = st->txn;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    int rc;
+
+    *n = 0;
+    if (!txn && (rc = begin_read(st, &txn)))
+        return rc;
+    if ((rc = xlate(st, mdb_cursor_open(txn, st->seq, &cur))) == STORE_OK) {
+        int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        for (; mrc == 0 && *n < max; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            if ((rc = seq_decode(st, &k, &v, &out[*n])) || out[*n].seq >= below_seq)
+                break;
+            (*n)++;
+        }
+        if (rc == STORE_OK && mrc && mrc != MDB_NOTFOUND)
+            rc = xlate(st, mrc);
+        mdb_cursor_close(cur);
+    }
+    if (txn != st->txn)
+        mdb_txn_abort(txn);
+    return rc;
+}
+
+int store_mark_evicting(store_t *st, uint64_t below_seq)
+{
+    return st->txn ? meta_put(st, st->txn, "evicting", &below_seq, sizeof(below_seq)) : STORE_ERROR;
+}
+
+int store_cut_front(store_t *st, uint64_t below_seq, uint64_t *cut)
+{
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    int rc = st->txn ? xlate(st, mdb_cursor_open(st->txn, st->seq, &cur)) : STORE_ERROR;
+    if (rc)
+        return rc;
+    int mrc = 0;
+    for (;;) {
+        store_entry_t r;
+        size_t dups = 0;
+        if ((mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) || (rc = seq_decode(st, &k, &v, &r)))
+            break;
+        if (r.seq >= below_seq)
+            break;
+        /* A whole bucket below the bound goes at once; the one it ends in, value by value. */
+        unsigned flags = 0;
+        if ((mrc = mdb_cursor_get(cur, &k, &v, MDB_LAST_DUP)) || (rc = seq_decode(st, &k, &v, &r)))
+            break;
+        if (r.seq < below_seq && (mrc = mdb_cursor_count(cur, &dups)) == 0)
+            flags = MDB_NODUPDATA;
+        else if (mrc || (mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST_DUP)))
+            break;
+        if ((mrc = mdb_cursor_del(cur, flags)))
+            break;
+        *cut += flags ? dups : 1;
+    }
+    if (rc == STORE_OK && mrc && mrc != MDB_NOTFOUND)
+        rc = xlate(st, mrc);
+    mdb_cursor_close(cur);
+    return rc;
 }
 
 int store_set_applied(store_t *st, uint64_t next_offset)

@@ -12,11 +12,13 @@
  * Three named LMDB databases in one environment (DIR/data.mdb):
  *   keys: MDB_DUPSORT | MDB_DUPFIXED: the key's first 2 bytes -> packed
  *         duplicates of (the other 14 bytes | u64 sequence number)
- *   seq : MDB_DUPSORT | MDB_DUPFIXED: bucket u64 sequence >> 8 (MDB_INTEGERKEY)
- *         -> packed duplicates of (sequence & 0xff | 16-byte key | i64
- *         receivedAt ms | u64 log offset), appended in order
+ *   seq : MDB_DUPSORT | MDB_DUPFIXED: bucket u64 sequence / B (MDB_INTEGERKEY;
+ *         B values fill one page, 123 at 4 KiB) -> packed duplicates of
+ *         (u8 sequence % B | 16-byte key | i64 receivedAt ms | u64 log
+ *         offset), appended in order
  *   meta: "format" -> u32, "secret" -> 16 bytes, "applied" -> u64 (the log
- *         offset after the last record applied), "next_seq" -> u64
+ *         offset after the last record applied), "next_seq" -> u64,
+ *         "evicting" -> u64 (store_mark_evicting)
  * Nothing outside store.c includes lmdb.h; LMDB codes are translated here.
  */
 
@@ -64,6 +66,8 @@ typedef struct store_info {
     uint64_t oldest_offset;     /* log offset of the oldest retained key; `applied` when empty */
     uint64_t map_size;          /* current map size in bytes */
     uint64_t used_bytes;        /* pages in use * page size */
+    uint64_t evicting_below;    /* sequences below it may have lost their keys already: a
+                                   checkpoint's evictions in progress (store_mark_evicting) */
 } store_info_t;
 
 /* Opens or creates the environment in `dir` (must exist). *out freed with store_close(). */
@@ -204,6 +208,37 @@ int store_put_entries(store_t *st, const store_entry_t *entries, size_t n);
 int store_key_order(const store_entry_t *entries, size_t n, uint32_t *order);
 int store_put_keys(store_t *st, const store_entry_t *entries, const uint32_t *order, size_t n);
 int store_append_seq(store_t *st, const store_entry_t *entries, size_t n);
+
+/*
+ * A checkpoint's evictions in the same key-range transactions as its keys, so
+ * that no leaf is written twice:
+ *
+ * store_read_front copies the oldest sequence entries below `below_seq`, at
+ * most `max`, into out[0..*n), in sequence order; nothing is deleted. Inside
+ * the open write transaction, or a read transaction of its own. The others
+ * need the open write transaction.
+ *
+ * store_mark_evicting records, in the first transaction that deletes any of
+ * their keys, that sequences below `below_seq` may have lost their keys ahead
+ * of their sequence entries (store_info_t.evicting_below). A store opened
+ * after a crash finishes that with store_evict_below(evicting_below), which
+ * passes over keys already gone; store_scan's callers count such entries as
+ * evictions in progress, not as damage.
+ *
+ * store_delete_keys deletes the `keys` entries of entries[order[i]], i < n
+ * (order may be NULL): exactly the key with that sequence, so a newer entry
+ * of the same key stays; one already gone is passed over. *deleted counts
+ * the deletions.
+ *
+ * store_cut_front, in the last transaction, deletes the sequence entries
+ * below `below_seq` from the front, leaving their keys alone (they are gone
+ * already); *cut counts them.
+ */
+int store_read_front(store_t *st, uint64_t below_seq, store_entry_t *out, size_t max, size_t *n);
+int store_mark_evicting(store_t *st, uint64_t below_seq);
+int store_delete_keys(store_t *st, const store_entry_t *entries, const uint32_t *order, size_t n,
+                      uint64_t *deleted);
+int store_cut_front(store_t *st, uint64_t below_seq, uint64_t *cut);
 
 /*
  * A reader: one read transaction, on the latest commit when opened or

@@ -949,6 +949,82 @@ static void test_checkpoint_in_parts_cut_short(void **state)
     store_close(st);
 }
 
+/*
+ * A checkpoint's evictions in parts (store_read_front, store_delete_keys,
+ * store_cut_front): the keys go first, slice by slice, their sequence entries
+ * last, whole buckets at once where they can. A key of the front put again
+ * meanwhile (its old entry retired by store_put_keys) leaves a gap the cut
+ * passes over, and an entry at the bound stays.
+ */
+static void test_evictions_in_parts(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    enum { N = 1000, BELOW = 300, HALF = 150 };
+    store_entry_t *gone = calloc(N, sizeof(*gone));
+    uint32_t *order = calloc(N, sizeof(*order));
+    store_info_t si;
+    size_t ng = 0;
+    uint64_t deleted = 0, cut = 0;
+    assert_non_null(gone);
+    assert_non_null(order);
+
+    insert_committed(st, 0, N, 0); /* sequences 0..999: buckets of 123 */
+    assert_int_equal(store_read_front(st, BELOW, gone, 10, &ng), STORE_OK);
+    assert_int_equal(ng, 10); /* at most max */
+    assert_int_equal(store_read_front(st, BELOW, gone, N, &ng), STORE_OK);
+    assert_int_equal(ng, BELOW);
+    for (size_t i = 0; i < ng; i++)
+        assert_int_equal(gone[i].seq, i);
+    assert_int_equal(store_key_order(gone, ng, order), STORE_OK);
+
+    /* The first slice, with the mark; then a "crash". */
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_mark_evicting(st, BELOW), STORE_OK);
+    assert_int_equal(store_delete_keys(st, gone, order, HALF, &deleted), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(deleted, HALF);
+    store_close(st);
+    st = open_store(fx, 0);
+    scan_tally_t n = {.info = &si};
+    assert_int_equal(store_scan(st, &si, tally_seq, tally_key, &n), STORE_OK);
+    assert_int_equal(si.evicting_below, BELOW);
+    assert_int_equal(n.seqs, N);
+    assert_int_equal(n.keys, N - HALF);
+    assert_int_equal(n.not_named_back, 0);
+
+    /* The rest: a front key put again (retiring its entry), the other deletions, the cut. */
+    store_entry_t again = gone[order[HALF]];
+    again.seq = N;
+    again.received_ms = 999999;
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_put_keys(st, &again, NULL, 1), STORE_OK);
+    deleted = 0;
+    assert_int_equal(store_delete_keys(st, gone, order + HALF, BELOW - HALF, &deleted), STORE_OK);
+    assert_int_equal(deleted, BELOW - HALF - 1); /* the retired one was gone already */
+    assert_int_equal(store_append_seq(st, &again, 1), STORE_OK);
+    assert_int_equal(store_cut_front(st, BELOW, &cut), STORE_OK);
+    assert_int_equal(cut, BELOW - 1);
+    assert_int_equal(store_commit(st), STORE_OK);
+    n = (scan_tally_t){.info = &si};
+    assert_int_equal(store_scan(st, &si, tally_seq, tally_key, &n), STORE_OK);
+    assert_int_equal(n.seqs, N - BELOW + 1);
+    assert_int_equal(n.keys, N - BELOW + 1);
+    assert_int_equal(n.not_named_back, 0);
+    store_entry_t first;
+    assert_int_equal(store_read_front(st, UINT64_MAX, &first, 1, &ng), STORE_OK);
+    assert_int_equal(ng, 1);
+    assert_int_equal(first.seq, BELOW); /* the entry at the bound stays */
+    bool present = true;
+    assert_int_equal(store_contains(st, gone[0].key, &present), STORE_OK);
+    assert_false(present);
+    assert_int_equal(store_contains(st, again.key, &present), STORE_OK);
+    assert_true(present);
+    free(order);
+    free(gone);
+    store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -977,6 +1053,7 @@ int main(void)
         T(test_put_entries_in_key_order),
         T(test_evict_in_rounds),
         T(test_checkpoint_in_parts_cut_short),
+        T(test_evictions_in_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
