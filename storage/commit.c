@@ -51,10 +51,10 @@
  * ahead (as many as it puts, at least EVICT_READ_MIN) go in the last
  * transactions, up to `ckpt_chunk` each; when LMDB runs out of dirty-page
  * room (STORE_TXN_FULL) that is halved, and it grows back after each full
- * one that fits. LMDB holds a
- * transaction's dirty pages in memory until the commit, and in a big window
- * every deletion dirties a leaf page of its own, so once the store outgrows
- * DIRTY_MAX_BYTES a transaction deletes at most CHUNK_BIG_WINDOW keys.
+ * one that fits. LMDB holds a transaction's dirty pages in memory until the
+ * commit, and in a big window every deletion dirties a leaf page of its own,
+ * so once the store outgrows DIRTY_MAX_BYTES a transaction deletes at most
+ * CHUNK_BIG_WINDOW keys.
  * PENDING_MAX bounds the keys waiting for a checkpoint: past it the writer
  * waits for the checkpointer (a slow disk or a huge window), so memory stays
  * bounded (~50 bytes a key, two generations) and the queue bound (503) does
@@ -1305,10 +1305,6 @@ static void finish_job(commit_t *c)
 }
 
 /*
- * Hands the pending generation to the checkpointer when it is idle and a
- * checkpoint is due (or `force`), taking a finished job's result first.
- */
-/*
  * Doubles LMDB's map once the store fills half of it. A checkpoint that finds
  * the map full fails, and storage is then re-established from the log, which
  * stalls the writer for a second or more; growing ahead costs only address
@@ -1337,6 +1333,10 @@ static void grow_ahead(commit_t *c)
            (unsigned long long)(si.map_size >> 20), (unsigned long long)(used >> 20));
 }
 
+/*
+ * Hands the pending generation to the checkpointer when it is idle and a
+ * checkpoint is due (or `force`), taking a finished job's result first.
+ */
 static void hand_off(commit_t *c, bool force)
 {
     pthread_mutex_lock(&c->mu);

@@ -718,7 +718,7 @@ static int evict_keys(store_t *st, const store_entry_t *gone, size_t n, uint64_t
  * Evicts from the oldest end of `seq` while `more` says so, at most max_steps
  * entries. In rounds of at most EVICT_ROUND: read the entries, delete their
  * keys in key order (as store_put_entries puts them, for the same reason),
- * then cut the entries off the front.
+ * then cut the entries off the front (store_cut_front).
  */
 static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const void *arg,
                        uint64_t *evicted_age, uint64_t *evicted_size)
@@ -762,10 +762,9 @@ static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const v
         more_left = n == want;
         if (rc == STORE_OK)
             rc = evict_keys(st, st->gone, n, &count);
-        for (size_t i = 0; rc == STORE_OK && i < n; i++) {
-            if ((mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST)) || (mrc = mdb_cursor_del(cur, 0)))
-                rc = xlate(st, mrc);
-        }
+        uint64_t cut = 0; /* the n entries read are exactly those below the last one's successor */
+        if (rc == STORE_OK && n > 0)
+            rc = store_cut_front(st, st->gone[n - 1].seq + 1, &cut);
         steps += n;
     }
     mdb_cursor_close(cur);
