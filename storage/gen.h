@@ -1,0 +1,158 @@
+/* gen: a sealed generation of the de-duplication window: an immutable file of keys in key order,
+ * with a blocked Bloom filter and a fence index kept in memory. */
+#ifndef INGESTD_GEN_H
+#define INGESTD_GEN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/keyhash.h"
+
+/*
+ * Why: a window of 100M or 1B keys in one B-tree costs a random leaf write
+ * per insert and per eviction. A generation is written once, in key order,
+ * sequentially, and dropped whole when it ages out (an unlink), so neither
+ * inserts nor evictions touch it. docs/window.md gives the whole design.
+ *
+ * On disk, DIR/NNNNNNNNNNNNNNNNNNNN.gen (the generation's id, 20 decimal
+ * digits), little-endian:
+ *   records: pages of GEN_PAGE_BYTES, each holding GEN_PAGE_RECORDS records of
+ *            GEN_RECORD_BYTES (16-byte key | u48 log offset | u48 receivedAt
+ *            ms) in strictly ascending key order, the page's tail zeroed
+ *   filter : blocked Bloom filter, 64-byte blocks (one cache line); a key's
+ *            block is chosen by its first 8 bytes, its GEN_BLOOM_K bits in the
+ *            block by its last 8 (keys are keyed hashes already: uniform, and
+ *            no client can aim them)
+ *   fences : u64 per page: the first 8 key bytes (big-endian) of its first record
+ *   footer : GEN_FOOTER_BYTES: magic, version, counts, extents, the ranges of
+ *            receivedAt and offsets, CRC-32s of records, filter, fences and
+ *            of the footer itself
+ * About 29.4 bytes per key on disk at 10 filter bits per key, 1.3 bytes per
+ * key in memory (filter and fences). Written to ".NNN.gen.tmp", fsynced,
+ * renamed, and the directory fsynced: a generation file exists whole or not
+ * at all.
+ *
+ * Threading: a gen_t is immutable once open; any number of threads may look
+ * up in it at once. A writer belongs to one thread.
+ */
+
+#define GEN_RECORD_BYTES 28
+#define GEN_PAGE_BYTES   4096
+#define GEN_PAGE_RECORDS (GEN_PAGE_BYTES / GEN_RECORD_BYTES) /* 146 */
+#define GEN_FOOTER_BYTES 128
+#define GEN_BLOOM_BITS   10 /* filter bits per key: about 1% false positives */
+#define GEN_BLOOM_K      7
+#define GEN_MAX_VALUE    ((UINT64_C(1) << 48) - 1) /* largest offset or receivedAt it holds */
+
+enum gen_status {
+    GEN_OK = 0,
+    GEN_EIO = -1, /* a system call failed (gen_errno() of the writer, errno otherwise) */
+    GEN_NOMEM = -2,
+    GEN_CORRUPT = -3, /* bad magic, size, checksum or key order */
+    GEN_VERSION = -4, /* written by an unknown format version */
+    GEN_INVALID = -5, /* bad argument: keys out of order, more keys than announced, a value
+                         past GEN_MAX_VALUE */
+    GEN_NOTFOUND = -6 /* no such generation file */
+};
+
+typedef struct gen gen_t;
+typedef struct gen_writer gen_writer_t;
+typedef struct gen_iter gen_iter_t;
+
+/* What a generation keeps of one key. */
+typedef struct gen_entry {
+    uint8_t key[KEYHASH_LEN];
+    uint64_t offset;     /* the log offset of the key's record */
+    int64_t received_ms; /* its receivedAt */
+} gen_entry_t;
+
+typedef struct gen_info {
+    uint64_t id;
+    uint64_t keys;
+    int64_t min_received_ms, max_received_ms; /* 0, 0 when empty */
+    uint64_t min_offset, max_offset;          /* 0, 0 when empty */
+    uint64_t file_bytes;
+    uint64_t memory_bytes; /* filter + fences held in memory */
+} gen_info_t;
+
+/*
+ * Starts generation `id` in the existing directory `dir`, for at most
+ * `max_keys` keys (the filter is sized for that many: give the exact count
+ * or an upper bound). *out is freed by gen_writer_finish or gen_writer_abort.
+ */
+int gen_writer_open(const char *dir, uint64_t id, uint64_t max_keys, gen_writer_t **out);
+
+/*
+ * Appends one key. Keys must come in strictly ascending order (memcmp);
+ * GEN_INVALID otherwise, and for one key past max_keys or a value past
+ * GEN_MAX_VALUE (negative receivedAt included). After an error the writer
+ * can only be aborted.
+ */
+int gen_writer_add(gen_writer_t *w, const gen_entry_t *e);
+
+/*
+ * Writes filter, fences and footer, fsyncs, renames the file into place and
+ * fsyncs the directory. When `out` is not NULL the generation is opened into
+ * *out (freed with gen_close). Frees the writer whatever it returns; on an
+ * error nothing of it is left on disk.
+ */
+int gen_writer_finish(gen_writer_t *w, gen_t **out);
+
+/* Removes the unfinished file and frees the writer. NULL is a no-op. */
+void gen_writer_abort(gen_writer_t *w);
+
+/*
+ * Opens DIR/<id>.gen: reads the footer, the filter and the fences into memory
+ * and checks their checksums (not the records': gen_verify does). *out freed
+ * with gen_close(). GEN_NOTFOUND when there is no such file.
+ */
+int gen_open(const char *dir, uint64_t id, gen_t **out);
+void gen_close(gen_t *g);
+
+void gen_get_info(const gen_t *g, gen_info_t *out);
+
+/* The filter alone: false means the key is certainly not in the generation. */
+bool gen_may_contain(const gen_t *g, const uint8_t key[KEYHASH_LEN]);
+
+/* Hints the CPU to load the key's filter block now, for a lookup soon after. */
+void gen_prefetch(const gen_t *g, const uint8_t key[KEYHASH_LEN]);
+
+/*
+ * Looks `key` up: the filter, then the one page the fences point at (one
+ * pread). *found, and *e (may be NULL) when found.
+ */
+int gen_find(const gen_t *g, const uint8_t key[KEYHASH_LEN], bool *found, gen_entry_t *e);
+
+/*
+ * Reads the whole file and checks the records' checksum and key order, and
+ * that the filter answers "may contain" for every key. For `ingestd check`.
+ */
+int gen_verify(const gen_t *g);
+
+/* Every key in key order, read sequentially. *out freed with gen_iter_close(). */
+int gen_iter_open(const gen_t *g, gen_iter_t **out);
+/* GEN_OK and *e, or 1 at the end, or an error. */
+int gen_iter_next(gen_iter_t *it, gen_entry_t *e);
+void gen_iter_close(gen_iter_t *it);
+
+/*
+ * Merges generations ins[0..n) into a new generation `id` in `dir`, in one
+ * sequential pass. A key in more than one keeps its newest entry (the later
+ * receivedAt; then the higher offset). *out as in gen_writer_finish (may be
+ * NULL). The inputs are left as they are: remove them once the new one is in use.
+ */
+int gen_merge(const char *dir, uint64_t id, gen_t *const *ins, size_t n, gen_t **out);
+
+/* Removes DIR/<id>.gen and fsyncs the directory; a missing file is success. */
+int gen_remove(const char *dir, uint64_t id);
+
+/* File name of generation `id` ("NNNNNNNNNNNNNNNNNNNN.gen"); buf of at least 32 bytes. */
+void gen_file_name(uint64_t id, char *buf, size_t len);
+
+/* Parses such a file name; 0 and *id, or -1 when `name` is not one. */
+int gen_parse_name(const char *name, uint64_t *id);
+
+const char *gen_strerror(int status);
+
+#endif
