@@ -16,7 +16,7 @@
 /*
  * Contents:
  *   encoding     put/get of little- and big-endian fields, records
- *   filter       block_of, bloom_add, bloom_test
+ *   filter       blocks_for, hashes_for, block_of, bloom_bit, bloom_add, bloom_test
  *   writer       gen_writer_open/add/finish/abort, flush_page, write_tail
  *   reader       gen_open, read_footer, read_exact, gen_find, find_in_page
  *   iteration    gen_iter_*, gen_verify, gen_merge
@@ -34,6 +34,7 @@ struct gen {
     gen_info_t info;
     uint64_t pages;
     uint64_t blocks; /* filter blocks */
+    unsigned k;      /* bits set per key */
     uint8_t *filter; /* blocks * BLOCK_BYTES */
     uint64_t *fences;
     uint32_t crc_records;
@@ -42,7 +43,9 @@ struct gen {
 struct gen_writer {
     char *dir, *path, *tmp;
     int fd;
-    uint64_t id, max_keys, keys, blocks;
+    gen_id_t id;
+    uint64_t max_keys, keys, blocks;
+    unsigned k;
     uint8_t page[GEN_PAGE_BYTES];
     size_t in_page; /* records in `page` */
     uint8_t *filter;
@@ -103,11 +106,19 @@ static void decode_record(const uint8_t *p, gen_entry_t *e)
 
 /* ---- filter ---- */
 
-static uint64_t blocks_for(uint64_t keys)
+static uint64_t blocks_for(uint64_t keys, unsigned bits_per_key)
 {
-    uint64_t bits = keys * GEN_BLOOM_BITS;
+    uint64_t bits = keys * bits_per_key;
     uint64_t blocks = (bits + BLOCK_BYTES * 8 - 1) / (BLOCK_BYTES * 8);
     return blocks ? blocks : 1;
+}
+
+/* About bits * ln 2, a little less as blocked filters want (Putze et al., "Cache-, Hash- and
+ * Space-Efficient Bloom Filters", 2007). */
+static unsigned hashes_for(unsigned bits_per_key)
+{
+    unsigned k = (bits_per_key * 2 + 2) / 3;
+    return k < 1 ? 1 : k > GEN_BLOOM_MAX_K ? GEN_BLOOM_MAX_K : k;
 }
 
 /* __extension__ keeps -Wpedantic quiet: GCC and Clang have 128-bit integers on 64-bit targets. */
@@ -119,66 +130,78 @@ static uint64_t block_of(const uint8_t key[KEYHASH_LEN], uint64_t blocks)
     return (uint64_t)(((u128)get_be64(key) * blocks) >> 64);
 }
 
-/* The K bit positions in a block: 9 bits each of the key's last 8 bytes. */
-static void bloom_bits(const uint8_t key[KEYHASH_LEN], uint16_t bits[GEN_BLOOM_K])
+/* Bit i of a key in its 512-bit block: double hashing on the key's last 8 bytes, an odd step so
+ * that the first 512 positions differ. */
+static unsigned bloom_bit(uint64_t h, unsigned i)
 {
-    uint64_t h = get_le(key + 8, 8);
-    for (int i = 0; i < GEN_BLOOM_K; i++, h >>= 9)
-        bits[i] = (uint16_t)(h & 511);
+    uint64_t step = (h >> 32) | 1;
+    return (unsigned)((h + i * step) & 511);
 }
 
-static void bloom_add(uint8_t *filter, uint64_t blocks, const uint8_t key[KEYHASH_LEN])
+static void bloom_add(uint8_t *filter, uint64_t blocks, unsigned k, const uint8_t key[KEYHASH_LEN])
 {
     uint8_t *b = filter + block_of(key, blocks) * BLOCK_BYTES;
-    uint16_t bits[GEN_BLOOM_K];
-    bloom_bits(key, bits);
-    for (int i = 0; i < GEN_BLOOM_K; i++)
-        b[bits[i] >> 3] |= (uint8_t)(1u << (bits[i] & 7));
+    uint64_t h = get_le(key + 8, 8);
+    for (unsigned i = 0; i < k; i++) {
+        unsigned bit = bloom_bit(h, i);
+        b[bit >> 3] |= (uint8_t)(1u << (bit & 7));
+    }
 }
 
-static bool bloom_test(const uint8_t *filter, uint64_t blocks, const uint8_t key[KEYHASH_LEN])
+static bool bloom_test(const uint8_t *filter, uint64_t blocks, unsigned k,
+                       const uint8_t key[KEYHASH_LEN])
 {
     const uint8_t *b = filter + block_of(key, blocks) * BLOCK_BYTES;
-    uint16_t bits[GEN_BLOOM_K];
-    bloom_bits(key, bits);
-    for (int i = 0; i < GEN_BLOOM_K; i++)
-        if (!(b[bits[i] >> 3] & (1u << (bits[i] & 7))))
+    uint64_t h = get_le(key + 8, 8);
+    for (unsigned i = 0; i < k; i++) {
+        unsigned bit = bloom_bit(h, i);
+        if (!(b[bit >> 3] & (1u << (bit & 7))))
             return false;
+    }
     return true;
 }
 
 /* ---- names ---- */
 
-void gen_file_name(uint64_t id, char *buf, size_t len)
+void gen_file_name(gen_id_t id, char *buf, size_t len)
 {
-    snprintf(buf, len, "%020" PRIu64 ".gen", id);
+    snprintf(buf, len, "%020" PRIu64 "-%020" PRIu64 ".gen", id.first, id.end);
 }
 
-int gen_parse_name(const char *name, uint64_t *id)
+/* 20 decimal digits; 0 and *v, or -1. */
+static int parse_digits(const char *p, uint64_t *v)
 {
-    uint64_t v = 0;
+    uint64_t x = 0;
     for (int i = 0; i < 20; i++) {
-        if (name[i] < '0' || name[i] > '9')
+        if (p[i] < '0' || p[i] > '9')
             return -1;
-        v = v * 10 + (uint64_t)(name[i] - '0');
+        uint64_t d = (uint64_t)(p[i] - '0');
+        if (x > (UINT64_MAX - d) / 10)
+            return -1;
+        x = x * 10 + d;
     }
-    if (strcmp(name + 20, ".gen") != 0)
+    *v = x;
+    return 0;
+}
+
+int gen_parse_name(const char *name, gen_id_t *id)
+{
+    gen_id_t v;
+    if (strlen(name) != 45 || parse_digits(name, &v.first) != 0 || name[20] != '-' ||
+        parse_digits(name + 21, &v.end) != 0 || strcmp(name + 41, ".gen") != 0 || v.first >= v.end)
         return -1;
     *id = v;
     return 0;
 }
 
-static char *gen_path(const char *dir, uint64_t id, bool tmp)
+static char *gen_path(const char *dir, gen_id_t id, bool tmp)
 {
-    char name[40];
-    if (tmp) {
-        name[0] = '.';
-        gen_file_name(id, name + 1, sizeof(name) - 5);
+    char name[GEN_NAME_MAX + 8];
+    name[0] = '.';
+    gen_file_name(id, name + 1, GEN_NAME_MAX);
+    if (tmp)
         strcat(name, ".tmp");
-    } else {
-        gen_file_name(id, name, sizeof(name));
-    }
-    return fsutil_join(dir, name);
+    return fsutil_join(dir, tmp ? name : name + 1);
 }
 
 /* ---- writer ---- */
@@ -198,16 +221,22 @@ static int write_all(int fd, const void *buf, size_t len)
     return GEN_OK;
 }
 
-int gen_writer_open(const char *dir, uint64_t id, uint64_t max_keys, gen_writer_t **out)
+int gen_writer_open(const char *dir, gen_id_t id, uint64_t max_keys, unsigned bits_per_key,
+                    gen_writer_t **out)
 {
     *out = NULL;
+    if (bits_per_key == 0)
+        bits_per_key = GEN_BLOOM_BITS;
+    if (bits_per_key > GEN_BLOOM_MAX_BITS || id.first >= id.end)
+        return GEN_INVALID;
     gen_writer_t *w = calloc(1, sizeof(*w));
     if (!w)
         return GEN_NOMEM;
     w->fd = -1;
     w->id = id;
     w->max_keys = max_keys;
-    w->blocks = blocks_for(max_keys);
+    w->blocks = blocks_for(max_keys, bits_per_key);
+    w->k = hashes_for(bits_per_key);
     w->dir = strdup(dir);
     w->path = gen_path(dir, id, false);
     w->tmp = gen_path(dir, id, true);
@@ -263,7 +292,7 @@ int gen_writer_add(gen_writer_t *w, const gen_entry_t *e)
     }
     track_extents(w, e);
     encode_record(w->page + w->in_page * GEN_RECORD_BYTES, e);
-    bloom_add(w->filter, w->blocks, e->key);
+    bloom_add(w->filter, w->blocks, w->k, e->key);
     memcpy(w->last, e->key, KEYHASH_LEN);
     w->keys++;
     if (++w->in_page == GEN_PAGE_RECORDS) {
@@ -283,7 +312,7 @@ static void encode_footer(const gen_writer_t *w, uint8_t *f, uint32_t crc_filter
     memcpy(f, MAGIC, 8);
     put_le(f + 8, VERSION, 4);
     put_le(f + 12, GEN_RECORD_BYTES, 4);
-    put_le(f + 16, w->id, 8);
+    put_le(f + 16, w->id.first, 8);
     put_le(f + 24, w->keys, 8);
     put_le(f + 32, w->pages, 8);
     put_le(f + 40, w->blocks, 8);
@@ -294,7 +323,8 @@ static void encode_footer(const gen_writer_t *w, uint8_t *f, uint32_t crc_filter
     put_le(f + 80, (uint32_t)w->crc_records, 4);
     put_le(f + 84, crc_filter, 4);
     put_le(f + 88, crc_fences, 4);
-    put_le(f + 92, GEN_BLOOM_K, 4);
+    put_le(f + 92, w->k, 4);
+    put_le(f + 96, w->id.end, 8);
     put_le(f + FOOTER_CRC_AT, crc32(0L, f, FOOTER_CRC_AT), 4);
 }
 
@@ -395,7 +425,8 @@ static int decode_footer(gen_t *g, const uint8_t *f, uint64_t file_bytes, uint32
         return GEN_CORRUPT;
     if (get_le(f + 8, 4) != VERSION)
         return GEN_VERSION;
-    g->info.id = get_le(f + 16, 8);
+    g->info.id.first = get_le(f + 16, 8);
+    g->info.id.end = get_le(f + 96, 8);
     g->info.keys = get_le(f + 24, 8);
     g->pages = get_le(f + 32, 8);
     g->blocks = get_le(f + 40, 8);
@@ -406,9 +437,10 @@ static int decode_footer(gen_t *g, const uint8_t *f, uint64_t file_bytes, uint32
     g->crc_records = (uint32_t)get_le(f + 80, 4);
     *crc_filter = (uint32_t)get_le(f + 84, 4);
     *crc_fences = (uint32_t)get_le(f + 88, 4);
+    g->k = (unsigned)get_le(f + 92, 4);
     uint64_t want =
         g->pages * GEN_PAGE_BYTES + g->blocks * BLOCK_BYTES + g->pages * 8 + GEN_FOOTER_BYTES;
-    if (get_le(f + 12, 4) != GEN_RECORD_BYTES || get_le(f + 92, 4) != GEN_BLOOM_K ||
+    if (get_le(f + 12, 4) != GEN_RECORD_BYTES || g->k < 1 || g->k > GEN_BLOOM_MAX_K ||
         g->blocks == 0 || g->info.keys > g->pages * GEN_PAGE_RECORDS ||
         g->info.keys + GEN_PAGE_RECORDS <= g->pages * GEN_PAGE_RECORDS || want != file_bytes)
         return GEN_CORRUPT;
@@ -444,7 +476,7 @@ static int load_index(gen_t *g, uint32_t crc_filter, uint32_t crc_fences)
     return rc;
 }
 
-int gen_open(const char *dir, uint64_t id, gen_t **out)
+int gen_open(const char *dir, gen_id_t id, gen_t **out)
 {
     *out = NULL;
     gen_t *g = calloc(1, sizeof(*g));
@@ -469,7 +501,7 @@ int gen_open(const char *dir, uint64_t id, gen_t **out)
         rc = read_exact(g->fd, f, sizeof(f), (uint64_t)st.st_size - GEN_FOOTER_BYTES);
     if (rc == GEN_OK)
         rc = decode_footer(g, f, (uint64_t)st.st_size, &crc_filter, &crc_fences);
-    if (rc == GEN_OK && g->info.id != id)
+    if (rc == GEN_OK && (g->info.id.first != id.first || g->info.id.end != id.end))
         rc = GEN_CORRUPT;
     if (rc == GEN_OK)
         rc = load_index(g, crc_filter, crc_fences);
@@ -500,7 +532,7 @@ void gen_get_info(const gen_t *g, gen_info_t *out)
 
 bool gen_may_contain(const gen_t *g, const uint8_t key[KEYHASH_LEN])
 {
-    return bloom_test(g->filter, g->blocks, key);
+    return bloom_test(g->filter, g->blocks, g->k, key);
 }
 
 void gen_prefetch(const gen_t *g, const uint8_t key[KEYHASH_LEN])
@@ -553,7 +585,7 @@ static size_t records_in_page(const gen_t *g, uint64_t page)
 int gen_find(const gen_t *g, const uint8_t key[KEYHASH_LEN], bool *found, gen_entry_t *e)
 {
     *found = false;
-    if (g->info.keys == 0 || !bloom_test(g->filter, g->blocks, key))
+    if (g->info.keys == 0 || !bloom_test(g->filter, g->blocks, g->k, key))
         return GEN_OK;
     /* The key lies in the last page whose fence is below its prefix, or in a page whose fence
      * equals it (several only when 146 keys share 8 bytes: never, for hashes, but exact). */
@@ -716,7 +748,8 @@ static int merge_step(gen_iter_t **its, gen_entry_t *heads, bool *live, size_t n
     return GEN_OK;
 }
 
-int gen_merge(const char *dir, uint64_t id, gen_t *const *ins, size_t n, gen_t **out)
+int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
+              gen_t **out)
 {
     if (out)
         *out = NULL;
@@ -736,7 +769,7 @@ int gen_merge(const char *dir, uint64_t id, gen_t *const *ins, size_t n, gen_t *
         }
     }
     if (rc == GEN_OK)
-        rc = gen_writer_open(dir, id, total, &w);
+        rc = gen_writer_open(dir, id, total, bits_per_key, &w);
     gen_entry_t e;
     while (rc == GEN_OK && (rc = merge_step(its, heads, live, n, &e)) == GEN_OK)
         rc = gen_writer_add(w, &e);
@@ -753,7 +786,7 @@ int gen_merge(const char *dir, uint64_t id, gen_t *const *ins, size_t n, gen_t *
     return rc;
 }
 
-int gen_remove(const char *dir, uint64_t id)
+int gen_remove(const char *dir, gen_id_t id)
 {
     char *path = gen_path(dir, id, false);
     if (!path)

@@ -15,21 +15,24 @@
  * sequentially, and dropped whole when it ages out (an unlink), so neither
  * inserts nor evictions touch it. docs/window.md gives the whole design.
  *
- * On disk, DIR/NNNNNNNNNNNNNNNNNNNN.gen (the generation's id, 20 decimal
- * digits), little-endian:
+ * A generation holds the keys the young store numbered with sequences
+ * [first, end): its id, and its file name DIR/FFFFFFFFFFFFFFFFFFFF-EEEEEEEEEEEEEEEEEEEE.gen
+ * (20 decimal digits each). A merge of adjacent generations covers the union
+ * of their ranges, so a file whose range lies inside another's is a merge
+ * input left by a crash. On disk, little-endian:
  *   records: pages of GEN_PAGE_BYTES, each holding GEN_PAGE_RECORDS records of
  *            GEN_RECORD_BYTES (16-byte key | u48 log offset | u48 receivedAt
  *            ms) in strictly ascending key order, the page's tail zeroed
  *   filter : blocked Bloom filter, 64-byte blocks (one cache line); a key's
- *            block is chosen by its first 8 bytes, its GEN_BLOOM_K bits in the
- *            block by its last 8 (keys are keyed hashes already: uniform, and
- *            no client can aim them)
+ *            block is chosen by its first 8 bytes, its k bits in the block by
+ *            double hashing on its last 8 (keys are keyed hashes already:
+ *            uniform, and no client can aim them)
  *   fences : u64 per page: the first 8 key bytes (big-endian) of its first record
  *   footer : GEN_FOOTER_BYTES: magic, version, counts, extents, the ranges of
  *            receivedAt and offsets, CRC-32s of records, filter, fences and
  *            of the footer itself
- * About 29.4 bytes per key on disk at 10 filter bits per key, 1.3 bytes per
- * key in memory (filter and fences). Written to ".NNN.gen.tmp", fsynced,
+ * At the default 14 filter bits per key: about 30 bytes per key on disk,
+ * 1.8 in memory (filter and fences). Written to ".NNN.gen.tmp", fsynced,
  * renamed, and the directory fsynced: a generation file exists whole or not
  * at all.
  *
@@ -37,13 +40,14 @@
  * up in it at once. A writer belongs to one thread.
  */
 
-#define GEN_RECORD_BYTES 28
-#define GEN_PAGE_BYTES   4096
-#define GEN_PAGE_RECORDS (GEN_PAGE_BYTES / GEN_RECORD_BYTES) /* 146 */
-#define GEN_FOOTER_BYTES 128
-#define GEN_BLOOM_BITS   10 /* filter bits per key: about 1% false positives */
-#define GEN_BLOOM_K      7
-#define GEN_MAX_VALUE    ((UINT64_C(1) << 48) - 1) /* largest offset or receivedAt it holds */
+#define GEN_RECORD_BYTES   28
+#define GEN_PAGE_BYTES     4096
+#define GEN_PAGE_RECORDS   (GEN_PAGE_BYTES / GEN_RECORD_BYTES) /* 146 */
+#define GEN_FOOTER_BYTES   128
+#define GEN_BLOOM_BITS     14 /* default filter bits per key: about 0.4% false positives */
+#define GEN_BLOOM_MAX_BITS 32
+#define GEN_BLOOM_MAX_K    16 /* bits set per key: about 2/3 of the bits per key, at most this */
+#define GEN_MAX_VALUE      ((UINT64_C(1) << 48) - 1) /* largest offset or receivedAt it holds */
 
 enum gen_status {
     GEN_OK = 0,
@@ -67,8 +71,13 @@ typedef struct gen_entry {
     int64_t received_ms; /* its receivedAt */
 } gen_entry_t;
 
+/* The sequence range [first, end) a generation covers; first < end, or both 0 for none. */
+typedef struct gen_id {
+    uint64_t first, end;
+} gen_id_t;
+
 typedef struct gen_info {
-    uint64_t id;
+    gen_id_t id;
     uint64_t keys;
     int64_t min_received_ms, max_received_ms; /* 0, 0 when empty */
     uint64_t min_offset, max_offset;          /* 0, 0 when empty */
@@ -77,11 +86,14 @@ typedef struct gen_info {
 } gen_info_t;
 
 /*
- * Starts generation `id` in the existing directory `dir`, for at most
+ * Starts generation `id` (first < end) in the existing directory `dir`, for at most
  * `max_keys` keys (the filter is sized for that many: give the exact count
- * or an upper bound). *out is freed by gen_writer_finish or gen_writer_abort.
+ * or an upper bound) with `bits_per_key` filter bits each (0: GEN_BLOOM_BITS;
+ * at most GEN_BLOOM_MAX_BITS). *out is freed by gen_writer_finish or
+ * gen_writer_abort.
  */
-int gen_writer_open(const char *dir, uint64_t id, uint64_t max_keys, gen_writer_t **out);
+int gen_writer_open(const char *dir, gen_id_t id, uint64_t max_keys, unsigned bits_per_key,
+                    gen_writer_t **out);
 
 /*
  * Appends one key. Keys must come in strictly ascending order (memcmp);
@@ -103,11 +115,11 @@ int gen_writer_finish(gen_writer_t *w, gen_t **out);
 void gen_writer_abort(gen_writer_t *w);
 
 /*
- * Opens DIR/<id>.gen: reads the footer, the filter and the fences into memory
+ * Opens generation `id` in `dir`: reads the footer, the filter and the fences into memory
  * and checks their checksums (not the records': gen_verify does). *out freed
  * with gen_close(). GEN_NOTFOUND when there is no such file.
  */
-int gen_open(const char *dir, uint64_t id, gen_t **out);
+int gen_open(const char *dir, gen_id_t id, gen_t **out);
 void gen_close(gen_t *g);
 
 void gen_get_info(const gen_t *g, gen_info_t *out);
@@ -138,20 +150,23 @@ void gen_iter_close(gen_iter_t *it);
 
 /*
  * Merges generations ins[0..n) into a new generation `id` in `dir`, in one
- * sequential pass. A key in more than one keeps its newest entry (the later
- * receivedAt; then the higher offset). *out as in gen_writer_finish (may be
+ * sequential pass, with `bits_per_key` as in gen_writer_open. A key in more than one keeps its
+ * newest entry (the later receivedAt; then the higher offset). *out as in gen_writer_finish (may be
  * NULL). The inputs are left as they are: remove them once the new one is in use.
  */
-int gen_merge(const char *dir, uint64_t id, gen_t *const *ins, size_t n, gen_t **out);
+int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
+              gen_t **out);
 
-/* Removes DIR/<id>.gen and fsyncs the directory; a missing file is success. */
-int gen_remove(const char *dir, uint64_t id);
+/* Removes generation `id`'s file and fsyncs the directory; a missing file is success. */
+int gen_remove(const char *dir, gen_id_t id);
 
-/* File name of generation `id` ("NNNNNNNNNNNNNNNNNNNN.gen"); buf of at least 32 bytes. */
-void gen_file_name(uint64_t id, char *buf, size_t len);
+#define GEN_NAME_MAX 48 /* bytes of a file name, NUL included */
 
-/* Parses such a file name; 0 and *id, or -1 when `name` is not one. */
-int gen_parse_name(const char *name, uint64_t *id);
+/* File name of generation `id`; buf of at least GEN_NAME_MAX bytes. */
+void gen_file_name(gen_id_t id, char *buf, size_t len);
+
+/* Parses such a file name; 0 and *id, or -1 when `name` is not one (first >= end included). */
+int gen_parse_name(const char *name, gen_id_t *id);
 
 const char *gen_strerror(int status);
 
