@@ -1,0 +1,452 @@
+/* genset: the sealed generations of one window, as reference-counted views (storage/genset.h). */
+#include "storage/genset.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "storage/fsutil.h"
+
+/*
+ * DESIGN. A view is an array of slots, oldest first; a slot holds one open
+ * generation and counts the views that hold it. A change builds a new array,
+ * publishes it as the current view and drops the set's reference to the old
+ * one: readers that still hold the old view keep using it, and a generation
+ * is closed with the last view that held it. Every count is under one mutex:
+ * views are taken once per group commit, not per key, so it is never hot.
+ *
+ * Contents:
+ *   slots and views   slot_new, view_new, view_unref, publish
+ *   open              scan_dir, cmp_id, keep_ranges, genset_open, genset_close
+ *   lookups           genset_view_find, genset_view_find_many, genset_view_totals
+ *   changes           genset_add, genset_drop_oldest, genset_merge
+ *   the rule          genset_plan
+ */
+
+#define PREFETCH_AHEAD 8 /* keys whose filter blocks are loaded ahead of the one tested */
+
+typedef struct slot {
+    gen_t *g;
+    gen_info_t info;
+    unsigned refs; /* views holding it */
+} slot_t;
+
+struct genset_view {
+    genset_t *gs;
+    unsigned refs;
+    size_t n;
+    slot_t **slots; /* oldest first */
+};
+
+struct genset {
+    char *dir;
+    unsigned bits;
+    pthread_mutex_t mu;
+    genset_view_t *cur;
+};
+
+/* ---- slots and views ---- */
+
+static slot_t *slot_new(gen_t *g)
+{
+    slot_t *s = calloc(1, sizeof(*s));
+    if (s) {
+        s->g = g;
+        gen_get_info(g, &s->info);
+    }
+    return s;
+}
+
+/* A view of slots[0..n) (copied), holding each; refs 1. Under gs->mu or before sharing. */
+static genset_view_t *view_new(genset_t *gs, slot_t *const *slots, size_t n)
+{
+    genset_view_t *v = calloc(1, sizeof(*v));
+    if (!v)
+        return NULL;
+    v->slots = calloc(n ? n : 1, sizeof(*v->slots));
+    if (!v->slots) {
+        free(v);
+        return NULL;
+    }
+    v->gs = gs;
+    v->refs = 1;
+    v->n = n;
+    for (size_t i = 0; i < n; i++) {
+        v->slots[i] = slots[i];
+        slots[i]->refs++;
+    }
+    return v;
+}
+
+/* Drops one reference to v; closes what nothing holds any more. Under gs->mu. */
+static void view_unref(genset_view_t *v)
+{
+    if (!v || --v->refs > 0)
+        return;
+    for (size_t i = 0; i < v->n; i++) {
+        if (--v->slots[i]->refs == 0) {
+            gen_close(v->slots[i]->g);
+            free(v->slots[i]);
+        }
+    }
+    free(v->slots);
+    free(v);
+}
+
+/* Makes slots[0..n) the current view. A slot no view takes (refs 0 after) is the caller's. */
+static int publish(genset_t *gs, slot_t *const *slots, size_t n)
+{
+    pthread_mutex_lock(&gs->mu);
+    genset_view_t *v = view_new(gs, slots, n);
+    if (v) {
+        view_unref(gs->cur);
+        gs->cur = v;
+    }
+    pthread_mutex_unlock(&gs->mu);
+    return v ? GEN_OK : GEN_NOMEM;
+}
+
+genset_view_t *genset_view(genset_t *gs)
+{
+    pthread_mutex_lock(&gs->mu);
+    genset_view_t *v = gs->cur;
+    v->refs++;
+    pthread_mutex_unlock(&gs->mu);
+    return v;
+}
+
+void genset_view_release(genset_view_t *v)
+{
+    if (!v)
+        return;
+    genset_t *gs = v->gs;
+    pthread_mutex_lock(&gs->mu);
+    view_unref(v);
+    pthread_mutex_unlock(&gs->mu);
+}
+
+size_t genset_view_count(const genset_view_t *v)
+{
+    return v->n;
+}
+
+const gen_t *genset_view_gen(const genset_view_t *v, size_t i)
+{
+    return i < v->n ? v->slots[i]->g : NULL;
+}
+
+/* ---- open ---- */
+
+static int cmp_id(const void *a, const void *b)
+{
+    const gen_id_t *x = a, *y = b;
+    if (x->first != y->first)
+        return x->first < y->first ? -1 : 1;
+    return x->end > y->end ? -1 : x->end < y->end ? 1 : 0; /* the wider range first */
+}
+
+/* The generation ids in `dir` into *ids (malloc'ed), removing unfinished ".tmp" files. */
+static int scan_dir(const char *dir, gen_id_t **ids, size_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return GEN_EIO;
+    size_t cap = 0;
+    int rc = GEN_OK;
+    struct dirent *de;
+    while (rc == GEN_OK && (de = readdir(d)) != NULL) {
+        size_t len = strlen(de->d_name);
+        gen_id_t id;
+        if (de->d_name[0] == '.' && len > 8 && strcmp(de->d_name + len - 8, ".gen.tmp") == 0) {
+            if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno != ENOENT)
+                rc = GEN_EIO;
+            continue;
+        }
+        if (gen_parse_name(de->d_name, &id) != 0)
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            gen_id_t *more = realloc(*ids, cap * sizeof(**ids));
+            if (!more) {
+                rc = GEN_NOMEM;
+                break;
+            }
+            *ids = more;
+        }
+        (*ids)[(*n)++] = id;
+    }
+    closedir(d);
+    if (rc == GEN_OK)
+        qsort(*ids, *n, sizeof(**ids), cmp_id);
+    return rc;
+}
+
+/*
+ * Keeps, of ids sorted by cmp_id, those no other range covers, removing the
+ * covered files (merge inputs a crash left behind); *n becomes the kept count.
+ */
+static int keep_ranges(const char *dir, gen_id_t *ids, size_t *n)
+{
+    size_t kept = 0;
+    for (size_t i = 0; i < *n; i++) {
+        if (kept > 0 && ids[i].end <= ids[kept - 1].end) {
+            int rc = gen_remove(dir, ids[i]);
+            if (rc != GEN_OK)
+                return rc;
+            continue;
+        }
+        if (kept > 0 && ids[i].first < ids[kept - 1].end)
+            return GEN_CORRUPT; /* overlapping, and neither covers the other */
+        ids[kept++] = ids[i];
+    }
+    *n = kept;
+    return GEN_OK;
+}
+
+/* Opens ids[0..n) into slots (allocated; *slots freed by the caller with their gens). */
+static int open_all(const char *dir, const gen_id_t *ids, size_t n, slot_t ***slots)
+{
+    *slots = calloc(n ? n : 1, sizeof(**slots));
+    if (!*slots)
+        return GEN_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        gen_t *g = NULL;
+        int rc = gen_open(dir, ids[i], &g);
+        if (rc == GEN_OK && !((*slots)[i] = slot_new(g))) {
+            gen_close(g);
+            rc = GEN_NOMEM;
+        }
+        if (rc != GEN_OK)
+            return rc;
+    }
+    return GEN_OK;
+}
+
+int genset_open(const char *dir, unsigned bits_per_key, genset_t **out)
+{
+    *out = NULL;
+    genset_t *gs = calloc(1, sizeof(*gs));
+    if (!gs)
+        return GEN_NOMEM;
+    pthread_mutex_init(&gs->mu, NULL);
+    gs->bits = bits_per_key;
+    gs->dir = strdup(dir);
+    gen_id_t *ids = NULL;
+    size_t n = 0;
+    slot_t **slots = NULL;
+    int rc = gs->dir ? GEN_OK : GEN_NOMEM;
+    if (rc == GEN_OK && fsutil_mkdirs(dir) != 0)
+        rc = GEN_EIO;
+    if (rc == GEN_OK)
+        rc = scan_dir(dir, &ids, &n);
+    if (rc == GEN_OK)
+        rc = keep_ranges(dir, ids, &n);
+    if (rc == GEN_OK)
+        rc = open_all(dir, ids, n, &slots);
+    if (rc == GEN_OK && !(gs->cur = view_new(gs, slots, n)))
+        rc = GEN_NOMEM;
+    for (size_t i = 0; slots && i < n; i++) {
+        if (slots[i] && slots[i]->refs == 0) { /* not taken by a view: failed part way */
+            gen_close(slots[i]->g);
+            free(slots[i]);
+        }
+    }
+    free(slots);
+    free(ids);
+    if (rc != GEN_OK) {
+        genset_close(gs);
+        return rc;
+    }
+    *out = gs;
+    return GEN_OK;
+}
+
+void genset_close(genset_t *gs)
+{
+    if (!gs)
+        return;
+    pthread_mutex_lock(&gs->mu);
+    view_unref(gs->cur);
+    pthread_mutex_unlock(&gs->mu);
+    pthread_mutex_destroy(&gs->mu);
+    free(gs->dir);
+    free(gs);
+}
+
+const char *genset_dir(const genset_t *gs)
+{
+    return gs->dir;
+}
+
+unsigned genset_bits_per_key(const genset_t *gs)
+{
+    return gs->bits;
+}
+
+/* ---- lookups ---- */
+
+void genset_view_totals(const genset_view_t *v, genset_totals_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    for (size_t i = 0; i < v->n; i++) {
+        const gen_info_t *in = &v->slots[i]->info;
+        out->keys += in->keys;
+        out->file_bytes += in->file_bytes;
+        out->memory_bytes += in->memory_bytes;
+    }
+    if (v->n > 0) {
+        out->oldest_received_ms = v->slots[0]->info.min_received_ms;
+        out->oldest_offset = v->slots[0]->info.min_offset;
+        out->end_seq = v->slots[v->n - 1]->info.id.end;
+    }
+}
+
+int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], bool *found,
+                     gen_entry_t *e)
+{
+    *found = false;
+    for (size_t i = v->n; i-- > 0;) {
+        int rc = gen_find(v->slots[i]->g, key, found, e);
+        if (rc != GEN_OK || *found)
+            return rc;
+    }
+    return GEN_OK;
+}
+
+int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_LEN], size_t n,
+                          bool *found, gen_entry_t *e)
+{
+    for (size_t i = 0; i < n && i < PREFETCH_AHEAD; i++)
+        for (size_t j = 0; j < v->n; j++)
+            gen_prefetch(v->slots[j]->g, keys[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n)
+            for (size_t j = 0; j < v->n; j++)
+                gen_prefetch(v->slots[j]->g, keys[i + PREFETCH_AHEAD]);
+        int rc = genset_view_find(v, keys[i], &found[i], e ? &e[i] : NULL);
+        if (rc != GEN_OK)
+            return rc;
+    }
+    return GEN_OK;
+}
+
+/* ---- changes ---- */
+
+int genset_add(genset_t *gs, gen_t *g)
+{
+    gen_info_t info;
+    gen_get_info(g, &info);
+    genset_view_t *v = gs->cur; /* only this thread changes cur */
+    if (v->n > 0 && info.id.first < v->slots[v->n - 1]->info.id.end)
+        return GEN_INVALID;
+    slot_t **slots = calloc(v->n + 1, sizeof(*slots));
+    slot_t *s = slot_new(g);
+    int rc = (slots && s) ? GEN_OK : GEN_NOMEM;
+    if (rc == GEN_OK) {
+        memcpy(slots, v->slots, v->n * sizeof(*slots));
+        slots[v->n] = s;
+        rc = publish(gs, slots, v->n + 1);
+    }
+    if (rc != GEN_OK)
+        free(s); /* g stays the caller's */
+    free(slots);
+    return rc;
+}
+
+/* Removes the files of slots[0..n) from the directory; views holding them keep reading. */
+static int remove_files(genset_t *gs, slot_t *const *slots, size_t n)
+{
+    int rc = GEN_OK;
+    for (size_t i = 0; i < n; i++) {
+        int r = gen_remove(gs->dir, slots[i]->info.id);
+        if (rc == GEN_OK)
+            rc = r;
+    }
+    return rc;
+}
+
+int genset_drop_oldest(genset_t *gs, size_t n)
+{
+    genset_view_t *v = genset_view(gs); /* keeps the slots alive until their files are gone */
+    int rc = n <= v->n ? GEN_OK : GEN_INVALID;
+    if (rc == GEN_OK && n > 0)
+        rc = publish(gs, v->slots + n, v->n - n);
+    if (rc == GEN_OK)
+        rc = remove_files(gs, v->slots, n);
+    genset_view_release(v);
+    return rc;
+}
+
+int genset_merge(genset_t *gs, size_t first, size_t n)
+{
+    genset_view_t *v = genset_view(gs); /* holds the inputs open while they are removed */
+    int rc = (n >= 2 && first + n <= v->n) ? GEN_OK : GEN_INVALID;
+    gen_t **ins = calloc(n ? n : 1, sizeof(*ins));
+    slot_t **slots = calloc(v->n, sizeof(*slots));
+    gen_t *merged = NULL;
+    slot_t *s = NULL;
+    if (rc == GEN_OK && (!ins || !slots))
+        rc = GEN_NOMEM;
+    for (size_t i = 0; rc == GEN_OK && i < n; i++)
+        ins[i] = v->slots[first + i]->g;
+    if (rc == GEN_OK) {
+        gen_id_t id = {v->slots[first]->info.id.first, v->slots[first + n - 1]->info.id.end};
+        rc = gen_merge(gs->dir, id, ins, n, gs->bits, &merged);
+    }
+    if (rc == GEN_OK && !(s = slot_new(merged)))
+        rc = GEN_NOMEM;
+    if (rc == GEN_OK) {
+        memcpy(slots, v->slots, first * sizeof(*slots));
+        slots[first] = s;
+        memcpy(slots + first + 1, v->slots + first + n, (v->n - first - n) * sizeof(*slots));
+        rc = publish(gs, slots, v->n - n + 1);
+    }
+    if (rc == GEN_OK)
+        rc = remove_files(gs, v->slots + first, n);
+    else if (merged) {
+        gen_info_t info;
+        gen_get_info(merged, &info);
+        gen_remove(gs->dir, info.id);
+        gen_close(merged);
+        free(s);
+    }
+    free(ins);
+    free(slots);
+    genset_view_release(v);
+    return rc;
+}
+
+/* ---- the rule ---- */
+
+void genset_plan(const genset_view_t *v, const genset_policy_t *p, int64_t now_ms,
+                 uint64_t young_keys, genset_plan_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    uint64_t left = young_keys;
+    for (size_t i = 0; i < v->n; i++)
+        left += v->slots[i]->info.keys;
+    size_t i = 0;
+    for (; i < v->n && v->slots[i]->info.max_received_ms < now_ms - p->window_ms; i++)
+        left -= v->slots[i]->info.keys;
+    out->drop_age = i;
+    for (; p->max_keys > 0 && i < v->n && left - v->slots[i]->info.keys >= p->max_keys; i++)
+        left -= v->slots[i]->info.keys;
+    out->drop_size = i - out->drop_age;
+    uint64_t target = p->target_count ? left / p->target_count : 0;
+    if (target < p->merge_min_keys)
+        target = p->merge_min_keys;
+    size_t run = 0;
+    for (size_t j = i; p->fanin >= 2 && j < v->n; j++) {
+        run = v->slots[j]->info.keys < target ? run + 1 : 0;
+        if (run == p->fanin) {
+            out->merge_first = j + 1 - run - i;
+            out->merge_n = run;
+            return;
+        }
+    }
+}

@@ -1,0 +1,118 @@
+/* genset: the sealed generations of one window (storage/gen.h): snapshots for lookups, and the rule
+ * that says which to drop and which to merge. */
+#ifndef INGESTD_GENSET_H
+#define INGESTD_GENSET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/gen.h"
+
+/*
+ * The set lives in one directory of generation files. Their sequence ranges
+ * never overlap except as a merge leaves them: genset_open removes a file
+ * whose range lies inside another's (an input of a merge cut short by a
+ * crash) and any unfinished ".tmp" file; a partial overlap is corruption.
+ *
+ * Threading: lookups go through a view, an immutable snapshot of the set
+ * taken with genset_view() and given back with genset_view_release(); any
+ * thread may hold views and look up in them while one other thread changes
+ * the set (genset_add, genset_drop_oldest, genset_merge). Each change
+ * publishes a new view; a generation's file is removed from the directory at
+ * once, its descriptor closed when the last view holding it is released.
+ * Status codes are gen.h's.
+ */
+
+typedef struct genset genset_t;
+typedef struct genset_view genset_view_t;
+
+/*
+ * Opens (creating it when missing) the directory `dir` and every generation
+ * in it, cleaning up after a crash as above. New generations get
+ * `bits_per_key` filter bits (0: GEN_BLOOM_BITS). *out freed with
+ * genset_close() once every view is released.
+ */
+int genset_open(const char *dir, unsigned bits_per_key, genset_t **out);
+void genset_close(genset_t *gs);
+
+/* The directory (valid until genset_close) and the filter bits new generations get. */
+const char *genset_dir(const genset_t *gs);
+unsigned genset_bits_per_key(const genset_t *gs);
+
+/* The current view; never NULL. Give it back with genset_view_release (NULL: no-op). */
+genset_view_t *genset_view(genset_t *gs);
+void genset_view_release(genset_view_t *v);
+
+/* Generations in the view, oldest first: count, and the i-th (valid while the view is held). */
+size_t genset_view_count(const genset_view_t *v);
+const gen_t *genset_view_gen(const genset_view_t *v, size_t i);
+
+/* Totals of the view. */
+typedef struct genset_totals {
+    uint64_t keys;
+    uint64_t file_bytes;
+    uint64_t memory_bytes;
+    int64_t oldest_received_ms; /* of the oldest key in the oldest generation; 0 when empty */
+    uint64_t oldest_offset;     /* of the oldest generation's first record; 0 when empty */
+    uint64_t end_seq;           /* the newest generation's end; 0 when empty */
+} genset_totals_t;
+
+void genset_view_totals(const genset_view_t *v, genset_totals_t *out);
+
+/* Looks `key` up, newest generation first. *found, and *e (may be NULL) when found. */
+int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], bool *found,
+                     gen_entry_t *e);
+
+/*
+ * genset_view_find for keys[0..n), found[i] and (when e is not NULL) e[i] for
+ * each. Faster than n calls: it loads the filter blocks of keys ahead while it
+ * tests the current one, so the memory waits overlap.
+ */
+int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_LEN], size_t n,
+                          bool *found, gen_entry_t *e);
+
+/*
+ * Changes, from one thread at a time. genset_add takes `g` (a generation just
+ * written into genset_dir) as the newest; its range must start at or after
+ * the newest one's end (GEN_INVALID otherwise, and `g` stays the caller's).
+ * genset_drop_oldest drops the `n` oldest. genset_merge merges the `n`
+ * adjacent generations from index `first` (oldest first) into one covering
+ * their ranges, then removes them. Each publishes a new view.
+ */
+int genset_add(genset_t *gs, gen_t *g);
+int genset_drop_oldest(genset_t *gs, size_t n);
+int genset_merge(genset_t *gs, size_t first, size_t n);
+
+/*
+ * The window's rule for whole generations, stated once:
+ *   - by age: a generation goes once its newest key is older than the window,
+ *     so every key is kept at least `window_ms`;
+ *   - by size: the oldest goes while the keys that would remain (the
+ *     generations after it plus `young_keys`, the keys not sealed yet) are
+ *     still at least `max_keys` (0: no size bound), so at least max_keys are
+ *     always kept, and at most one generation more;
+ *   - merges: a generation smaller than the target (the whole window's keys
+ *     divided by `target_count`, at least `merge_min_keys`) is merged with
+ *     its neighbours, `fanin` at a time, oldest first, so a lookup passes a
+ *     bounded number of filters and a generation ages out within about
+ *     1/target_count of the window.
+ */
+typedef struct genset_policy {
+    int64_t window_ms;
+    uint64_t max_keys;
+    uint64_t merge_min_keys;
+    size_t target_count;
+    size_t fanin;
+} genset_policy_t;
+
+typedef struct genset_plan {
+    size_t drop_age, drop_size;  /* oldest generations to drop, by reason (age ones first) */
+    size_t merge_first, merge_n; /* after the drops are done: merge_n (0: none) from index
+                                    merge_first of the view as it will then be */
+} genset_plan_t;
+
+void genset_plan(const genset_view_t *v, const genset_policy_t *p, int64_t now_ms,
+                 uint64_t young_keys, genset_plan_t *out);
+
+#endif

@@ -1,0 +1,323 @@
+/* test_genset.c: the set of sealed generations: lookups newest first, views across changes, merges,
+ * clean-up after a crash, and the drop/merge rule. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "storage/genset.h"
+#include "storage/keyhash.h"
+#include "testutil.h"
+
+static const uint8_t SECRET[KEYHASH_SECRET_LEN] = "genset-secret-16";
+
+static void mkkey(uint64_t i, uint8_t key[KEYHASH_LEN])
+{
+    char id[32];
+    int n = snprintf(id, sizeof(id), "m-%llu", (unsigned long long)i);
+    keyhash(SECRET, "default", 7, id, (size_t)n, key);
+}
+
+static int cmp_entry(const void *a, const void *b)
+{
+    return memcmp(((const gen_entry_t *)a)->key, ((const gen_entry_t *)b)->key, KEYHASH_LEN);
+}
+
+/*
+ * Writes the generation of ids [from, from + n) covering sequences [first, end) into the set's
+ * directory, with receivedAt rx + id, offset = id. Returns it open (not yet added).
+ */
+static gen_t *make(genset_t *gs, uint64_t first, uint64_t end, uint64_t from, size_t n, int64_t rx)
+{
+    gen_entry_t *e = calloc(n ? n : 1, sizeof(*e));
+    assert_non_null(e);
+    for (size_t i = 0; i < n; i++) {
+        mkkey(from + i, e[i].key);
+        e[i].offset = from + i;
+        e[i].received_ms = rx + (int64_t)(from + i);
+    }
+    qsort(e, n, sizeof(*e), cmp_entry);
+    gen_writer_t *w = NULL;
+    assert_int_equal(gen_writer_open(genset_dir(gs), (gen_id_t){first, end}, n, 0, &w), GEN_OK);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(gen_writer_add(w, &e[i]), GEN_OK);
+    gen_t *g = NULL;
+    assert_int_equal(gen_writer_finish(w, &g), GEN_OK);
+    free(e);
+    return g;
+}
+
+static void add(genset_t *gs, uint64_t first, uint64_t end, uint64_t from, size_t n, int64_t rx)
+{
+    assert_int_equal(genset_add(gs, make(gs, first, end, from, n, rx)), GEN_OK);
+}
+
+/* Looks id up in v: whether found, and the entry's receivedAt in *rx. */
+static bool has(const genset_view_t *v, uint64_t id, int64_t *rx)
+{
+    uint8_t key[KEYHASH_LEN];
+    bool found = false;
+    gen_entry_t e;
+    mkkey(id, key);
+    assert_int_equal(genset_view_find(v, key, &found, &e), GEN_OK);
+    if (found && rx)
+        *rx = e.received_ms;
+    return found;
+}
+
+static size_t files_in(const char *dir)
+{
+    size_t n = 0;
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "ls -A '%s' | wc -l", dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    assert_int_equal(fscanf(p, "%zu", &n), 1);
+    pclose(p);
+    return n;
+}
+
+static int setup(void **state)
+{
+    return tu_fixture_setup(state, "genset", "gens");
+}
+
+static int teardown(void **state)
+{
+    return tu_fixture_teardown(state);
+}
+
+/* Lookups go newest first; an added generation must not overlap the newest. */
+static void test_add_find(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK); /* creates the directory */
+    genset_view_t *v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 0);
+    assert_false(has(v, 1, NULL));
+    genset_view_release(v);
+    add(gs, 0, 100, 0, 100, 1000);
+    add(gs, 100, 200, 100, 100, 1000);
+    add(gs, 200, 300, 50, 100, 5000); /* ids 50..149 again, newer */
+    gen_t *overlap = make(gs, 250, 400, 1000, 10, 0);
+    assert_int_equal(genset_add(gs, overlap), GEN_INVALID);
+    gen_close(overlap); /* still the caller's, file and all */
+    assert_int_equal(gen_remove(fx->dir, (gen_id_t){250, 400}), GEN_OK);
+    v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 3);
+    int64_t rx = 0;
+    assert_true(has(v, 10, &rx));
+    assert_int_equal(rx, 1010);
+    assert_true(has(v, 60, &rx));
+    assert_int_equal(rx, 5060); /* the newest generation's copy */
+    assert_true(has(v, 199, &rx));
+    assert_false(has(v, 300, NULL));
+    genset_totals_t t;
+    genset_view_totals(v, &t);
+    assert_int_equal(t.keys, 300);
+    assert_int_equal(t.oldest_received_ms, 1000);
+    assert_int_equal(t.end_seq, 300);
+    /* find_many answers as find does. */
+    uint8_t keys[400][KEYHASH_LEN];
+    bool found[400];
+    gen_entry_t e[400];
+    for (uint64_t i = 0; i < 400; i++)
+        mkkey(i, keys[i]);
+    assert_int_equal(genset_view_find_many(v, (const uint8_t(*)[KEYHASH_LEN])keys, 400, found, e),
+                     GEN_OK);
+    for (uint64_t i = 0; i < 400; i++) {
+        assert_int_equal(found[i], i < 200);
+        if (found[i])
+            assert_int_equal(e[i].received_ms, (i >= 50 && i < 150 ? 5000 : 1000) + (int64_t)i);
+    }
+    genset_view_release(v);
+    genset_close(gs);
+    /* Reopened: the same set. */
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 3);
+    assert_true(has(v, 60, &rx));
+    assert_int_equal(rx, 5060);
+    genset_view_release(v);
+    genset_close(gs);
+}
+
+/* A view taken before a drop still reads the dropped generation; the file is gone at once. */
+static void test_view_outlives_drop(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    add(gs, 0, 10, 0, 10, 0);
+    add(gs, 10, 20, 10, 10, 0);
+    genset_view_t *old = genset_view(gs);
+    assert_int_equal(genset_drop_oldest(gs, 1), GEN_OK);
+    assert_int_equal(files_in(fx->dir), 1);
+    genset_view_t *v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 1);
+    assert_false(has(v, 5, NULL));
+    assert_true(has(old, 5, NULL));
+    assert_true(has(old, 15, NULL));
+    genset_view_release(old);
+    genset_view_release(v);
+    assert_int_equal(genset_drop_oldest(gs, 2), GEN_INVALID);
+    genset_close(gs);
+}
+
+/* Merging adjacent generations: one file covering their ranges, every key still found. */
+static void test_merge(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    for (uint64_t i = 0; i < 5; i++)
+        add(gs, i * 1000, i * 1000 + 1000, i * 1000, 1000, 0);
+    genset_view_t *before = genset_view(gs);
+    assert_int_equal(genset_merge(gs, 1, 3), GEN_OK);
+    assert_int_equal(genset_merge(gs, 0, 1), GEN_INVALID);
+    assert_int_equal(genset_merge(gs, 2, 2), GEN_INVALID); /* past the end */
+    genset_view_t *v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 3);
+    gen_info_t info;
+    gen_get_info(genset_view_gen(v, 1), &info);
+    assert_int_equal(info.id.first, 1000);
+    assert_int_equal(info.id.end, 4000);
+    assert_int_equal(info.keys, 3000);
+    for (uint64_t id = 0; id < 5000; id += 7) {
+        assert_true(has(v, id, NULL));
+        assert_true(has(before, id, NULL)); /* the old view reads the removed inputs */
+    }
+    assert_int_equal(files_in(fx->dir), 3);
+    genset_view_release(before);
+    genset_view_release(v);
+    genset_close(gs);
+}
+
+/* A crash mid-merge leaves inputs beside the merged file, and a ".tmp"; open cleans up. */
+static void test_open_after_crash(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    add(gs, 0, 100, 0, 100, 0);
+    add(gs, 100, 200, 100, 100, 0);
+    add(gs, 200, 300, 200, 100, 0);
+    genset_view_t *v = genset_view(gs);
+    gen_t *ins[2] = {(gen_t *)genset_view_gen(v, 0), (gen_t *)genset_view_gen(v, 1)};
+    gen_t *merged = NULL;
+    assert_int_equal(gen_merge(fx->dir, (gen_id_t){0, 200}, ins, 2, 0, &merged), GEN_OK);
+    gen_close(merged);
+    genset_view_release(v);
+    genset_close(gs);
+    char tmp[600];
+    snprintf(tmp, sizeof(tmp), "%s/.00000000000000000300-00000000000000000400.gen.tmp", fx->dir);
+    assert_int_equal(tu_write_file(tmp, "x", 1), 0);
+    assert_int_equal(files_in(fx->dir), 5);
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    assert_int_equal(files_in(fx->dir), 2);
+    v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 2);
+    for (uint64_t id = 0; id < 300; id++)
+        assert_true(has(v, id, NULL));
+    genset_view_release(v);
+    genset_close(gs);
+}
+
+/* Ranges that overlap without one covering the other cannot come from a merge: corruption. */
+static void test_open_refuses_overlap(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    gen_close(make(gs, 0, 150, 0, 10, 0));
+    gen_close(make(gs, 100, 200, 10, 10, 0));
+    genset_close(gs);
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_CORRUPT);
+    assert_null(gs);
+}
+
+/* The rule: age first, then size keeping at least max_keys, then merges of small neighbours. */
+static void test_plan(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    /* Six generations of 100 keys, ids 100 i .. 100 i + 99, received at 1000 i + id. */
+    for (uint64_t i = 0; i < 6; i++)
+        add(gs, i * 100, i * 100 + 100, i * 100, 100, (int64_t)(i * 1000));
+    genset_view_t *v = genset_view(gs);
+    genset_plan_t plan;
+    genset_policy_t p = {.window_ms = 100000, .max_keys = 0, .fanin = 0};
+    genset_plan(v, &p, 5000, 0, &plan);
+    assert_int_equal(plan.drop_age + plan.drop_size + plan.merge_n, 0);
+    /* Generation 0's newest key came at 99, generation 1's at 1199: with a window of 1000 ms a
+     * generation goes only once its newest key is older than that (a key is kept at least the
+     * window). */
+    p.window_ms = 1000;
+    genset_plan(v, &p, 1099, 0, &plan);
+    assert_int_equal(plan.drop_age, 0);
+    genset_plan(v, &p, 1100, 0, &plan);
+    assert_int_equal(plan.drop_age, 1);
+    genset_plan(v, &p, 2199, 0, &plan);
+    assert_int_equal(plan.drop_age, 1);
+    genset_plan(v, &p, 2200, 0, &plan);
+    assert_int_equal(plan.drop_age, 2);
+    /* By size: 600 keys + 50 young, max 420: dropping two leaves 450 >= 420, a third 350. */
+    p.window_ms = 1000000;
+    p.max_keys = 420;
+    genset_plan(v, &p, 0, 50, &plan);
+    assert_int_equal(plan.drop_age, 0);
+    assert_int_equal(plan.drop_size, 2);
+    p.max_keys = 451;
+    genset_plan(v, &p, 0, 50, &plan);
+    assert_int_equal(plan.drop_size, 1);
+    /* Merges: target 600/2 = 300 keys; three at a time, from the oldest after the drops. */
+    p.max_keys = 0;
+    p.target_count = 2;
+    p.fanin = 3;
+    genset_plan(v, &p, 0, 0, &plan);
+    assert_int_equal(plan.merge_first, 0);
+    assert_int_equal(plan.merge_n, 3);
+    p.max_keys = 500; /* drops one first: indices count from after the drop */
+    genset_plan(v, &p, 0, 0, &plan);
+    assert_int_equal(plan.drop_size, 1);
+    assert_int_equal(plan.merge_first, 0);
+    assert_int_equal(plan.merge_n, 3);
+    genset_view_release(v);
+    /* Once merged, the big one is at the target and the rest too few to merge. */
+    assert_int_equal(genset_merge(gs, 0, 3), GEN_OK);
+    v = genset_view(gs);
+    p.max_keys = 0;
+    genset_plan(v, &p, 0, 0, &plan);
+    assert_int_equal(plan.merge_n, 3); /* 100, 100, 100 after the 300 one */
+    assert_int_equal(plan.merge_first, 1);
+    p.merge_min_keys = 50; /* the target stays 300: no change */
+    genset_plan(v, &p, 0, 0, &plan);
+    assert_int_equal(plan.merge_first, 1);
+    p.target_count = 6; /* target 100: nothing is smaller */
+    genset_plan(v, &p, 0, 0, &plan);
+    assert_int_equal(plan.merge_n, 0);
+    genset_view_release(v);
+    genset_close(gs);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_add_find, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_view_outlives_drop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_merge, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_after_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_refuses_overlap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_plan, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
