@@ -177,7 +177,13 @@ static int open_dbs(store_t *st)
             goto out;
         }
         memcpy(&fmt, v.mv_data, sizeof(fmt));
-        if (fmt != STORE_FORMAT_VERSION) {
+        /* Format 2 is format 3 with nothing sealed yet: migrated by writing the number. */
+        if (fmt == 2 && !st->read_only) {
+            fmt = STORE_FORMAT_VERSION;
+            if ((rc = meta_put(st, txn, "format", &fmt, sizeof(fmt))))
+                goto out;
+        }
+        if (fmt != STORE_FORMAT_VERSION && fmt != 2) {
             rc = STORE_VERSION;
             goto out;
         }
@@ -319,7 +325,8 @@ static int read_info(store_t *st, MDB_txn *txn, store_info_t *info)
     info->keys = ms.ms_entries;
     if ((rc = meta_get_u64(st, txn, "applied", &info->applied, &found)) ||
         (rc = meta_get_u64(st, txn, "next_seq", &info->next_seq, &found)) ||
-        (rc = meta_get_u64(st, txn, "evicting", &info->evicting_below, &found)))
+        (rc = meta_get_u64(st, txn, "evicting", &info->evicting_below, &found)) ||
+        (rc = meta_get_u64(st, txn, "sealed", &info->sealed_below, &found)))
         return rc;
     if ((rc = xlate(st, mdb_cursor_open(txn, st->seq, &cur))))
         return rc;
@@ -864,6 +871,18 @@ int store_cut_front(store_t *st, uint64_t below_seq, uint64_t *cut)
     if (rc == STORE_OK && mrc && mrc != MDB_NOTFOUND)
         rc = xlate(st, mrc);
     mdb_cursor_close(cur);
+    return rc;
+}
+
+int store_seal(store_t *st, uint64_t sealed_below)
+{
+    if (!st->txn || sealed_below > st->txn_seq)
+        return STORE_ERROR;
+    int rc = xlate(st, mdb_drop(st->txn, st->keys, 0));
+    if (rc == STORE_OK)
+        rc = xlate(st, mdb_drop(st->txn, st->seq, 0));
+    if (rc == STORE_OK)
+        rc = meta_put(st, st->txn, "sealed", &sealed_below, sizeof(sealed_below));
     return rc;
 }
 

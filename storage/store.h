@@ -18,7 +18,9 @@
  *         offset), appended in order
  *   meta: "format" -> u32, "secret" -> 16 bytes, "applied" -> u64 (the log
  *         offset after the last record applied), "next_seq" -> u64,
- *         "evicting" -> u64 (store_mark_evicting)
+ *         "evicting" -> u64 (store_mark_evicting), "sealed" -> u64
+ *         (store_seal: every sequence below it was sealed into a generation
+ *         file, storage/genset.h, and left LMDB)
  * Nothing outside store.c includes lmdb.h; LMDB codes are translated here.
  */
 
@@ -38,7 +40,9 @@ enum store_status {
                             abort, and go on in a new one (after committing what came before) */
 };
 
-#define STORE_FORMAT_VERSION 2 /* 2: `keys` and `seq` as packed fixed-size duplicates */
+/* 2: `keys` and `seq` as packed fixed-size duplicates; 3: meta "sealed" (a format 2 store is
+ * migrated on open: it has sealed nothing) */
+#define STORE_FORMAT_VERSION 3
 
 /* How LMDB makes its own commits durable (docs/durability.md says which is safe when). */
 enum store_sync {
@@ -68,6 +72,7 @@ typedef struct store_info {
     uint64_t used_bytes;        /* pages in use * page size */
     uint64_t evicting_below;    /* sequences below it may have lost their keys already: a
                                    checkpoint's evictions in progress (store_mark_evicting) */
+    uint64_t sealed_below;      /* sequences below it live in generation files (store_seal) */
 } store_info_t;
 
 /* Opens or creates the environment in `dir` (must exist). *out freed with store_close(). */
@@ -132,6 +137,14 @@ int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t ma
  * `floor_seq` and the keys they name; *evicted counts them.
  */
 int store_evict_below(store_t *st, uint64_t floor_seq, size_t max_steps, uint64_t *evicted);
+
+/*
+ * In the open write transaction: empties `keys` and `seq` (LMDB keeps their
+ * pages for reuse: the file does not grow again) and records that every
+ * sequence below `sealed_below` (at most the next sequence) now lives in
+ * generation files. The caller wrote those files, durably, before.
+ */
+int store_seal(store_t *st, uint64_t sealed_below);
 
 /* Records that the log up to (not including) `next_offset` is applied. */
 int store_set_applied(store_t *st, uint64_t next_offset);

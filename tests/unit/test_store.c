@@ -1025,6 +1025,39 @@ static void test_evictions_in_parts(void **state)
     store_close(st);
 }
 
+/* store_seal empties keys and seq in its transaction and records the sealed bound; sequences go
+ * on from where they were. */
+static void test_seal(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    assert_int_equal(store_begin(st), STORE_OK);
+    for (uint64_t i = 0; i < 10; i++)
+        insert(st, i, 1000, false);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_seal(st, 11), STORE_ERROR); /* past the next sequence */
+    assert_int_equal(store_seal(st, 10), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+    store_close(st);
+    st = open_store(fx, 0);
+    store_info_t info;
+    assert_int_equal(store_get_info(st, &info), STORE_OK);
+    assert_int_equal(info.keys, 0);
+    assert_int_equal(info.sealed_below, 10);
+    assert_int_equal(info.next_seq, 10);
+    assert_false(contains(st, 3)); /* the generation files answer for it now */
+    assert_int_equal(store_begin(st), STORE_OK);
+    insert(st, 3, 2000, false);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_get_info(st, &info), STORE_OK);
+    assert_int_equal(info.keys, 1);
+    assert_int_equal(info.next_seq, 11);
+    assert_int_equal(info.oldest_received_ms, 2000);
+    assert_int_equal(store_seal(st, 11), STORE_ERROR); /* no transaction open */
+    store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -1054,6 +1087,7 @@ int main(void)
         T(test_evict_in_rounds),
         T(test_checkpoint_in_parts_cut_short),
         T(test_evictions_in_parts),
+        T(test_seal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
