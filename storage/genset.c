@@ -20,7 +20,8 @@
  *
  * Contents:
  *   slots and views   slot_new, view_new, view_unref, publish
- *   open              scan_dir, cmp_id, keep_ranges, genset_open, genset_close
+ *   open              scan_dir, cmp_id, keep_ranges, open_all, open_set, genset_open,
+ *                     genset_open_read_only, genset_close
  *   lookups           genset_view_find, genset_view_find_many, genset_view_totals
  *   changes           genset_add, genset_drop_oldest, genset_merge
  *   the rule          genset_plan
@@ -148,8 +149,9 @@ static int cmp_id(const void *a, const void *b)
     return x->end > y->end ? -1 : x->end < y->end ? 1 : 0; /* the wider range first */
 }
 
-/* The generation ids in `dir` into *ids (malloc'ed), removing unfinished ".tmp" files. */
-static int scan_dir(const char *dir, gen_id_t **ids, size_t *n)
+/* The generation ids in `dir` into *ids (malloc'ed), removing unfinished ".tmp" files unless
+ * `read_only`. */
+static int scan_dir(const char *dir, bool read_only, gen_id_t **ids, size_t *n)
 {
     *ids = NULL;
     *n = 0;
@@ -162,7 +164,8 @@ static int scan_dir(const char *dir, gen_id_t **ids, size_t *n)
     while (rc == GEN_OK && (de = readdir(d)) != NULL) {
         size_t len = strlen(de->d_name);
         gen_id_t id;
-        if (de->d_name[0] == '.' && len > 8 && strcmp(de->d_name + len - 8, ".gen.tmp") == 0) {
+        if (!read_only && de->d_name[0] == '.' && len > 8 &&
+            strcmp(de->d_name + len - 8, ".gen.tmp") == 0) {
             if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno != ENOENT)
                 rc = GEN_EIO;
             continue;
@@ -181,21 +184,22 @@ static int scan_dir(const char *dir, gen_id_t **ids, size_t *n)
         (*ids)[(*n)++] = id;
     }
     closedir(d);
-    if (rc == GEN_OK)
+    if (rc == GEN_OK && *n > 1)
         qsort(*ids, *n, sizeof(**ids), cmp_id);
     return rc;
 }
 
 /*
  * Keeps, of ids sorted by cmp_id, those no other range covers, removing the
- * covered files (merge inputs a crash left behind); *n becomes the kept count.
+ * covered files (merge inputs a crash left behind) unless `read_only`; *n
+ * becomes the kept count.
  */
-static int keep_ranges(const char *dir, gen_id_t *ids, size_t *n)
+static int keep_ranges(const char *dir, bool read_only, gen_id_t *ids, size_t *n)
 {
     size_t kept = 0;
     for (size_t i = 0; i < *n; i++) {
         if (kept > 0 && ids[i].end <= ids[kept - 1].end) {
-            int rc = gen_remove(dir, ids[i]);
+            int rc = read_only ? GEN_OK : gen_remove(dir, ids[i]);
             if (rc != GEN_OK)
                 return rc;
             continue;
@@ -227,7 +231,8 @@ static int open_all(const char *dir, const gen_id_t *ids, size_t n, slot_t ***sl
     return GEN_OK;
 }
 
-int genset_open(const char *dir, unsigned bits_per_key, genset_t **out)
+/* genset_open and genset_open_read_only. */
+static int open_set(const char *dir, unsigned bits_per_key, bool read_only, genset_t **out)
 {
     *out = NULL;
     genset_t *gs = calloc(1, sizeof(*gs));
@@ -240,12 +245,12 @@ int genset_open(const char *dir, unsigned bits_per_key, genset_t **out)
     size_t n = 0;
     slot_t **slots = NULL;
     int rc = gs->dir ? GEN_OK : GEN_NOMEM;
-    if (rc == GEN_OK && fsutil_mkdirs(dir) != 0)
+    if (rc == GEN_OK && !read_only && fsutil_mkdirs(dir) != 0)
         rc = GEN_EIO;
+    if (rc == GEN_OK && !(read_only && access(dir, F_OK) != 0 && errno == ENOENT))
+        rc = scan_dir(dir, read_only, &ids, &n);
     if (rc == GEN_OK)
-        rc = scan_dir(dir, &ids, &n);
-    if (rc == GEN_OK)
-        rc = keep_ranges(dir, ids, &n);
+        rc = keep_ranges(dir, read_only, ids, &n);
     if (rc == GEN_OK)
         rc = open_all(dir, ids, n, &slots);
     if (rc == GEN_OK && !(gs->cur = view_new(gs, slots, n)))
@@ -264,6 +269,21 @@ int genset_open(const char *dir, unsigned bits_per_key, genset_t **out)
     }
     *out = gs;
     return GEN_OK;
+}
+
+int genset_open(const char *dir, unsigned bits_per_key, genset_t **out)
+{
+    return open_set(dir, bits_per_key, false, out);
+}
+
+int genset_open_read_only(const char *dir, genset_t **out)
+{
+    /* A merge or drop of the server's may remove a file between the listing and its open: the
+     * set has changed under us, so look again (it settles within one merge). */
+    int rc = GEN_NOTFOUND;
+    for (int tries = 0; tries < 5 && rc == GEN_NOTFOUND; tries++)
+        rc = open_set(dir, 0, true, out);
+    return rc;
 }
 
 void genset_close(genset_t *gs)

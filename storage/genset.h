@@ -34,6 +34,14 @@ typedef struct genset_view genset_view_t;
  * genset_close() once every view is released.
  */
 int genset_open(const char *dir, unsigned bits_per_key, genset_t **out);
+
+/*
+ * For tools beside a running server (`ingestd check`, `backup`): changes
+ * nothing on disk (covered files are passed over, not removed; a missing
+ * directory is an empty set) and looks again when a file goes between the
+ * listing and its open. Not for genset_add and the other changes.
+ */
+int genset_open_read_only(const char *dir, genset_t **out);
 void genset_close(genset_t *gs);
 
 /* The directory (valid until genset_close) and the filter bits new generations get. */

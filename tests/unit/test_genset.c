@@ -221,6 +221,13 @@ static void test_open_after_crash(void **state)
     snprintf(tmp, sizeof(tmp), "%s/.00000000000000000300-00000000000000000400.gen.tmp", fx->dir);
     assert_int_equal(tu_write_file(tmp, "x", 1), 0);
     assert_int_equal(files_in(fx->dir), 5);
+    /* Read-only (a tool beside the server): the same set, and nothing removed. */
+    assert_int_equal(genset_open_read_only(fx->dir, &gs), GEN_OK);
+    v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 2);
+    genset_view_release(v);
+    genset_close(gs);
+    assert_int_equal(files_in(fx->dir), 5);
     assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
     assert_int_equal(files_in(fx->dir), 2);
     v = genset_view(gs);
@@ -228,6 +235,22 @@ static void test_open_after_crash(void **state)
     for (uint64_t id = 0; id < 300; id++)
         assert_true(has(v, id, NULL));
     genset_view_release(v);
+    genset_close(gs);
+}
+
+/* A missing directory: read-only it is an empty set and stays missing; read-write it is made. */
+static void test_open_missing(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open_read_only(fx->dir, &gs), GEN_OK);
+    genset_view_t *v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 0);
+    genset_view_release(v);
+    genset_close(gs);
+    assert_int_equal(access(fx->dir, F_OK), -1);
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    assert_int_equal(access(fx->dir, F_OK), 0);
     genset_close(gs);
 }
 
@@ -316,6 +339,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_view_outlives_drop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_after_crash, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_refuses_overlap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan, setup, teardown),
     };
