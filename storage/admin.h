@@ -23,7 +23,7 @@ typedef struct admin_check_result {
     uint64_t segments, records, log_bytes;
     uint64_t first_offset, next_offset; /* extent of the log */
     uint64_t applied;                   /* LMDB's applied offset */
-    uint64_t keys;                      /* LMDB keys */
+    uint64_t keys;                      /* keys in the window: LMDB's and the generations' */
     uint64_t problems;
 } admin_check_result_t;
 
@@ -34,8 +34,8 @@ typedef struct admin_check_result {
  * LMDB's applied offset within the log; the sequence index covering exactly
  * the offsets [oldest retained, applied) with each entry's key and
  * receivedAt equal to its log record's; `keys` and `seq` agreeing one to
- * one; the secret file matching LMDB's. Returns ADMIN_OK, ADMIN_PROBLEMS or
- * ADMIN_ERROR.
+ * one; the secret file matching LMDB's; each sealed generation file whole
+ * and in log order. Returns ADMIN_OK, ADMIN_PROBLEMS or ADMIN_ERROR.
  */
 int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_check_result_t *out);
 
