@@ -556,11 +556,89 @@ static int dir_empty_or_missing(const char *dir)
     return 1;
 }
 
+typedef struct {
+    const gen_t *g;
+    gen_info_t info;
+} pick_t;
+
+static int cmp_pick(const void *a, const void *b)
+{
+    const gen_id_t *x = &((const pick_t *)a)->info.id, *y = &((const pick_t *)b)->info.id;
+    if (x->first != y->first)
+        return x->first < y->first ? -1 : 1;
+    return x->end > y->end ? -1 : x->end < y->end ? 1 : 0;
+}
+
+/* Adds to picks[*n] the generations of `v` sealed below `sealed_below`. */
+static void pick_from(const genset_view_t *v, uint64_t sealed_below, pick_t *picks, size_t *n)
+{
+    for (size_t i = 0; i < genset_view_count(v); i++) {
+        pick_t p = {.g = genset_view_gen(v, i)};
+        gen_get_info(p.g, &p.info);
+        if (p.info.id.end <= sealed_below)
+            picks[(*n)++] = p;
+    }
+}
+
+/*
+ * Copies the generations that belong with the LMDB copy: those sealed below
+ * its bound, from the set as it was before the copy (`before`, held open, so
+ * a file merged or dropped since is still readable) and after it (for seals
+ * in between). Merges in between can leave one range in both: the wider one
+ * is taken. Returns 0, or -1 with a report (a gap: the window changed too
+ * much during the copy; run backup again).
+ */
+static int backup_gens(genset_t *before, const char *src, const char *dst, uint64_t sealed_below,
+                       admin_report_fn report, void *arg)
+{
+    genset_t *after = NULL;
+    if (genset_open_read_only(src, &after) != GEN_OK) {
+        say(report, arg, 1, "generations: cannot open %s", src);
+        return -1;
+    }
+    genset_view_t *v1 = genset_view(before), *v2 = genset_view(after);
+    size_t n = 0, kept = 0;
+    pick_t *picks = calloc(genset_view_count(v1) + genset_view_count(v2) + 1, sizeof(*picks));
+    int rc = picks && (mkdir(dst, 0700) == 0 || errno == EEXIST) ? 0 : -1;
+    if (rc == 0) {
+        pick_from(v1, sealed_below, picks, &n);
+        pick_from(v2, sealed_below, picks, &n);
+        qsort(picks, n, sizeof(*picks), cmp_pick);
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (kept > 0 && picks[i].info.id.end <= picks[kept - 1].info.id.end)
+            continue; /* covered by the one before */
+        if (kept > 0 && picks[i].info.id.first != picks[kept - 1].info.id.end)
+            rc = -1;
+        picks[kept++] = picks[i];
+    }
+    if (rc == 0 && kept > 0 && picks[kept - 1].info.id.end != sealed_below)
+        rc = -1;
+    if (rc != 0)
+        say(report, arg, 1,
+            "generations: the window changed too much during the copy (a gap); "
+            "run backup again");
+    for (size_t i = 0; rc == 0 && i < kept; i++)
+        if (gen_copy(picks[i].g, dst) != GEN_OK) {
+            say(report, arg, 1, "generations: copying to %s: %s", dst, strerror(errno));
+            rc = -1;
+        }
+    if (rc == 0 && kept > 0)
+        say(report, arg, 0, "generations: %zu files copied, sealed below sequence %" PRIu64, kept,
+            sealed_below);
+    free(picks);
+    genset_view_release(v1);
+    genset_view_release(v2);
+    genset_close(after);
+    return rc;
+}
+
 int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report, void *arg)
 {
     char src_store[PATH_LEN], src_log[PATH_LEN], dst_store[PATH_LEN], dst_log[PATH_LEN];
     char src[PATH_LEN], dst[PATH_LEN];
     store_t *st = NULL;
+    genset_t *gens = NULL;
     store_info_t si;
     log_reader_t *r = NULL;
     uint64_t *bases = NULL;
@@ -591,6 +669,13 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
      * read after the copy). A server started on the backup replays the difference.
      */
     store_options_t so = {.read_only = true};
+    char src_gens[PATH_LEN], dst_gens[PATH_LEN];
+    path_of(src_gens, src_store, "gens");
+    path_of(dst_gens, dst_store, "gens");
+    if (genset_open_read_only(src_gens, &gens) != GEN_OK) {
+        say(report, arg, 1, "generations: cannot open %s", src_gens);
+        goto out;
+    }
     int src_rc = store_open(src_store, &so, &st);
     if (src_rc == STORE_OK)
         src_rc = store_copy(st, dst_store);
@@ -609,6 +694,8 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
     say(report, arg, 0,
         "store: compacted copy taken at applied offset %" PRIu64 " (%" PRIu64 " keys)", si.applied,
         si.keys);
+    if (backup_gens(gens, src_gens, dst_gens, si.sealed_below, report, arg) != 0)
+        goto out;
     uint64_t cut = si.applied, acked;
     if (commit_read_acked(data_dir, &acked) == 0 && acked > cut)
         cut = acked;
@@ -668,6 +755,7 @@ io:
 out:
     log_reader_close(r);
     store_close(st);
+    genset_close(gens);
     free(bases);
     return rc;
 }

@@ -52,8 +52,9 @@ int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
 /*
  * Writes a consistent copy of a data dir to `to_dir` (created; must not
  * exist or be empty), also while a server runs: a compacted copy of LMDB
- * first, then the log up to that copy's applied offset (later records are
- * cut off), and the secret; everything fsynced. Starting a server on
+ * first, with the generation files sealed below its bound (from the set as
+ * it was before and after the copy), then the log up to that copy's applied
+ * offset (later records are cut off), and the secret; everything fsynced. Starting a server on
  * `to_dir` gives the state of the moment the LMDB copy was taken.
  */
 int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report, void *arg);

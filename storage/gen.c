@@ -786,6 +786,36 @@ int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigne
     return rc;
 }
 
+int gen_copy(const gen_t *g, const char *dir)
+{
+    char *tmp = gen_path(dir, g->info.id, true), *path = gen_path(dir, g->info.id, false);
+    uint8_t *buf = malloc((size_t)ITER_PAGES * GEN_PAGE_BYTES);
+    int out = -1, rc = tmp && path && buf ? GEN_OK : GEN_NOMEM;
+    if (rc == GEN_OK && (out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) < 0)
+        rc = GEN_EIO;
+    for (uint64_t at = 0; rc == GEN_OK && at < g->info.file_bytes;) {
+        uint64_t n = g->info.file_bytes - at;
+        if (n > (uint64_t)ITER_PAGES * GEN_PAGE_BYTES)
+            n = (uint64_t)ITER_PAGES * GEN_PAGE_BYTES;
+        rc = read_exact(g->fd, buf, n, at);
+        if (rc == GEN_OK)
+            rc = write_all(out, buf, n);
+        at += n;
+    }
+    if (rc == GEN_OK && fsync(out) != 0)
+        rc = GEN_EIO;
+    if (out >= 0 && close(out) != 0 && rc == GEN_OK)
+        rc = GEN_EIO;
+    if (rc == GEN_OK && (rename(tmp, path) != 0 || fsutil_sync_dir(dir) != 0))
+        rc = GEN_EIO;
+    if (rc != GEN_OK && tmp)
+        unlink(tmp);
+    free(buf);
+    free(tmp);
+    free(path);
+    return rc;
+}
+
 int gen_remove(const char *dir, gen_id_t id)
 {
     char *path = gen_path(dir, id, false);

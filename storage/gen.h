@@ -157,6 +157,13 @@ void gen_iter_close(gen_iter_t *it);
 int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
               gen_t **out);
 
+/*
+ * Writes a copy of the generation's file into the existing directory `dir`
+ * (under its own name, durably, as gen_writer_finish does), read from the
+ * open generation: it works after the original was removed. For backups.
+ */
+int gen_copy(const gen_t *g, const char *dir);
+
 /* Removes generation `id`'s file and fsyncs the directory; a missing file is success. */
 int gen_remove(const char *dir, gen_id_t id);
 

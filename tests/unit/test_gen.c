@@ -270,12 +270,24 @@ static void test_merge(void **state)
     }
     for (int i = 0; i < 3; i++)
         gen_close(ins[i]);
-    gen_close(m);
     assert_int_equal(info.id.first, 100);
     assert_int_equal(info.id.end, 400);
     for (uint64_t id = 1; id <= 3; id++)
         assert_int_equal(gen_remove(fx->dir, gid(id)), GEN_OK);
+    /* A copy read from the open generation after its file is gone: the same generation. */
+    char copies[600];
+    snprintf(copies, sizeof(copies), "%s/copies", fx->dir);
+    assert_int_equal(mkdir(copies, 0700), 0);
     assert_int_equal(gen_remove(fx->dir, (gen_id_t){100, 400}), GEN_OK);
+    assert_int_equal(gen_copy(m, copies), GEN_OK);
+    gen_t *c2 = NULL;
+    assert_int_equal(gen_open(copies, (gen_id_t){100, 400}, &c2), GEN_OK);
+    assert_int_equal(gen_verify(c2), GEN_OK);
+    gen_info_t ci;
+    gen_get_info(c2, &ci);
+    assert_int_equal(ci.keys, 5010);
+    gen_close(c2);
+    gen_close(m);
     assert_int_equal(gen_open(fx->dir, gid(1), &m), GEN_NOTFOUND);
     assert_int_equal(gen_remove(fx->dir, gid(1)), GEN_OK); /* already gone */
     free(a);
