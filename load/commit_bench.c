@@ -7,9 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "storage/commit.h"
+#include "storage/genset.h"
 #include "storage/keyhash.h"
 #include "storage/store.h"
 
@@ -129,6 +131,38 @@ static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
     return x < y ? -1 : x > y;
+}
+
+/* What the window takes: LMDB's file, and the sealed generations' files and memory. */
+typedef struct {
+    uint64_t lmdb_file, gen_keys, gen_file, gen_memory;
+    size_t gens;
+} window_disk_t;
+
+static window_disk_t window_disk(const char *data_dir, const store_info_t *si)
+{
+    window_disk_t wd = {0};
+    char *path = NULL;
+    struct stat sb;
+    if (asprintf(&path, "%s/store/data.mdb", data_dir) >= 0 && stat(path, &sb) == 0)
+        wd.lmdb_file = (uint64_t)sb.st_size;
+    free(path);
+    genset_t *gs = NULL;
+    if (asprintf(&path, "%s/store/gens", data_dir) >= 0 &&
+        genset_open_read_only(path, &gs) == GEN_OK) {
+        genset_view_t *v = genset_view(gs);
+        genset_totals_t t;
+        genset_view_totals(v, &t);
+        wd.gens = genset_view_count(v);
+        /* A seal whose LMDB transaction did not come: its keys are counted in LMDB. */
+        wd.gen_keys = t.end_seq > si->sealed_below ? 0 : t.keys;
+        wd.gen_file = t.file_bytes;
+        wd.gen_memory = t.memory_bytes;
+        genset_view_release(v);
+        genset_close(gs);
+    }
+    free(path);
+    return wd;
 }
 
 static void usage(FILE *f)
@@ -266,6 +300,7 @@ int main(int argc, char **argv)
         store_get_info(st, &si) != STORE_OK)
         fprintf(stderr, "ingestd-commit-bench: cannot read the store after the run\n");
     store_close(st);
+    window_disk_t wd = window_disk(o.data_dir, &si);
     free(dir);
 
     uint64_t n = atomic_load(&lat_n);
@@ -285,14 +320,20 @@ int main(int argc, char **argv)
     printf("request latency p50 %.1f ms, p99 %.1f ms, max %.1f ms\n",
            n ? (double)lat_us[n / 2] / 1e3 : 0.0, n ? (double)lat_us[n * 99 / 100] / 1e3 : 0.0,
            n ? (double)lat_us[n - 1] / 1e3 : 0.0);
-    printf("keys %" PRIu64 ", LMDB %" PRIu64 " bytes in use, %.1f bytes per key\n", si.keys,
-           si.used_bytes, si.keys ? (double)si.used_bytes / (double)si.keys : 0.0);
-    printf("SUMMARY events_per_s=%.0f p50_ms=%.2f p99_ms=%.2f avg_batch=%.0f bytes_per_key=%.1f "
-           "sync=%d\n",
+    double keys = (double)(si.keys + wd.gen_keys);
+    printf("keys %" PRIu64 " (%" PRIu64 " in LMDB, %" PRIu64 " in %zu generations)\n",
+           si.keys + wd.gen_keys, si.keys, wd.gen_keys, wd.gens);
+    printf("disk %.1f bytes per key (LMDB file %" PRIu64 " bytes, %" PRIu64
+           " in use; generations %" PRIu64 "); memory %.2f bytes per key (filters and fences)\n",
+           keys > 0 ? (double)(wd.lmdb_file + wd.gen_file) / keys : 0.0, wd.lmdb_file,
+           si.used_bytes, wd.gen_file, keys > 0 ? (double)wd.gen_memory / keys : 0.0);
+    printf("SUMMARY events_per_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.1f avg_batch=%.0f "
+           "bytes_per_key=%.1f memory_bytes_per_key=%.2f sync=%d\n",
            (double)events / drained, n ? (double)lat_us[n / 2] / 1e3 : 0.0,
-           n ? (double)lat_us[n * 99 / 100] / 1e3 : 0.0,
+           n ? (double)lat_us[n * 99 / 100] / 1e3 : 0.0, n ? (double)lat_us[n - 1] / 1e3 : 0.0,
            batches ? (double)(s1.batch_events - s0.batch_events) / (double)batches : 0.0,
-           si.keys ? (double)si.used_bytes / (double)si.keys : 0.0, o.sync);
+           keys > 0 ? (double)(wd.lmdb_file + wd.gen_file) / keys : 0.0,
+           keys > 0 ? (double)wd.gen_memory / keys : 0.0, o.sync);
     free(lat_us);
     return 0;
 }
