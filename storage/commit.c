@@ -1461,6 +1461,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
         c->stats.last_batch_requests = nreqs;
         if (nevents > c->stats.max_batch_events)
             c->stats.max_batch_events = nevents;
+        histogram_observe(c->opts.batch_events, (double)nevents);
         c->stats.evicted_age += bo.evicted_age;
         c->stats.evicted_size += bo.evicted_size;
         if (bo.synced) {
@@ -1469,6 +1470,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
             c->stats.fsync_ms_total += bo.fsync_ms;
             if (bo.fsync_ms > c->stats.fsync_ms_max)
                 c->stats.fsync_ms_max = bo.fsync_ms;
+            histogram_observe(c->opts.fsync_seconds, bo.fsync_ms / 1000.0);
         }
     }
     int64_t oldest_ms = c->stats.oldest_received_ms;
