@@ -104,6 +104,9 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp);
 /* The /metrics histograms: request durations, fsync durations, group commit sizes (reqhist.c). */
 void api_metrics_histograms(const api_t *api, FILE *f);
 
+/* GET /dashboard: the operator's page, embedded at build time (dashboard.c). */
+void api_dashboard(api_resp_t *resp);
+
 /* Milliseconds of CLOCK_MONOTONIC. */
 int64_t api_monotonic_ms(void);
 
