@@ -372,6 +372,9 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
         if (rc != STORE_OK)
             break;
         *replayed += pos - start;
+        if (c->opts.replay_progress)
+            c->opts.replay_progress(c->opts.replay_progress_arg, pos - si.applied,
+                                    li.next_offset - si.applied);
     }
     log_reader_close(r);
     if (lrc != LOG_OK) {

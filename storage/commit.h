@@ -92,6 +92,10 @@ typedef struct commit_options {
      * of every log fsync in seconds, and the events of every successful group commit */
     histogram_t *fsync_seconds;
     histogram_t *batch_events;
+    /* May be NULL: called from commit_open while it replays the log into LMDB (`ingestd
+     * rebuild`), after each chunk, with the records replayed so far and the total to replay */
+    void (*replay_progress)(void *arg, uint64_t done, uint64_t total);
+    void *replay_progress_arg;
 } commit_options_t;
 
 typedef struct commit_stats {
