@@ -69,6 +69,7 @@
     return {
       t: Date.now(),
       stats,
+      view: view(stats),
       req: buckets(metrics, "ingestd_request_duration_seconds", INGEST),
       fsync: buckets(metrics, "ingestd_fsync_duration_seconds"),
     };
@@ -90,7 +91,8 @@
       ["fsync p99 ms", "#ad1457", "ms"]] },
     { id: "latency", title: "request latency, ingest routes (ms)", series: [["p50", "#1565c0"],
       ["p99", "#c62828"]] },
-    { id: "lag", title: "consumer group lag (records)", series: [] }, // one series per group
+    { id: "lag", title: "lag (records): consumer groups, or a worker's partitions",
+      series: [] }, // one series per group or partition, as they appear
   ];
   const PALETTE = ["#1565c0", "#2e7d32", "#ef6c00", "#6a1b9a", "#00838f", "#c62828"];
 
@@ -158,40 +160,83 @@
     c.names.forEach((s, i) => c.data[i + 1].push(ys[s[0]] === undefined ? null : ys[s[0]]));
     if (c.data[0].length > POINTS) c.data.forEach((a) => a.shift());
     c.plot.setData(c.data);
-    c.el.querySelector(".empty").textContent = c.names.length ? "" : "no consumer groups yet";
+    c.el.querySelector(".empty").textContent = c.names.length ? "" : "nothing to show yet";
   }
 
   const pick = (o, path) => path.split(".").reduce((v, k) => (v == null ? undefined : v[k]), o);
   const num = (v) => (typeof v === "number" ? v : null);
   const ms = (s) => (s == null ? null : s * 1000);
 
+  // ---- one shape for every role --------------------------------------------------------
+
+  // /stats of `serve` (single node), `serve --role edge` and `ingestd worker` in one shape:
+  // cumulative counters, and per-series maps for the charts that have one line per group or
+  // partition. Absent figures are null: their lines stay empty.
+  function view(s) {
+    const v = {
+      role: s.role || "single node", version: s.version, uptime: num(s.uptime_seconds),
+      accepted: num(pick(s, "events.accepted")), duplicates: num(pick(s, "events.duplicates")),
+      rejected: num(pick(s, "events.rejected")),
+      window: num(pick(s, "dedupe.effective_window_seconds")),
+      configured: num(pick(s, "dedupe.window_seconds")),
+      floor: num(pick(s, "dedupe.window_floor_seconds")),
+      belowFloor: pick(s, "dedupe.window_below_floor") === true,
+      keys: { keys: num(pick(s, "dedupe.keys")) }, windows: {}, lags: {},
+      storeBytes: num(pick(s, "dedupe.store_used_bytes")),
+      batches: num(pick(s, "commit.batches")), batchEvents: num(pick(s, "commit.events")),
+      fsyncs: num(pick(s, "commit.fsyncs")),
+      fsyncMs: (pick(s, "commit.fsync_ms_avg") || 0) * (pick(s, "commit.fsyncs") || 0),
+    };
+    for (const g of s.groups || []) v.lags[g.name] = g.lag;
+    const failed = pick(s, "storage.failed") === true;
+    v.storage = { text: failed ? "failed" : "ok", bad: failed,
+      sub: (pick(s, "dedupe.store") || "") + ", " + fmt(pick(s, "storage.recoveries"), 0) +
+        " recoveries" + (failed ? ": re-establishing from disk" : "") };
+    if (s.role === "edge")
+      v.storage = { text: "edge", bad: false, sub: "no local storage: the workers de-duplicate" };
+    if (s.role === "worker") worker(s, v);
+    return v;
+  }
+
+  // The worker: produced events are its accepted ones, malformed its rejected; keys, window and
+  // lag per partition (the shortest window is the one a retry can fall out of).
+  function worker(s, v) {
+    const parts = s.partitions || [];
+    v.accepted = num(pick(s, "events.produced"));
+    v.rejected = num(pick(s, "events.malformed"));
+    v.window = parts.length ? Math.min(...parts.map((p) => p.effective_window_seconds)) : null;
+    v.keys = { keys: parts.reduce((n, p) => n + p.keys, 0) };
+    for (const p of parts) {
+      const name = "partition " + p.partition;
+      v.keys[name] = p.keys;
+      v.windows[name] = p.effective_window_seconds / 3600;
+      v.lags[name] = p.lag;
+    }
+    v.storage = { text: s.ready ? "ready" : "not ready", bad: !s.ready,
+      sub: parts.length + " partitions, " + fmt(pick(s, "store_errors"), 0) + " store errors" };
+  }
+
   // Per-second values between two samples, into every chart.
   function draw(prev, cur) {
-    const a = prev.stats, b = cur.stats, dt = (cur.t - prev.t) / 1000, x = cur.t / 1000;
-    const d = (path) => {
-      const u = num(pick(b, path)), v = num(pick(a, path));
-      return u == null || v == null ? null : u - v;
-    };
-    const acc = d("events.accepted"), dup = d("events.duplicates"), rej = d("events.rejected");
-    push("rates", x, { accepted: acc / dt, duplicates: dup == null ? null : dup / dt,
-      rejected: rej / dt });
+    const a = prev.view, b = cur.view, dt = (cur.t - prev.t) / 1000, x = cur.t / 1000;
+    const d = (k) => (b[k] == null || a[k] == null ? null : b[k] - a[k]);
+    const per = (k) => (d(k) == null ? null : d(k) / dt);
+    const acc = d("accepted"), dup = d("duplicates");
+    push("rates", x, { accepted: per("accepted"), duplicates: per("duplicates"),
+      rejected: per("rejected") });
     push("dupratio", x, { "duplicates %": acc + dup > 0 ? (100 * dup) / (acc + dup) : null });
-    const hours = (p) => (num(pick(b, p)) == null ? null : pick(b, p) / 3600);
-    push("window", x, { effective: hours("dedupe.effective_window_seconds"),
-      configured: hours("dedupe.window_seconds"), floor: hours("dedupe.window_floor_seconds") });
-    const used = num(pick(b, "dedupe.store_used_bytes"));
-    push("keys", x, { keys: num(pick(b, "dedupe.keys")),
-      "store MB": used == null ? null : used / 1e6 });
-    const nb = d("commit.batches"), nf = d("commit.fsyncs");
-    const fsyncTotal = (s) => (pick(s, "commit.fsync_ms_avg") || 0) * (pick(s, "commit.fsyncs") || 0);
-    push("commit", x, { "events/batch": nb > 0 ? d("commit.events") / nb : null,
-      "fsync avg ms": nf > 0 ? (fsyncTotal(b) - fsyncTotal(a)) / nf : null,
+    const h = (sec) => (sec == null ? null : sec / 3600);
+    push("window", x, Object.assign({ effective: h(b.window), configured: h(b.configured),
+      floor: h(b.floor) }, b.windows));
+    push("keys", x, Object.assign({ "store MB": b.storeBytes == null ? null : b.storeBytes / 1e6 },
+      b.keys));
+    const nb = d("batches"), nf = d("fsyncs");
+    push("commit", x, { "events/batch": nb > 0 ? d("batchEvents") / nb : null,
+      "fsync avg ms": nf > 0 ? d("fsyncMs") / nf : null,
       "fsync p99 ms": ms(quantile(0.99, cur.fsync, prev.fsync)) });
     push("latency", x, { p50: ms(quantile(0.5, cur.req, prev.req)),
       p99: ms(quantile(0.99, cur.req, prev.req)) });
-    const lags = {};
-    for (const g of b.groups || []) lags[g.name] = g.lag;
-    push("lag", x, lags);
+    push("lag", x, b.lags);
   }
 
   // ---- headline ------------------------------------------------------------------------
@@ -216,41 +261,30 @@
   }
 
   function headline(cur) {
-    const s = cur.stats, base = baseline(cur);
-    const win = num(pick(s, "dedupe.effective_window_seconds"));
-    const conf = num(pick(s, "dedupe.window_seconds"));
-    const floor = num(pick(s, "dedupe.window_floor_seconds"));
-    const below = pick(s, "dedupe.window_below_floor") === true;
-    tile("h-window", win == null ? "–" : fmt(win / 3600, 2) + " h", win,
-      (conf == null ? "" : "of " + fmt(conf / 3600, 2) + " h configured") +
-      (floor ? ", floor " + fmt(floor / 3600, 2) + " h" : ""), below ? "bad" : "");
+    const v = cur.view, base = baseline(cur);
+    tile("h-window", v.window == null ? "–" : fmt(v.window / 3600, 2) + " h", v.window,
+      (v.configured == null ? "" : "of " + fmt(v.configured / 3600, 2) + " h configured") +
+      (v.floor ? ", floor " + fmt(v.floor / 3600, 2) + " h" : ""), v.belowFloor ? "bad" : "");
     let rate = null, ratio = null, dupRate = null, rejRate = null;
     if (base) {
-      const dt = (cur.t - base.t) / 1000, e = s.events, f = base.stats.events;
-      rate = (e.accepted - f.accepted) / dt;
-      dupRate = (e.duplicates - f.duplicates) / dt;
-      rejRate = (e.rejected - f.rejected) / dt;
-      const n = e.accepted - f.accepted + e.duplicates - f.duplicates;
-      ratio = n > 0 ? (100 * (e.duplicates - f.duplicates)) / n : null;
+      const f = base.view, dt = (cur.t - base.t) / 1000;
+      rate = (v.accepted - f.accepted) / dt;
+      dupRate = (v.duplicates - f.duplicates) / dt;
+      rejRate = (v.rejected - f.rejected) / dt;
+      const n = v.accepted - f.accepted + v.duplicates - f.duplicates;
+      ratio = n > 0 ? (100 * (v.duplicates - f.duplicates)) / n : null;
     }
     tile("h-rate", fmt(rate, 0), rate == null ? null : rate.toFixed(3),
       rate == null ? "" : fmt(dupRate, 0) + " duplicates/s, " + fmt(rejRate, 0) + " rejected/s");
-    const all = s.events.accepted + s.events.duplicates;
+    const all = v.accepted + v.duplicates;
     tile("h-dup", ratio == null ? "–" : fmt(ratio, 2) + " %",
       ratio == null ? null : ratio.toFixed(4),
-      all > 0 ? fmt((100 * s.events.duplicates) / all, 2) + " % since start" : "");
-    const failed = pick(s, "storage.failed") === true;
-    const role = s.role;
-    tile("h-storage", role === "edge" ? "edge" : failed ? "failed" : "ok",
-      role === "edge" ? "edge" : failed ? "failed" : "ok",
-      role === "edge" ? "no local storage: the workers de-duplicate"
-        : (pick(s, "dedupe.store") || "") + ", " + fmt(pick(s, "storage.recoveries"), 0) +
-          " recoveries" + (failed ? ": re-establishing from disk" : ""),
-      failed ? "bad" : "ok");
+      all > 0 ? fmt((100 * v.duplicates) / all, 2) + " % since start" : "");
+    tile("h-storage", v.storage.text, v.storage.text, v.storage.sub, v.storage.bad ? "bad" : "ok");
     $("h-window").dataset.t = String(cur.t);
-    $("role").textContent = role ? role + " role" : "";
-    $("version").textContent = "v" + s.version;
-    $("uptime").textContent = "up " + fmt(s.uptime_seconds / 3600, 1) + " h";
+    $("role").textContent = v.role;
+    $("version").textContent = v.version ? "v" + v.version : "";
+    $("uptime").textContent = v.uptime == null ? "" : "up " + fmt(v.uptime / 3600, 1) + " h";
   }
 
   // ---- the loop and the token ----------------------------------------------------------
