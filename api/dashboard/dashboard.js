@@ -262,8 +262,11 @@
 
   function headline(cur) {
     const v = cur.view, base = baseline(cur);
-    tile("h-window", v.window == null ? "–" : fmt(v.window / 3600, 2) + " h", v.window,
-      (v.configured == null ? "" : "of " + fmt(v.configured / 3600, 2) + " h configured") +
+    // Hours, as operators size windows; under an hour (a fresh start) also in s or min.
+    const short = v.window == null || v.window >= 3600 ? ""
+      : (v.window < 90 ? Math.round(v.window) + " s" : Math.round(v.window / 60) + " min") + "; ";
+    tile("h-window", v.window == null ? "–" : (v.window / 3600).toFixed(2) + " h", v.window,
+      short + (v.configured == null ? "" : "of " + fmt(v.configured / 3600, 2) + " h configured") +
       (v.floor ? ", floor " + fmt(v.floor / 3600, 2) + " h" : ""), v.belowFloor ? "bad" : "");
     let rate = null, ratio = null, dupRate = null, rejRate = null;
     if (base) {
@@ -284,7 +287,8 @@
     $("h-window").dataset.t = String(cur.t);
     $("role").textContent = v.role;
     $("version").textContent = v.version ? "v" + v.version : "";
-    $("uptime").textContent = v.uptime == null ? "" : "up " + fmt(v.uptime / 3600, 1) + " h";
+    $("uptime").textContent = v.uptime == null ? "" : "up " + (v.uptime < 3600
+      ? Math.floor(v.uptime / 60) + " min" : fmt(v.uptime / 3600, 1) + " h");
   }
 
   // ---- the loop and the token ----------------------------------------------------------
