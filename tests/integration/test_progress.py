@@ -24,7 +24,10 @@ TOOL_TIMEOUT = 120
 
 def on_terminal(args):
     """Runs `ingestd ARGS` with stdout and stderr on a pseudo-terminal; (exit code, output)."""
-    master, slave = pty.openpty()
+    try:
+        master, slave = pty.openpty()
+    except OSError as e:  # a container without /dev/pts: say so, neither pass nor fail
+        raise unittest.SkipTest("no pseudo-terminal here: %s" % e)
     p = subprocess.Popen([harness.BIN] + args, stdin=subprocess.DEVNULL, stdout=slave,
                          stderr=slave, env=harness.clean_env())
     os.close(slave)

@@ -1,4 +1,5 @@
 /* test_progress.c: the progress line: its text, a terminal gets it, a pipe gets nothing. */
+#include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -60,7 +61,11 @@ static void test_terminal_gets_the_line(void **state)
 {
     (void)state;
     int master = posix_openpt(O_RDWR | O_NOCTTY);
-    assert_true(master >= 0);
+    if (master < 0) {
+        /* A container without /dev/pts: say so rather than pass or fail for the wrong reason. */
+        print_message("no pseudo-terminal here (posix_openpt: %s)\n", strerror(errno));
+        skip();
+    }
     assert_int_equal(grantpt(master), 0);
     assert_int_equal(unlockpt(master), 0);
     FILE *f = fopen(ptsname(master), "w");
