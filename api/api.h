@@ -90,6 +90,10 @@ typedef struct api_options {
     /* Events per second per write key (token bucket with one second of burst; api/ratelimit.h);
      * past it ingest requests get 429 with Retry-After. 0: no limit. */
     uint64_t rate_limit;
+    /* /metrics histograms the group commit fills (commit_options_t), borrowed, each may be NULL
+     * (not reported): ingestd_fsync_duration_seconds and ingestd_commit_batch_events. */
+    const histogram_t *fsync_seconds;
+    const histogram_t *batch_events;
 } api_options_t;
 
 /*
@@ -217,6 +221,16 @@ void api_transport_headers(api_t *api, const api_req_t *req, api_resp_t *resp);
 
 /* Counts a response by status for /stats and /metrics; the transport calls it once per response. */
 void api_count_response(api_t *api, int status);
+
+/* CLOCK_MONOTONIC in nanoseconds: the clock of api_count_duration. */
+int64_t api_clock_ns(void);
+
+/*
+ * Counts a response's duration (`ns` from the request's arrival to its answer, api_clock_ns())
+ * in ingestd_request_duration_seconds, by the route of `path` and the status class. The
+ * transport calls it beside api_count_response. Lock-free, thread-safe.
+ */
+void api_count_duration(api_t *api, const char *path, int status, int64_t ns);
 
 /*
  * Adds "requestId":id to an error body (status >= 400 whose body is a JSON object), so a client can

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "api/api.h"
 
@@ -42,7 +43,9 @@ struct api {
     /* api_options.sink (the edge role) when has_sink; `commit` may then be NULL. */
     bool has_sink;
     api_sink_t sink;
-    atomic_uint_fast64_t sink_accepted; /* events of requests the sink answered 200 */
+    atomic_uint_fast64_t sink_accepted;              /* events of requests the sink answered 200 */
+    struct reqhist *reqhist;                         /* request durations by route (reqhist.h) */
+    const histogram_t *fsync_seconds, *batch_events; /* api_options_t's, may be NULL */
 };
 
 /* Fills *resp with `json` (compact) and `status`. Steals the reference. Returns 0 or -1 (then *resp
@@ -97,6 +100,12 @@ void api_metrics_sink(api_t *api, api_resp_t *resp);
 /* GET /stats and GET /metrics. `now_ms` is wall-clock time for the effective window. */
 void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp);
 void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp);
+
+/* The /metrics histograms: request durations, fsync durations, group commit sizes (reqhist.c). */
+void api_metrics_histograms(const api_t *api, FILE *f);
+
+/* GET /dashboard: the operator's page, embedded at build time (dashboard.c). */
+void api_dashboard(api_resp_t *resp);
 
 /* Milliseconds of CLOCK_MONOTONIC. */
 int64_t api_monotonic_ms(void);

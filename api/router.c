@@ -6,8 +6,9 @@
 #include <time.h>
 
 #include "api/cors.h"
+#include "api/reqhist.h"
 
-enum kind { INGEST, STATS, METRICS, HEALTHZ, LOG };
+enum kind { INGEST, STATS, METRICS, HEALTHZ, LOG, DASHBOARD };
 
 struct route {
     const char *path;
@@ -27,14 +28,24 @@ static const struct route ROUTES[] = {
     {"/v1/b", INGEST, NULL},        {"/v1/t", INGEST, "track"},
     {"/v1/i", INGEST, "identify"},  {"/v1/p", INGEST, "page"},
     {"/v1/s", INGEST, "screen"},    {"/v1/g", INGEST, "group"},
-    {"/v1/a", INGEST, "alias"},
+    {"/v1/a", INGEST, "alias"},     {"/dashboard", DASHBOARD, NULL},
 };
+#define NROUTES (sizeof(ROUTES) / sizeof(ROUTES[0]))
 
 int64_t api_monotonic_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ingestd_request_duration_seconds, one row per route of the table (reqhist.h). */
+static int new_reqhist(api_t *api)
+{
+    const char *paths[NROUTES];
+    for (size_t i = 0; i < NROUTES; i++)
+        paths[i] = ROUTES[i].path;
+    return reqhist_new(paths, NROUTES, &api->reqhist);
 }
 
 int api_new(const api_options_t *opts, api_t **out)
@@ -69,6 +80,10 @@ int api_new(const api_options_t *opts, api_t **out)
     }
     if (cors_new(opts->cors_origin, &api->cors, NULL, 0) != CORS_OK)
         goto fail;
+    if (new_reqhist(api) != 0)
+        goto fail;
+    api->fsync_seconds = opts->fsync_seconds;
+    api->batch_events = opts->batch_events;
     api->commit = opts->commit;
     if (opts->sink) {
         api->has_sink = true;
@@ -96,6 +111,7 @@ void api_free(api_t *api)
     free(api->admin_token);
     free(api->data_dir);
     cors_free(api->cors);
+    reqhist_free(api->reqhist);
     pthread_mutex_destroy(&api->polls_mu);
     free(api);
 }
@@ -117,10 +133,25 @@ static const struct route *find_route(const char *path)
     size_t len = strcspn(path, "?");
     if (len > 1 && path[len - 1] == '/')
         len--;
-    for (size_t i = 0; i < sizeof(ROUTES) / sizeof(ROUTES[0]); i++)
+    for (size_t i = 0; i < NROUTES; i++)
         if (strlen(ROUTES[i].path) == len && memcmp(ROUTES[i].path, path, len) == 0)
             return &ROUTES[i];
     return NULL;
+}
+
+int64_t api_clock_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void api_count_duration(api_t *api, const char *path, int status, int64_t ns)
+{
+    if (!api)
+        return;
+    const struct route *r = find_route(path);
+    reqhist_observe(api->reqhist, r ? (int)(r - ROUTES) : -1, status, (double)ns / 1e9);
 }
 
 /* Adds the CORS headers of an answer on an ingest route (cors.h) to *resp. */
@@ -260,6 +291,9 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
         return API_DONE;
     case LOG:
         return api_log_read(api, req, resp, done, arg);
+    case DASHBOARD:
+        api_dashboard(resp); /* open even with an admin token: the page holds no data */
+        return API_DONE;
     case HEALTHZ: {
         const char *why = api->has_sink ? api->sink.unhealthy(api->sink.ctx) : NULL;
         if (why) {

@@ -361,6 +361,7 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
         metric(f, "dedupe_filter_asymptotic_fpr", "gauge",
                "Memory store: the filter's asymptotic false positive rate (a lost unique event).",
                s.filter_fpr);
+    api_metrics_histograms(api, f);
     metrics_finish(api, f, &buf, &len, resp);
 }
 
@@ -442,5 +443,6 @@ void api_metrics_sink(api_t *api, api_resp_t *resp)
            (double)load(&api->rate_limited_requests));
     fputs(more, f);
     free(more);
+    api_metrics_histograms(api, f);
     metrics_finish(api, f, &buf, &len, resp);
 }

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "server/progress.h"
 #include "storage/commit.h"
 #include "storage/genset.h"
 #include "storage/keyhash.h"
@@ -176,37 +177,33 @@ static void usage(FILE *f)
                "  --sync MODE       LMDB sync: meta (server default), full, none (unsafe)\n"
                "  --preload N       ids already in the window before the run (fill first)\n"
                "  --max-keys N      window size bound (default 0: none)\n"
-               "Prints a progress line per second and a summary; DIR must be empty or new.\n");
+               "Prints a progress line (on a terminal) and a summary; DIR must be empty or new.\n");
 }
 
-static int run(uint64_t events, unsigned clients, bool quiet)
+/* Commits `events` with `clients` threads; `what` names the run on the progress line. */
+static int run(const char *what, uint64_t events, unsigned clients)
 {
     pthread_t *th = calloc(clients, sizeof(*th));
     if (!th)
         return -1;
+    progress_t *p = progress_new(stderr); /* NULL, and silent, unless stderr is a terminal */
     atomic_store(&next_id, 0);
     atomic_store(&requests_done, 0);
     atomic_store(&lat_n, 0);
     o.events = events;
     for (unsigned i = 0; i < clients; i++)
         pthread_create(&th[i], NULL, client, (void *)(uintptr_t)(i + 1));
-    double t0 = now_s(), last = t0;
     while (atomic_load(&next_id) < events || atomic_load(&requests_done) * o.batch < events) {
         struct timespec ts = {0, 50 * 1000000};
         nanosleep(&ts, NULL); /* a progress ticker, not synchronisation: join below waits */
-        if (!quiet && now_s() - last >= 1.0) {
-            last = now_s();
-            uint64_t d = atomic_load(&requests_done) * o.batch;
-            fprintf(stderr, "\r%" PRIu64 "/%" PRIu64 " events, %.0f/s   ", d > events ? events : d,
-                    events, (double)d / (last - t0));
-        }
-        if (atomic_load(&requests_done) * o.batch >= events)
+        uint64_t d = atomic_load(&requests_done) * o.batch;
+        progress_update(p, what, d > events ? events : d, events, "events", NULL);
+        if (d >= events)
             break;
     }
     for (unsigned i = 0; i < clients; i++)
         pthread_join(th[i], NULL);
-    if (!quiet)
-        fprintf(stderr, "\n");
+    progress_free(p);
     free(th);
     return 0;
 }
@@ -277,14 +274,14 @@ int main(int argc, char **argv)
         unsigned b = o.batch;
         o.preload = 0;
         o.batch = 2500;
-        run(keep, o.clients, false);
+        run("fill", keep, o.clients);
         o.batch = b;
         o.preload = keep;
     }
     commit_stats_t s0, s1;
     commit_get_stats(commit, &s0);
     double t0 = now_s();
-    run(events, o.clients, false);
+    run("run", events, o.clients);
     double secs = now_s() - t0;
     commit_get_stats(commit, &s1);
     /* Acknowledged is not the end of the work: the keys still pending reach LMDB in the

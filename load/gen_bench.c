@@ -10,6 +10,7 @@
 
 #include "storage/genset.h"
 #include "storage/keyhash.h"
+#include "server/progress.h"
 
 /*
  * Why it exists: the generational window (docs/window.md) stands or falls by
@@ -163,7 +164,7 @@ static int fill(genset_t *gs)
     gen_entry_t *buf = malloc(o.gen_keys * sizeof(*buf));
     if (!buf)
         return GEN_NOMEM;
-    bool tty = isatty(STDERR_FILENO);
+    progress_t *pg = progress_new(stderr); /* NULL, and silent, unless stderr is a terminal */
     double t0 = now_s(), merge_s = 0;
     unsigned merges = 0;
     int rc = GEN_OK;
@@ -173,15 +174,10 @@ static int fill(genset_t *gs)
         done += n;
         if (rc == GEN_OK)
             rc = merge_as_planned(gs, 0, &merge_s, &merges);
-        double el = now_s() - t0;
-        if (tty)
-            fprintf(stderr, "\rfill: %5.1f%%  %.0f keys/s  ETA %.0f s   ",
-                    100.0 * (double)done / (double)o.keys, (double)done / el,
-                    (double)(o.keys - done) / ((double)done / el));
+        progress_update(pg, "fill", done, o.keys, "keys", NULL);
     }
+    progress_free(pg);
     double el = now_s() - t0;
-    if (tty)
-        fprintf(stderr, "\n");
     printf("fill: %" PRIu64 " keys in %.1f s: %.0f keys/s sealed and merged (%u merges, %.1f s)\n",
            o.keys, el, (double)o.keys / el, merges, merge_s);
     free(buf);

@@ -23,6 +23,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "server/progress.h"
+
 /*
  * Why it looks like this: on a 2-core machine the generator shares the CPUs
  * with the server, so it must be cheap. One or two threads each run an epoll
@@ -1217,19 +1219,29 @@ static uint64_t status_errors(void)
     return n;
 }
 
-static void progress(uint64_t *last_ev, uint64_t *last_rq, uint64_t *last_t, bool tty)
+/*
+ * The progress of the last second: on a terminal `tty` (server/progress.h, the line the
+ * ingestd tools share: percent and ETA when --events bounds the run), else one line per
+ * second, which logs of long runs keep.
+ */
+static void progress(uint64_t *last_ev, uint64_t *last_rq, uint64_t *last_t, progress_t *tty)
 {
     static const double pct[2] = {50, 99};
     double ms[2];
+    char line[160];
     uint64_t t = now_ns(), ev = ld(&st.events_ok), rq = ld(&st.requests);
     double dt = (double)(t - *last_t) / 1e9;
     h_percentiles(pct, ms, 2);
-    fprintf(stderr,
-            "%s[%5.0fs] %8.0f events/s %6.0f req/s  p50 %7.2f ms  p99 %7.2f ms  "
-            "events %" PRIu64 "  errors %" PRIu64 "%s",
-            tty ? "\r" : "", (double)(t - t_begin) / 1e9, (double)(ev - *last_ev) / dt,
-            (double)(rq - *last_rq) / dt, ms[0], ms[1], ev, ld(&st.errors) + status_errors(),
-            tty ? "   " : "\n");
+    uint64_t errors = ld(&st.errors) + status_errors();
+    int n = snprintf(line, sizeof(line), "%8.0f events/s %6.0f req/s  p50 %7.2f ms  p99 %7.2f ms",
+                     (double)(ev - *last_ev) / dt, (double)(rq - *last_rq) / dt, ms[0], ms[1]);
+    if (tty) {
+        snprintf(line + n, sizeof(line) - (size_t)n, "  errors %" PRIu64, errors);
+        progress_update(tty, "load", ev, o.events == UINT64_MAX ? 0 : o.events, "events", line);
+    } else {
+        fprintf(stderr, "[%5.0fs] %s  events %" PRIu64 "  errors %" PRIu64 "\n",
+                (double)(t - t_begin) / 1e9, line, ev, errors);
+    }
     *last_ev = ev;
     *last_rq = rq;
     *last_t = t;
@@ -1268,7 +1280,7 @@ int main(int argc, char **argv)
     }
 
     /* The main thread only reports progress; the workers say when they are done. */
-    bool tty = isatty(STDERR_FILENO);
+    progress_t *tty = o.quiet ? NULL : progress_new(stderr); /* NULL: stderr is no terminal */
     uint64_t last_ev = 0, last_rq = 0, last_t = t_begin, next = t_begin + 1000000000u;
     while (atomic_load(&workers_done) < (int)o.threads) {
         struct timespec ts = {0, 20 * 1000000};
@@ -1281,8 +1293,7 @@ int main(int argc, char **argv)
     for (unsigned t = 0; t < o.threads; t++)
         pthread_join(workers[t].th, NULL);
     t_end = now_ns();
-    if (!o.quiet && tty)
-        fputc('\n', stderr);
+    progress_free(tty);
     if (atomic_load(&fatal)) {
         fprintf(stderr, "ingestd-load: %s\n", fatal_msg);
         rc = 1;

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "server/config.h"
+#include "server/progress.h"
 #include "storage/admin.h"
 
 /* Same defaults and bounds as `serve` (server/config.c), so a rebuilt store
@@ -140,15 +141,23 @@ static int parse_args(enum cmd cmd, int argc, char **argv, struct args *a)
     }
     return 0;
 }
+/* `arg` is the progress line (NULL when stdout is no terminal): a report line replaces it. */
 static void report(void *arg, int problem, const char *line)
 {
-    (void)arg;
+    progress_clear(arg);
     if (problem)
         printf("PROBLEM: %s\n", line);
     else
         printf("%s\n", line);
     /* Progress of a long rebuild or backup should show up as it happens, even in a pipe. */
     fflush(stdout);
+}
+
+/* storage/admin.h's progress, onto the terminal's progress line (server/progress.h). */
+static void on_progress(void *arg, const char *what, const char *unit, uint64_t done,
+                        uint64_t total)
+{
+    progress_update(arg, what, done, total, unit, NULL);
 }
 
 static bool is_dir(const char *path)
@@ -158,12 +167,13 @@ static bool is_dir(const char *path)
     return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
-static int run_check(const struct args *a)
+static int run_check(const struct args *a, progress_t *p)
 {
     admin_check_result_t res;
 
     memset(&res, 0, sizeof res);
-    int rc = admin_check(a->data, report, NULL, &res);
+    int rc = admin_check(a->data, report, on_progress, p, &res);
+    progress_clear(p);
     switch (rc) {
     case ADMIN_OK:
         printf("check: OK: %" PRIu64 " segments, %" PRIu64 " records (offsets %" PRIu64 "..%" PRIu64
@@ -203,9 +213,10 @@ static int parse_window(const struct args *a, int64_t *window_ms, uint64_t *max_
     return 0;
 }
 
-static int run_rebuild(const struct args *a, int64_t window_ms, uint64_t max_keys)
+static int run_rebuild(const struct args *a, int64_t window_ms, uint64_t max_keys, progress_t *p)
 {
-    int rc = admin_rebuild(a->data, window_ms, max_keys, report, NULL);
+    int rc = admin_rebuild(a->data, window_ms, max_keys, report, on_progress, p);
+    progress_clear(p);
     switch (rc) {
     case ADMIN_OK:
         printf("rebuild: OK: %s/store rebuilt from the log (window %s, max keys %" PRIu64 ")\n",
@@ -225,9 +236,10 @@ static int run_rebuild(const struct args *a, int64_t window_ms, uint64_t max_key
     }
 }
 
-static int run_backup(const struct args *a)
+static int run_backup(const struct args *a, progress_t *p)
 {
-    int rc = admin_backup(a->data, a->to, report, NULL);
+    int rc = admin_backup(a->data, a->to, report, on_progress, p);
+    progress_clear(p);
 
     if (rc == ADMIN_OK) {
         printf("backup: OK: %s copied to %s\n", a->data, a->to);
@@ -280,13 +292,20 @@ int cli_admin_main(int argc, char **argv)
      * rebuild or backup halfway: report lines are then just not shown. */
     signal(SIGPIPE, SIG_IGN);
 
+    /* Percent, rate and ETA on a terminal; nothing extra in a pipe or a file. */
+    progress_t *p = progress_new(stdout);
+    int rc = 2;
     switch (cmd) {
     case CMD_CHECK:
-        return run_check(&a);
+        rc = run_check(&a, p);
+        break;
     case CMD_REBUILD:
-        return run_rebuild(&a, window_ms, max_keys);
+        rc = run_rebuild(&a, window_ms, max_keys, p);
+        break;
     case CMD_BACKUP:
-        return run_backup(&a);
+        rc = run_backup(&a, p);
+        break;
     }
-    return 2;
+    progress_free(p);
+    return rc;
 }

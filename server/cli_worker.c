@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include "api/dashboard.h"
 #include "cluster/worker.h"
 #include "server/config.h"
 #include "server/logging.h"
@@ -232,16 +233,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     static const char json[] = "application/json";
-    bool known =
-        strcmp(url, "/stats") == 0 || strcmp(url, "/metrics") == 0 || strcmp(url, "/healthz") == 0;
+    bool known = strcmp(url, "/stats") == 0 || strcmp(url, "/metrics") == 0 ||
+                 strcmp(url, "/healthz") == 0 || strcmp(url, "/dashboard") == 0;
     if (!known)
         return reply(conn, MHD_HTTP_NOT_FOUND, json,
                      (char *)"{\"success\":false,\"error\":\"not found: the worker serves "
-                             "/stats, /metrics and /healthz\"}",
+                             "/stats, /metrics, /healthz and /dashboard\"}",
                      false);
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
         return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, json,
                      (char *)"{\"success\":false,\"error\":\"method not allowed\"}", false);
+    if (strcmp(url, "/dashboard") == 0) /* serve's page; it reads the worker's /stats shape */
+        return reply(conn, MHD_HTTP_OK, "text/html; charset=utf-8", (char *)api_dashboard_page,
+                     false);
     if (strcmp(url, "/healthz") == 0) {
         if (cluster_worker_ready(w))
             return reply(conn, MHD_HTTP_OK, json, (char *)"{\"status\":\"ok\"}", false);

@@ -119,6 +119,7 @@ struct req {
     enum encoding enc;
     int64_t now_ms;
     int64_t mono_ms;  /* arrival on CLOCK_MONOTONIC: a long-poll's deadline counts from it */
+    int64_t start_ns; /* arrival, api_clock_ns(): for ingestd_request_duration_seconds */
     const char *path; /* MHD's url, or path_copy when a query had to be cut */
     char *path_copy;
     char *body; /* raw (maybe compressed) body, NUL-terminated */
@@ -294,6 +295,7 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     MHD_destroy_response(mr);
     if (ret == MHD_YES) {
         api_count_response(h->api, resp->status);
+        api_count_duration(h->api, r->path, resp->status, api_clock_ns() - r->start_ns);
         r->phase = PH_ANSWERED;
         /* The path, never the body: event data stays out of the logs. */
         LOG_DEBUG("http: %s %.200s -> %d", r->method, r->path, resp->status);
@@ -500,6 +502,7 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     r->c = ci != NULL ? ci->socket_context : NULL;
     r->now_ms = clock_ms(CLOCK_REALTIME);
     r->mono_ms = clock_ms(CLOCK_MONOTONIC);
+    r->start_ns = api_clock_ns();
     r->path = url;
     q = strchr(url, '?');
     if (q != NULL) {

@@ -140,6 +140,7 @@ static int serve(int argc, char **argv)
     api_sink_t sink = {0};
     api_t *api = NULL;
     http_t *http = NULL;
+    histogram_t *fsync_hist = NULL, *batch_hist = NULL; /* filled by the commit, read by the api */
     api_write_key_t *keys = NULL;
     size_t nkeys = 0;
     sigset_t sigs;
@@ -196,6 +197,12 @@ static int serve(int argc, char **argv)
         LOG_INFO("write keys: %zu in force (%zu from flags, %zu from %s)", nkeys, cfg->nwrite_keys,
                  nkeys - cfg->nwrite_keys, cfg->write_keys_file);
 
+    if (histogram_new(HISTOGRAM_SECONDS, HISTOGRAM_SECONDS_N, &fsync_hist) != 0 ||
+        histogram_new(HISTOGRAM_EVENTS, HISTOGRAM_EVENTS_N, &batch_hist) != 0) {
+        LOG_ERROR("out of memory");
+        goto out;
+    }
+
     if (cfg->role == CONFIG_ROLE_EDGE) {
         /* The edge keeps no storage at all (no LMDB, no log: --data is not used); the workers
          * de-duplicate downstream (docs/scale-out.md, "Edge role"). */
@@ -234,6 +241,8 @@ static int serve(int argc, char **argv)
         .boot_id_path = getenv("INGESTD_BOOT_ID_FILE"),
         .notify = on_storage_notice,
         .notify_arg = NULL,
+        .fsync_seconds = fsync_hist,
+        .batch_events = batch_hist,
     };
     err[0] = '\0';
     int rc = commit_open(&copts, &commit, err, sizeof err);
@@ -255,6 +264,8 @@ storage_ready:;
         .data_dir = edge == NULL ? cfg->data_dir : NULL,
         .cors_origin = cfg->cors_origin,
         .rate_limit = cfg->rate_limit,
+        .fsync_seconds = edge == NULL ? fsync_hist : NULL, /* the edge has no commit */
+        .batch_events = edge == NULL ? batch_hist : NULL,
     };
     if (api_new(&aopts, &api) != 0) {
         LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");
@@ -300,6 +311,8 @@ out:
     commit_close(commit);
     cluster_edge_free(edge, DRAIN_MS);
     api_free(api);
+    histogram_free(fsync_hist); /* after commit_close and api_free, their last users */
+    histogram_free(batch_hist);
     auth_keys_free(keys, nkeys);
     free(cfg);
     return ret;

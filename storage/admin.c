@@ -40,6 +40,16 @@ static void say(admin_report_fn report, void *arg, int problem, const char *fmt,
 }
 
 /* dir/name into out (PATH_LEN bytes); an over-long path is cut, and then simply not found. */
+#define PROGRESS_EVERY 16384 /* items between progress calls: cheap, yet several a second */
+
+/* Progress every PROGRESS_EVERY items (and at the end), when anyone listens. */
+static void step(admin_progress_fn fn, void *arg, const char *what, const char *unit, uint64_t done,
+                 uint64_t total)
+{
+    if (fn && (done % PROGRESS_EVERY == 0 || done == total))
+        fn(arg, what, unit, done, total);
+}
+
 static void path_of(char *out, const char *dir, const char *name)
 {
     if (snprintf(out, PATH_LEN, "%s/%s", dir, name) >= PATH_LEN)
@@ -62,6 +72,7 @@ static int read_secret_file(const char *data_dir, uint8_t secret[KEYHASH_SECRET_
 
 typedef struct {
     admin_report_fn report;
+    admin_progress_fn progress;
     void *arg;
     admin_check_result_t *res;
     const char *logdir;
@@ -101,6 +112,7 @@ static void check_log(check_t *ck, const uint64_t *bases, uint64_t nseg, uint64_
 {
     admin_check_result_t *res = ck->res;
     log_record_t rec;
+    uint64_t total = nseg > 0 && applied > bases[0] ? applied - bases[0] : 0;
 
     for (uint64_t i = 0; i < nseg; i++) {
         bool last = i + 1 == nseg;
@@ -113,7 +125,7 @@ static void check_log(check_t *ck, const uint64_t *bases, uint64_t nseg, uint64_
             continue;
         }
         while (log_reader_position(r) < end && (lrc = log_reader_next(r, end, &rec)) == LOG_OK)
-            res->records++;
+            step(ck->progress, ck->arg, "checking the log", "records", ++res->records, total);
         if (log_reader_position(r) < end) {
             uint64_t seg, pos;
             log_reader_tell(r, &seg, &pos);
@@ -153,6 +165,7 @@ static int on_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64
     log_record_t rec;
 
     ck->seq_entries++;
+    step(ck->progress, ck->arg, "checking the window", "keys", ck->seq_entries, ck->info->keys);
     if (seq < ck->info->evicting_below)
         ck->seq_below++;
     if (!ck->started) {
@@ -204,6 +217,7 @@ static int on_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool 
     check_t *ck = arg;
     (void)key;
     ck->key_entries++;
+    step(ck->progress, ck->arg, "checking the keys", "keys", ck->key_entries, ck->info->keys);
     if (!seq_ok && seq >= ck->info->next_seq) {
         /* store_put_keys: the checkpoint's sequence entries come with its last transaction. */
         ck->in_checkpoint++;
@@ -280,11 +294,13 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
             sealing);
 }
 
-int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_check_result_t *out)
+int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn progress, void *arg,
+                admin_check_result_t *out)
 {
     char storedir[PATH_LEN], logdir[PATH_LEN];
     admin_check_result_t res = {0};
-    check_t ck = {.report = report, .arg = arg, .res = &res, .logdir = logdir};
+    check_t ck = {
+        .report = report, .progress = progress, .arg = arg, .res = &res, .logdir = logdir};
     store_t *st = NULL;
     store_info_t si = {0};
     log_info_t li;
@@ -399,8 +415,20 @@ static int find_secret(const char *data_dir, const char *old_store, uint8_t secr
     return -1;
 }
 
+/* The caller's progress callback and its argument, for commit_options_t.replay_progress. */
+struct replay_progress {
+    admin_progress_fn fn;
+    void *arg;
+};
+
+static void on_replay(void *arg, uint64_t done, uint64_t total)
+{
+    struct replay_progress *rp = arg;
+    rp->fn(rp->arg, "replaying the log", "records", done, total);
+}
+
 int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
-                  admin_report_fn report, void *arg)
+                  admin_report_fn report, admin_progress_fn progress, void *arg)
 {
     char lock[PATH_LEN], storedir[PATH_LEN], logdir[PATH_LEN], old[PATH_LEN], secretp[PATH_LEN];
     uint8_t secret[KEYHASH_SECRET_LEN];
@@ -470,8 +498,13 @@ int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
     }
     /* Replay the whole retained log, holding the lock all along: no server may start meanwhile. */
     say(report, arg, 0, "replaying the log from offset %" PRIu64 " ...", li.first_offset);
-    commit_options_t co = {
-        .data_dir = data_dir, .window_ms = window_ms, .max_keys = max_keys, .lock_held = true};
+    struct replay_progress rp = {progress, arg};
+    commit_options_t co = {.data_dir = data_dir,
+                           .window_ms = window_ms,
+                           .max_keys = max_keys,
+                           .lock_held = true,
+                           .replay_progress = progress ? on_replay : NULL,
+                           .replay_progress_arg = &rp};
     if (commit_open(&co, &c, err, sizeof(err)) != COMMIT_OK) {
         say(report, arg, 1, "rebuild failed: %s", err);
         goto restore;
@@ -504,8 +537,15 @@ out:
 
 /* ---- backup ---- */
 
+/* Bytes copied so far of about `total`, for the progress callback. */
+struct copied {
+    admin_progress_fn fn;
+    void *arg;
+    uint64_t done, total;
+};
+
 /* Copies the first `len` bytes of src to a new file dst, fsynced. */
-static int copy_prefix(const char *src, const char *dst, uint64_t len)
+static int copy_prefix(const char *src, const char *dst, uint64_t len, struct copied *cp)
 {
     char buf[1 << 16];
     int in = open(src, O_RDONLY | O_CLOEXEC), out = -1, rc = -1;
@@ -531,6 +571,9 @@ static int copy_prefix(const char *src, const char *dst, uint64_t len)
             w += m;
         }
         len -= (uint64_t)n;
+        cp->done += (uint64_t)n;
+        if (cp->fn) /* one call per 64 KiB buffer: the callee throttles */
+            cp->fn(cp->arg, "copying the log", "bytes", cp->done, cp->total);
     }
     rc = fsync(out);
 done:
@@ -633,7 +676,8 @@ static int backup_gens(genset_t *before, const char *src, const char *dst, uint6
     return rc;
 }
 
-int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report, void *arg)
+int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report,
+                 admin_progress_fn progress, void *arg)
 {
     char src_store[PATH_LEN], src_log[PATH_LEN], dst_store[PATH_LEN], dst_log[PATH_LEN];
     char src[PATH_LEN], dst[PATH_LEN];
@@ -713,6 +757,7 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
     }
     log_reader_tell(r, &cut_base, &cut_pos);
     uint64_t copied = 0, segs = 0;
+    struct copied cp = {progress, arg, 0, li.bytes}; /* the cut makes the copy a bit shorter */
     for (size_t i = 0; i < li.segments && bases[i] <= cut_base; i++) {
         char name[64];
         struct stat sb;
@@ -726,7 +771,7 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
                 goto io;
             len = (uint64_t)sb.st_size;
         }
-        if (copy_prefix(src, dst, len) != 0)
+        if (copy_prefix(src, dst, len, &cp) != 0)
             goto io;
         copied += len;
         segs++;

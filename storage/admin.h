@@ -12,6 +12,14 @@
  */
 typedef void (*admin_report_fn)(void *arg, int problem, const char *line);
 
+/*
+ * Progress of a long step (may be NULL): `what` names the step ("checking the log", ...),
+ * `done` of `total` `unit`s so far (total 0: unknown; done may pass an estimated total). Called
+ * every few thousand items with the same `arg` as `report`; the callee throttles its output.
+ */
+typedef void (*admin_progress_fn)(void *arg, const char *what, const char *unit, uint64_t done,
+                                  uint64_t total);
+
 enum admin_status {
     ADMIN_OK = 0,
     ADMIN_PROBLEMS = 1, /* check: the data dir has problems (see the report) */
@@ -37,7 +45,8 @@ typedef struct admin_check_result {
  * one; the secret file matching LMDB's; each sealed generation file whole
  * and in log order. Returns ADMIN_OK, ADMIN_PROBLEMS or ADMIN_ERROR.
  */
-int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_check_result_t *out);
+int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn progress, void *arg,
+                admin_check_result_t *out);
 
 /*
  * Rebuilds DIR/store from the retained log, as a fresh store that keeps the
@@ -47,7 +56,7 @@ int admin_check(const char *data_dir, admin_report_fn report, void *arg, admin_c
  * succeeded. Returns ADMIN_OK or an error.
  */
 int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
-                  admin_report_fn report, void *arg);
+                  admin_report_fn report, admin_progress_fn progress, void *arg);
 
 /*
  * Writes a consistent copy of a data dir to `to_dir` (created; must not
@@ -57,6 +66,7 @@ int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
  * offset (later records are cut off), and the secret; everything fsynced. Starting a server on
  * `to_dir` gives the state of the moment the LMDB copy was taken.
  */
-int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report, void *arg);
+int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report,
+                 admin_progress_fn progress, void *arg);
 
 #endif

@@ -372,6 +372,9 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
         if (rc != STORE_OK)
             break;
         *replayed += pos - start;
+        if (c->opts.replay_progress)
+            c->opts.replay_progress(c->opts.replay_progress_arg, pos - si.applied,
+                                    li.next_offset - si.applied);
     }
     log_reader_close(r);
     if (lrc != LOG_OK) {
@@ -1461,6 +1464,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
         c->stats.last_batch_requests = nreqs;
         if (nevents > c->stats.max_batch_events)
             c->stats.max_batch_events = nevents;
+        histogram_observe(c->opts.batch_events, (double)nevents);
         c->stats.evicted_age += bo.evicted_age;
         c->stats.evicted_size += bo.evicted_size;
         if (bo.synced) {
@@ -1469,6 +1473,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
             c->stats.fsync_ms_total += bo.fsync_ms;
             if (bo.fsync_ms > c->stats.fsync_ms_max)
                 c->stats.fsync_ms_max = bo.fsync_ms;
+            histogram_observe(c->opts.fsync_seconds, bo.fsync_ms / 1000.0);
         }
     }
     int64_t oldest_ms = c->stats.oldest_received_ms;

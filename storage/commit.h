@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "storage/histogram.h"
 #include "storage/keyhash.h"
 
 typedef struct commit commit_t;
@@ -87,6 +88,14 @@ typedef struct commit_options {
                                   one larger than the bound still passes. 0: no bound */
     commit_notify_fn notify;   /* may be NULL; called on the writer thread */
     void *notify_arg;
+    /* /metrics histograms, borrowed (must outlive the commit), each may be NULL: the duration
+     * of every log fsync in seconds, and the events of every successful group commit */
+    histogram_t *fsync_seconds;
+    histogram_t *batch_events;
+    /* May be NULL: called from commit_open while it replays the log into LMDB (`ingestd
+     * rebuild`), after each chunk, with the records replayed so far and the total to replay */
+    void (*replay_progress)(void *arg, uint64_t done, uint64_t total);
+    void *replay_progress_arg;
 } commit_options_t;
 
 typedef struct commit_stats {

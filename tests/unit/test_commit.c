@@ -1059,7 +1059,7 @@ static void test_checkpoint_evictions_cut_short(void **state)
     atomic_store(&inject_commit_failures, 2);
     commit_close(c);
     assert_int_equal(atomic_load(&inject_commit_failures), 0);
-    assert_int_equal(admin_check(fx->dir, collect_line, &lines, &res), ADMIN_OK);
+    assert_int_equal(admin_check(fx->dir, collect_line, NULL, &lines, &res), ADMIN_OK);
     assert_int_equal(res.problems, 0);
     assert_non_null(strstr(lines.text, "evictions still being written"));
 
@@ -1071,7 +1071,7 @@ static void test_checkpoint_evictions_cut_short(void **state)
     commit_close(c);
     lines.len = 0;
     lines.text[0] = '\0';
-    assert_int_equal(admin_check(fx->dir, collect_line, &lines, &res), ADMIN_OK);
+    assert_int_equal(admin_check(fx->dir, collect_line, NULL, &lines, &res), ADMIN_OK);
     assert_null(strstr(lines.text, "evictions still being written"));
     assert_int_equal(res.keys, 5000);
     expect_log_records(fx, 15200);

@@ -32,6 +32,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 
 import harness  # noqa: E402
 import nodedeps  # noqa: E402
+from cdp import chromium_path  # noqa: E402  (test_dashboard.py's DevTools client; one lookup)
 
 NODE_MODULES = os.path.join(HERE, "node_modules")
 PAGE_TIMEOUT = 40.0  # Chromium start + page run: well under a minute
@@ -62,14 +63,6 @@ def bundle(out_dir):
     if p.returncode != 0 or not os.path.exists(out):
         raise BrowserTestError("esbuild failed (%d): %s %s" % (p.returncode, p.stdout, p.stderr))
     return out
-
-
-def chromium_path():
-    for name in ("chromium", "chromium-browser"):
-        path = shutil.which(name)
-        if path:
-            return path
-    raise BrowserTestError("chromium not found: run scripts/install-deps (Debian's chromium)")
 
 
 # ---- the page's origin: a static server that also takes the page's report -----------------
