@@ -28,9 +28,7 @@
 
 #define DEFAULT_MAX_BATCH 50000
 #define MAX_GROW_RETRIES  16
-#define MIN_EVICT_STEPS   1024
 #define REPLAY_CHUNK      10000
-#define REPLAY_EVICT      4 /* eviction steps per replayed record: more than the one it adds */
 #define READER_CHECK_MS   10000
 #define RECOVER_EVERY_MS  1000
 #define RETAIN_EVERY_MS   1000
@@ -267,6 +265,7 @@ out:
  */
 static int replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint64_t *pos, int *lrc)
 {
+    window_policy_t wp = {.window_ms = c->opts.window_ms, .max_keys = c->opts.max_keys};
     uint64_t age = 0, size = 0;
     int rc = store_begin(c->store);
     *lrc = LOG_OK;
@@ -281,8 +280,8 @@ static int replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint64_t *po
         }
         rc = store_upsert(c->store, rec.key, rec.received_ms, rec.offset);
         if (rc == STORE_OK)
-            rc = store_evict(c->store, rec.received_ms - c->opts.window_ms, c->opts.max_keys,
-                             REPLAY_EVICT, &age, &size);
+            rc =
+                store_evict_pass(c->store, window_replay_record(&wp, rec.received_ms), &age, &size);
         (*pos)++;
     }
     if (rc == STORE_OK)
@@ -1013,14 +1012,13 @@ static int view_oldest(commit_t *c, store_entry_t *e, bool *found)
 }
 
 /*
- * Ages keys out of the view, oldest first, in at most `max_steps`: while the
- * oldest was received before `older_than_ms`, or more than `max_keys` remain
- * (0: no size bound). Only the floor moves; the checkpointer deletes them.
+ * Ages keys out of the view, oldest first, as window_judge says. Only the
+ * floor moves; the checkpointer deletes them.
  */
-static int view_evict(commit_t *c, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
-                      uint64_t *evicted_age, uint64_t *evicted_size)
+static int view_evict(commit_t *c, const window_pass_t *p, uint64_t *evicted_age,
+                      uint64_t *evicted_size)
 {
-    for (size_t step = 0; step < max_steps; step++) {
+    for (size_t step = 0; step < p->max_steps; step++) {
         store_entry_t e;
         bool found;
         int rc = view_oldest(c, &e, &found);
@@ -1028,12 +1026,12 @@ static int view_evict(commit_t *c, int64_t older_than_ms, uint64_t max_keys, siz
             return rc;
         if (!found)
             break;
-        bool by_age = e.received_ms < older_than_ms;
-        if (!by_age && !(max_keys > 0 && c->live > max_keys))
+        int why = window_judge(p, e.received_ms, c->live);
+        if (why == WINDOW_KEEP)
             break;
         c->floor = e.seq + 1;
         c->live--;
-        (*(by_age ? evicted_age : evicted_size))++;
+        (*(why == WINDOW_AGE ? evicted_age : evicted_size))++;
     }
     return STORE_OK;
 }
@@ -1059,9 +1057,10 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
     if (ensure_recs(c, nevents) != 0)
         return APPLY_FAILED;
     log_get_info(c->log, &li);
-    size_t steps = nevents * 2 > MIN_EVICT_STEPS ? nevents * 2 : MIN_EVICT_STEPS;
-    /* Age out first, so a key past the window is accepted again rather than dropped. */
-    rc = view_evict(c, now - c->opts.window_ms, 0, steps, &bo->evicted_age, &bo->evicted_size);
+    window_policy_t wp = {.window_ms = c->opts.window_ms, .max_keys = c->opts.max_keys};
+    window_pass_t before = window_before_batch(&wp, now, nevents);
+    window_pass_t after = window_after_batch(&wp, nevents);
+    rc = view_evict(c, &before, &bo->evicted_age, &bo->evicted_size);
     for (commit_req_t *q = batch; rc == STORE_OK && q; q = q->next) {
         for (size_t i = 0; rc == STORE_OK && i < q->n; i++) {
             commit_event_t *ev = &q->events[i];
@@ -1083,9 +1082,8 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
             take_event(c, ev, off, &nrec);
         }
     }
-    /* The size bound after inserting, so it holds when the batch is acknowledged. */
-    if (rc == STORE_OK && c->opts.max_keys > 0)
-        rc = view_evict(c, INT64_MIN, c->opts.max_keys, steps, &bo->evicted_age, &bo->evicted_size);
+    if (rc == STORE_OK)
+        rc = view_evict(c, &after, &bo->evicted_age, &bo->evicted_size);
     if (rc != STORE_OK) {
         *store_rc = rc;
         return APPLY_FAILED;
