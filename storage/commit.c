@@ -4,7 +4,7 @@
  * to the log with one fsync, and acknowledges it; the checkpointer thread
  * writes those keys into LMDB every few seconds.
  */
-#include "storage/commit.h"
+#include "storage/commit_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -26,158 +26,21 @@
 #include "storage/pending.h"
 #include "storage/store.h"
 
-#define DEFAULT_MAX_BATCH 50000
-#define MAX_GROW_RETRIES  16
-#define REPLAY_CHUNK      10000
-#define READER_CHECK_MS   10000
-#define RECOVER_EVERY_MS  1000
-#define RETAIN_EVERY_MS   1000
-/*
- * LMDB checkpoints. A group commit is acknowledged once the log is fsynced;
- * its keys stay in the writer's pending generation (pending.h), which is
- * handed to the checkpointer thread every CHECKPOINT_MS or CHECKPOINT_EVENTS
- * keys, whichever comes first, when the checkpointer is idle. What a crash
- * loses of LMDB since the last checkpoint the log replays at start (it is
- * durable: every batch was fsynced to the log before its ack).
- * Keys are hashes, so a checkpoint touches leaf pages all over the tree: at a
- * few million keys, every one of them. Its cost is the pages it writes, so
- * checkpoints are rare and big (more keys per page written), and a
- * generation's keys, and the keys it evicts, go in key order, OPS_PER_TXN
- * per transaction: each transaction writes and syncs its own slice of the
- * tree, so the disk never holds more than one small sync ahead of the log's
- * fsyncs (run_job). Deletions below the floor beyond what a checkpoint reads
- * ahead (as many as it puts, at least EVICT_READ_MIN) go in the last
- * transactions, up to `ckpt_chunk` each; when LMDB runs out of dirty-page
- * room (STORE_TXN_FULL) that is halved, and it grows back after each full
- * one that fits. LMDB holds a transaction's dirty pages in memory until the
- * commit, and in a big window every deletion dirties a leaf page of its own,
- * so once the store outgrows DIRTY_MAX_BYTES a transaction deletes at most
- * CHUNK_BIG_WINDOW keys.
- * PENDING_MAX bounds the keys waiting for a checkpoint: past it the writer
- * waits for the checkpointer (a slow disk or a huge window), so memory stays
- * bounded (~50 bytes a key, two generations) and the queue bound (503) does
- * the rest.
- */
-#define SHORT_WINDOW_WARN_MS 60000
-#define CHECKPOINT_MS        3000
-#define CHECKPOINT_EVENTS    524288
-#define OPS_PER_TXN          4096
-#define EVICT_READ_MIN       65536
-#define CHUNK_MAX            262144
-#define CHUNK_MIN            1024
-#define CHUNK_BIG_WINDOW     131072
-#define DIRTY_MAX_BYTES      (512ull << 20)
-#define PENDING_MAX          1048576
-#define ACKED_FILE           "ACKED" /* in DIR/store: the acknowledged end, for readers */
-
-/* What the checkpointer is doing; under mu. */
-enum job_state {
-    JOB_IDLE,    /* nothing handed over */
-    JOB_QUEUED,  /* handed over, not yet started */
-    JOB_RUNNING, /* being written */
-    JOB_DONE,    /* written (or failed, or cancelled): the writer has not yet taken the result */
-};
-
-/* One checkpoint: a frozen generation and the window floor, into LMDB. */
-typedef struct {
-    int state;            /* enum job_state */
-    uint64_t commits;     /* LMDB transactions committed by checkpoints so far */
-    bool cancel;          /* stop before the next transaction (storage is being re-opened) */
-    bool quit;            /* the checkpointer thread ends */
-    int status;           /* STORE_OK or why it failed */
-    const pending_t *gen; /* the keys, in sequence order */
-    uint64_t floor;       /* evict every sequence below it */
-    uint64_t applied;     /* the log offset after the last record acknowledged when handed over */
-} ckpt_job_t;
-
-/* A long-polling reader waiting for the committed offset to pass `offset`. */
-typedef struct watch {
-    uint64_t offset;
-    int64_t deadline_ms; /* CLOCK_MONOTONIC */
-    commit_watch_fn fn;
-    void *arg;
-    struct watch *next;
-} watch_t;
-
-struct commit {
-    commit_options_t opts;
-    char *data_dir;
-    char *log_dir;
-    int lockfd;
-    store_t *store;   /* LMDB, or NULL in memory mode */
-    bool memory;      /* memory mode (opts.memory_filter): a filter instead of LMDB */
-    filter_t *filter; /* memory mode: the bounded-memory filter, while open */
-    filter_spec_t fspec;
-    log_t *log;
-    uint8_t secret[KEYHASH_SECRET_LEN];
-
-    pthread_t thread;
-    bool thread_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    commit_req_t *head, *tail; /* queue, under mu */
-    size_t queue_events;
-    /* Event bytes submitted and not yet answered (opts.queue_max_bytes bounds it): added under mu
-     * (so check and add are one step), subtracted by the writer, read lock-free by commit_busy. */
-    _Atomic uint64_t queue_bytes;
-    uint64_t busy_requests, busy_events; /* under mu */
-    bool closing;
-    commit_stats_t stats; /* under mu */
-    watch_t *watches;     /* under mu */
-
-    /* Writer-thread only (and commit_open/commit_close before/after it runs). */
-    log_record_t *recs;
-    size_t recs_cap;
-    int64_t last_reader_check;
-    bool failed;                  /* store/log are closed or unusable: being re-established */
-    bool discard;                 /* re-open the log cutting off everything from discard_from: */
-    uint64_t discard_from;        /* the end of its last successful sync */
-    int64_t last_recover_ms;      /* monotonic time of the last re-establishing attempt */
-    int64_t last_retain_ms;       /* monotonic time retention last ran */
-    int acked_fd;                 /* DIR/store/ACKED, or -1 */
-    int64_t last_short_window_ms; /* monotonic time of the last "window shortened" warning */
-
-    /*
-     * The writer's view of the window (LMDB mode, writer-thread only): a read
-     * snapshot (sequences below snap_end), the generation handed to the
-     * checkpointer (`flight`, until its commit is in the snapshot) and the
-     * one being filled (`cur`). Sequences below `floor` are evicted, whether
-     * or not LMDB has deleted them yet; every sequence in [floor, next_seq)
-     * that exists names a key in the window, `live` of them.
-     */
-    store_reader_t *reader;
-    pending_t *cur, *flight, *spare;
-    int64_t cur_since_ms; /* monotonic time of the last hand-over (or open) */
-    uint64_t snap_end, next_seq, floor, live;
-    uint64_t handed_floor; /* the floor the last hand-over carried */
-    uint64_t seen_commits; /* job.commits when the snapshot last moved on */
-
-    /* The checkpointer thread (LMDB mode). */
-    pthread_t ckpt_thread;
-    bool ckpt_started;
-    pthread_cond_t ckpt_cv;    /* wakes the checkpointer; the writer waits on cv */
-    ckpt_job_t job;            /* under mu */
-    size_t ckpt_chunk;         /* checkpointer-only: deletions per LMDB transaction (CHUNK_MAX) */
-    uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
-};
-
-static int64_t now_ms(clockid_t clk)
+int64_t commit_now_ms(clockid_t clk)
 {
     struct timespec ts;
     clock_gettime(clk, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static double now_msf(void)
+double commit_now_msf(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void errf(char *buf, size_t len, const char *fmt, ...)
+void commit_errf(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;
     if (!buf || len == 0)
@@ -187,10 +50,7 @@ static void errf(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-static void notify(commit_t *c, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void notify(commit_t *c, int level, const char *fmt, ...)
+void commit_notify(commit_t *c, int level, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -200,61 +60,6 @@ static void notify(commit_t *c, int level, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     c->opts.notify(c->opts.notify_arg, level, msg);
-}
-
-/*
- * The secret lives in DIR/secret as well as in LMDB, so a store rebuilt from
- * the log hashes new events the way the old one did.
- */
-static int load_secret(commit_t *c, char *errbuf, size_t errlen)
-{
-    char *path = fsutil_join(c->data_dir, "secret");
-    uint8_t file_secret[KEYHASH_SECRET_LEN];
-    size_t n = 0;
-    bool have_file = false;
-    int rc = -1;
-
-    if (!path)
-        return -1;
-    if (fsutil_read_small(path, file_secret, sizeof(file_secret), &n) == 0 || errno == EFBIG) {
-        if (errno == EFBIG || n != sizeof(file_secret)) {
-            errf(errbuf, errlen, "%s: not a %d-byte secret", path, KEYHASH_SECRET_LEN);
-            goto out;
-        }
-        have_file = true;
-    } else if (errno != ENOENT) {
-        errf(errbuf, errlen, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!c->store) {
-        /* Memory mode: the file is the only home of the secret. */
-        if (have_file)
-            memcpy(c->secret, file_secret, sizeof(file_secret));
-        else if (keyhash_random(c->secret, sizeof(c->secret)) != 0) {
-            errf(errbuf, errlen, "generating the hash secret: %s", strerror(errno));
-            goto out;
-        }
-    }
-    int src =
-        c->store ? store_secret(c->store, have_file ? file_secret : NULL, c->secret) : STORE_OK;
-    if (src != STORE_OK) {
-        errf(errbuf, errlen, "reading the hash secret: %s", store_strerror(src));
-        goto out;
-    }
-    if (have_file && memcmp(file_secret, c->secret, sizeof(file_secret)) != 0) {
-        errf(errbuf, errlen,
-             "%s differs from the secret in the LMDB store: the store belongs to another data dir",
-             path);
-        goto out;
-    }
-    if (!have_file && fsutil_write_atomic(path, c->secret, sizeof(c->secret), 0600) != 0) {
-        errf(errbuf, errlen, "writing %s: %s", path, strerror(errno));
-        goto out;
-    }
-    rc = 0;
-out:
-    free(path);
-    return rc;
 }
 
 /*
@@ -329,29 +134,30 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
     log_reader_t *r = NULL;
     int rc = store_get_info(c->store, &si), lrc = LOG_OK;
     if (rc != STORE_OK) {
-        errf(errbuf, errlen, "reading the store: %s (%s)", store_strerror(rc),
-             store_detail(c->store));
+        commit_errf(errbuf, errlen, "reading the store: %s (%s)", store_strerror(rc),
+                    store_detail(c->store));
         return -1;
     }
     log_get_info(c->log, &li);
     if (si.applied > li.next_offset) {
-        errf(errbuf, errlen,
-             "the LMDB store has applied log offset %llu but the log ends at %llu: the log "
-             "lost acknowledged records; restore the log from a backup, or run `ingestd "
-             "rebuild` to accept the loss",
-             (unsigned long long)si.applied, (unsigned long long)li.next_offset);
+        commit_errf(errbuf, errlen,
+                    "the LMDB store has applied log offset %llu but the log ends at %llu: the log "
+                    "lost acknowledged records; restore the log from a backup, or run `ingestd "
+                    "rebuild` to accept the loss",
+                    (unsigned long long)si.applied, (unsigned long long)li.next_offset);
         return -1;
     }
     if (si.applied == 0 && si.keys == 0)
         si.applied = li.first_offset; /* a new store over a log retention has shortened */
     if (si.applied < li.first_offset) {
-        errf(errbuf, errlen, "the store's applied offset %llu is older than the log's start %llu",
-             (unsigned long long)si.applied, (unsigned long long)li.first_offset);
+        commit_errf(errbuf, errlen,
+                    "the store's applied offset %llu is older than the log's start %llu",
+                    (unsigned long long)si.applied, (unsigned long long)li.first_offset);
         return -1;
     }
     if (si.evicting_below > 0 && (rc = finish_evictions(c, si.evicting_below, grows))) {
-        errf(errbuf, errlen, "finishing a checkpoint's evictions: %s (%s)", store_strerror(rc),
-             store_detail(c->store));
+        commit_errf(errbuf, errlen, "finishing a checkpoint's evictions: %s (%s)",
+                    store_strerror(rc), store_detail(c->store));
         return -1;
     }
     uint64_t pos = si.applied;
@@ -374,13 +180,13 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
     }
     log_reader_close(r);
     if (lrc != LOG_OK) {
-        errf(errbuf, errlen, "replaying the log at offset %llu: %s", (unsigned long long)pos,
-             log_strerror(lrc == LOG_END ? LOG_CORRUPT : lrc));
+        commit_errf(errbuf, errlen, "replaying the log at offset %llu: %s", (unsigned long long)pos,
+                    log_strerror(lrc == LOG_END ? LOG_CORRUPT : lrc));
         return -1;
     }
     if (rc != STORE_OK) {
-        errf(errbuf, errlen, "replaying the log into LMDB: %s (%s)", store_strerror(rc),
-             store_detail(c->store));
+        commit_errf(errbuf, errlen, "replaying the log into LMDB: %s (%s)", store_strerror(rc),
+                    store_detail(c->store));
         return -1;
     }
     return 0;
@@ -395,9 +201,7 @@ static void close_storage(commit_t *c)
     pending_free(c->flight);
     pending_free(c->spare);
     c->cur = c->flight = c->spare = NULL;
-    if (c->acked_fd >= 0)
-        close(c->acked_fd);
-    c->acked_fd = -1;
+    commit_files_close_acked(c);
     filter_free(c->filter);
     c->filter = NULL;
     log_close(c->log);
@@ -428,51 +232,6 @@ static int probe_write(const char *logdir)
     return rc;
 }
 
-#define UNSYNCED_MARKER "UNSYNCED"
-#define BOOT_ID_PROC    "/proc/sys/kernel/random/boot_id"
-
-/* Reads a small text file without its trailing newline into out. 0, or -1 with errno. */
-static int read_line(const char *path, char *out, size_t cap)
-{
-    size_t n = 0;
-    if (fsutil_read_small(path, out, cap - 1, &n) != 0)
-        return -1;
-    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
-        n--;
-    out[n] = '\0';
-    return 0;
-}
-
-static int boot_id(const commit_t *c, char *out, size_t cap)
-{
-    const char *path = c->opts.boot_id_path ? c->opts.boot_id_path : BOOT_ID_PROC;
-    return read_line(path, out, cap) == 0 && out[0] ? 0 : -1;
-}
-
-/*
- * Lazy mode (STORE_SYNC_NONE) keeps DIR/store/UNSYNCED holding the boot id
- * while LMDB may have commits that never reached the disk. After a process
- * crash in the same boot those commits are in the page cache and LMDB is
- * intact. After a crash of the machine (another boot id) LMDB may be corrupt
- * with no way to tell, so it is rebuilt from the log. Returns 1: rebuild,
- * 0: keep it, -1: error (errbuf says why).
- */
-static int unsynced_crash(const commit_t *c, const char *marker, char *errbuf, size_t errlen)
-{
-    char had[64], now[64];
-    if (read_line(marker, had, sizeof(had)) != 0) {
-        if (errno == ENOENT)
-            return 0;
-        errf(errbuf, errlen, "reading %s: %s", marker, strerror(errno));
-        return -1;
-    }
-    if (boot_id(c, now, sizeof(now)) != 0) {
-        errf(errbuf, errlen, "reading the kernel's boot id: %s", strerror(errno));
-        return -1;
-    }
-    return strcmp(had, now) != 0;
-}
-
 /*
  * Moves the store aside (to *aside, malloc'ed) and opens a fresh one that
  * starts at the log's first retained offset; the replay then fills it.
@@ -490,7 +249,7 @@ static int reset_store(commit_t *c, const char *path, const char *logdir, char *
         return -1;
     snprintf(*aside, n, "%s.unsynced-%lld", path, (long long)time(NULL));
     if (rename(path, *aside) != 0 || mkdir(path, 0755) != 0 || fsutil_sync_dir(c->data_dir) != 0) {
-        errf(errbuf, errlen, "moving the unsynced store aside: %s", strerror(errno));
+        commit_errf(errbuf, errlen, "moving the unsynced store aside: %s", strerror(errno));
         return -1;
     }
     int src = store_open(path, &so, &c->store);
@@ -501,7 +260,7 @@ static int reset_store(commit_t *c, const char *path, const char *logdir, char *
     if (src == STORE_OK)
         src = store_commit(c->store);
     if (src != STORE_OK) {
-        errf(errbuf, errlen, "creating a fresh store: %s", store_strerror(src));
+        commit_errf(errbuf, errlen, "creating a fresh store: %s", store_strerror(src));
         return -1;
     }
     return 0;
@@ -526,15 +285,15 @@ static int open_memory(commit_t *c, char *errbuf, size_t errlen)
                         .discard = c->discard,
                         .discard_from = c->discard_from};
     if ((lrc = log_open(logdir, &lo, &c->log)) != LOG_OK) {
-        errf(errbuf, errlen, "opening log %s: %s", logdir, log_strerror(lrc));
+        commit_errf(errbuf, errlen, "opening log %s: %s", logdir, log_strerror(lrc));
         goto out;
     }
-    if (load_secret(c, errbuf, errlen) != 0)
+    if (commit_files_load_secret(c, NULL, errbuf, errlen) != 0)
         goto out;
     /* The filter's own secret, derived: the data dir's secret itself never leaves keyhash. */
     keyhash_siphash128(c->secret, "ingestd filter", 14, fsecret);
     if ((lrc = filter_new(&c->fspec, fsecret, &c->filter)) != FILTER_OK) {
-        errf(errbuf, errlen, "creating the filter: %s", filter_strerror(lrc));
+        commit_errf(errbuf, errlen, "creating the filter: %s", filter_strerror(lrc));
         goto out;
     }
     pthread_mutex_lock(&c->mu);
@@ -543,7 +302,7 @@ static int open_memory(commit_t *c, char *errbuf, size_t errlen)
     pthread_mutex_unlock(&c->mu);
     log_get_info(c->log, &li);
     if ((lrc = log_reader_open(logdir, li.first_offset, &r)) != LOG_OK) {
-        errf(errbuf, errlen, "reading the log: %s", log_strerror(lrc));
+        commit_errf(errbuf, errlen, "reading the log: %s", log_strerror(lrc));
         goto out;
     }
     log_record_t rec;
@@ -553,8 +312,8 @@ static int open_memory(commit_t *c, char *errbuf, size_t errlen)
         n++;
     }
     if (lrc != LOG_END) {
-        errf(errbuf, errlen, "reading the log at offset %llu: %s",
-             (unsigned long long)log_reader_position(r), log_strerror(lrc));
+        commit_errf(errbuf, errlen, "reading the log at offset %llu: %s",
+                    (unsigned long long)log_reader_position(r), log_strerror(lrc));
         goto out;
     }
     pthread_mutex_lock(&c->mu);
@@ -562,7 +321,7 @@ static int open_memory(commit_t *c, char *errbuf, size_t errlen)
     pthread_mutex_unlock(&c->mu);
     if ((lrc = log_sync(c->log)) != LOG_OK || fsutil_sync_dir(c->data_dir) != 0 ||
         probe_write(logdir) != 0) {
-        errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
+        commit_errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
         goto out;
     }
     c->discard = false;
@@ -573,47 +332,6 @@ out:
         close_storage(c);
     free(logdir);
     return rc;
-}
-
-/*
- * Opens store and log from what is on disk, exactly as at start: the log's
- * tail is recovered (never below LMDB's applied offset), then LMDB catches
- * up from the log, then one fdatasync proves the log can be made durable.
- * Used at start and to re-establish the durable state after a failure.
- */
-/*
- * Tells readers outside the process (`log cat`, `log groups`) how far the log
- * is acknowledged: LMDB's applied offset lags by up to a checkpoint. Fixed
- * width, rewritten in place, never fsynced: it is only ever written after the
- * log sync it reports, so whatever version of it survives a crash is at or
- * below the durable end of the log, and a start rewrites it.
- */
-static int format_acked(char buf[32], uint64_t offset)
-{
-    return snprintf(buf, 32, "%020llu\n", (unsigned long long)offset);
-}
-
-static void write_acked(commit_t *c, uint64_t offset)
-{
-    char buf[32];
-    if (c->acked_fd < 0)
-        return;
-    int n = format_acked(buf, offset);
-    if (pwrite(c->acked_fd, buf, (size_t)n, 0) != n) {
-        close(c->acked_fd); /* readers fall back to LMDB's applied offset */
-        c->acked_fd = -1;
-    }
-}
-
-static void open_acked(commit_t *c, const char *storedir, uint64_t offset)
-{
-    char *path = fsutil_join(storedir, ACKED_FILE);
-    c->acked_fd = path ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
-    if (c->acked_fd < 0)
-        notify(c, 1, "cannot write %s (%s): `log cat` will see records up to a second late",
-               path ? path : ACKED_FILE, strerror(errno));
-    free(path);
-    write_acked(c, offset);
 }
 
 /*
@@ -631,8 +349,8 @@ static int open_view(commit_t *c, char *errbuf, size_t errlen)
     if (rc == STORE_OK)
         rc = store_reader_first_from(c->reader, 0, &found, &e);
     if (rc != STORE_OK) {
-        errf(errbuf, errlen, "reading the LMDB store: %s (%s)", store_strerror(rc),
-             store_detail(c->store));
+        commit_errf(errbuf, errlen, "reading the LMDB store: %s (%s)", store_strerror(rc),
+                    store_detail(c->store));
         return -1;
     }
     c->next_seq = c->snap_end = si.next_seq;
@@ -641,10 +359,10 @@ static int open_view(commit_t *c, char *errbuf, size_t errlen)
     c->cur = pending_new(si.next_seq);
     c->spare = pending_new(si.next_seq);
     if (!c->cur || !c->spare) {
-        errf(errbuf, errlen, "out of memory");
+        commit_errf(errbuf, errlen, "out of memory");
         return -1;
     }
-    c->cur_since_ms = now_ms(CLOCK_MONOTONIC);
+    c->cur_since_ms = commit_now_ms(CLOCK_MONOTONIC);
     c->ckpt_store_bytes = si.used_bytes; /* the checkpointer is idle while the view opens */
     pthread_mutex_lock(&c->mu);
     c->stats.store_map_size = si.map_size;
@@ -660,7 +378,7 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
 
     char *path = fsutil_join(c->data_dir, "store");
     char *logdir = fsutil_join(c->data_dir, "log");
-    char *marker = path ? fsutil_join(path, UNSYNCED_MARKER) : NULL;
+    char *marker = commit_files_unsynced_path(c);
     char *aside = NULL;
     bool lazy = c->opts.store_sync == STORE_SYNC_NONE;
     store_info_t si;
@@ -670,16 +388,16 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
     if (!path || !logdir || !marker)
         goto out;
     if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        errf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
+        commit_errf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
         goto out;
     }
-    int crashed = unsynced_crash(c, marker, errbuf, errlen);
+    int crashed = commit_files_unsynced_crash(c, marker, errbuf, errlen);
     if (crashed < 0)
         goto out;
     if (crashed) {
-        notify(c, 1,
-               "the machine restarted while LMDB had unsynced commits (--store-sync lazy): "
-               "rebuilding the store from the log");
+        commit_notify(c, 1,
+                      "the machine restarted while LMDB had unsynced commits (--store-sync lazy): "
+                      "rebuilding the store from the log");
         if (reset_store(c, path, logdir, &aside, errbuf, errlen) != 0)
             goto out;
         pthread_mutex_lock(&c->mu);
@@ -690,36 +408,30 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
         src = store_open(path, &so, &c->store);
         if (src == STORE_VERSION) {
             /* Written by another format version: the log is the truth, rebuild from it. */
-            notify(c, 1, "the LMDB store has another format version: rebuilding it from the log");
+            commit_notify(c, 1,
+                          "the LMDB store has another format version: rebuilding it from the log");
             if (reset_store(c, path, logdir, &aside, errbuf, errlen) != 0)
                 goto out;
             pthread_mutex_lock(&c->mu);
             c->stats.rebuilt_at_open = true;
             pthread_mutex_unlock(&c->mu);
         } else if (src != STORE_OK) {
-            errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
+            commit_errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
             goto out;
         }
     }
-    if (lazy) {
-        /* Before the first unsynced commit (the replay's): a machine crash from here on rebuilds.
-         */
-        char id[64];
-        if (boot_id(c, id, sizeof(id)) != 0 ||
-            fsutil_write_atomic(marker, id, strlen(id), 0644) != 0) {
-            errf(errbuf, errlen, "writing %s: %s", marker, strerror(errno));
-            goto out;
-        }
-    }
+    /* Before the first unsynced commit (the replay's): a machine crash from here on rebuilds. */
+    if (lazy && commit_files_mark_unsynced(c, marker, errbuf, errlen) != 0)
+        goto out;
     /* LMDB never syncs its directory: make the names of its files durable once. */
     if (fsutil_sync_dir(path) != 0) {
-        errf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));
+        commit_errf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));
         goto out;
     }
     src = store_get_info(c->store, &si);
     if (src != STORE_OK) {
-        errf(errbuf, errlen, "reading LMDB store: %s (%s)", store_strerror(src),
-             store_detail(c->store));
+        commit_errf(errbuf, errlen, "reading LMDB store: %s (%s)", store_strerror(src),
+                    store_detail(c->store));
         goto out;
     }
     log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
@@ -728,11 +440,11 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
                         .discard_from = c->discard_from};
     lrc = log_open(logdir, &lo, &c->log);
     if (lrc != LOG_OK) {
-        errf(errbuf, errlen, "opening log %s: %s%s", logdir, log_strerror(lrc),
-             lrc == LOG_CORRUPT ? " (run `ingestd check` for details)" : "");
+        commit_errf(errbuf, errlen, "opening log %s: %s%s", logdir, log_strerror(lrc),
+                    lrc == LOG_CORRUPT ? " (run `ingestd check` for details)" : "");
         goto out;
     }
-    if (load_secret(c, errbuf, errlen) != 0)
+    if (commit_files_load_secret(c, c->store, errbuf, errlen) != 0)
         goto out;
     rc = replay(c, logdir, &replayed, &grows, errbuf, errlen);
     pthread_mutex_lock(&c->mu);
@@ -744,26 +456,25 @@ static int open_storage(commit_t *c, char *errbuf, size_t errlen)
     rc = -1;
     lrc = log_sync(c->log);
     if (lrc != LOG_OK) {
-        errf(errbuf, errlen, "syncing log %s: %s (%s)", logdir, log_strerror(lrc),
-             strerror(log_errno(c->log)));
+        commit_errf(errbuf, errlen, "syncing log %s: %s (%s)", logdir, log_strerror(lrc),
+                    strerror(log_errno(c->log)));
         goto out;
     }
     /* The names of store/ and log/ themselves live in the data dir. */
     if (fsutil_sync_dir(c->data_dir) != 0 || probe_write(logdir) != 0) {
-        errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
+        commit_errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
         goto out;
     }
     {
         log_info_t li;
         log_get_info(c->log, &li);
-        open_acked(c, path, li.next_offset); /* the replay applied all of it */
+        commit_files_open_acked(c, path, li.next_offset); /* the replay applied all of it */
     }
     /* A marker left by a lazy run in this boot: once LMDB is synced, it is no longer needed. */
-    if (!lazy && !crashed && access(marker, F_OK) == 0 && store_flush(c->store) == STORE_OK &&
-        unlink(marker) == 0)
-        fsutil_sync_dir(path);
+    if (!lazy && !crashed)
+        commit_files_clear_unsynced(c, true);
     if (aside && fsutil_rm_tree(aside) != 0)
-        notify(c, 1, "could not remove %s: %s", aside, strerror(errno));
+        commit_notify(c, 1, "could not remove %s: %s", aside, strerror(errno));
     if (open_view(c, errbuf, errlen) != 0)
         goto out;
     c->discard = false;
@@ -842,7 +553,7 @@ static bool recover(commit_t *c, bool grow_map)
     bool was_failed = c->failed;
 
     settle_job(c);
-    c->last_recover_ms = now_ms(CLOCK_MONOTONIC);
+    c->last_recover_ms = commit_now_ms(CLOCK_MONOTONIC);
     pthread_mutex_lock(&c->mu);
     uint64_t map = c->stats.store_map_size;
     pthread_mutex_unlock(&c->mu);
@@ -860,7 +571,8 @@ static bool recover(commit_t *c, bool grow_map)
     close_storage(c);
     if (open_storage(c, err, sizeof(err)) != 0) {
         if (!was_failed)
-            notify(c, 0, "storage unavailable, answering 503 and retrying every second: %s", err);
+            commit_notify(c, 0, "storage unavailable, answering 503 and retrying every second: %s",
+                          err);
         c->failed = true;
         return false;
     }
@@ -872,8 +584,8 @@ static bool recover(commit_t *c, bool grow_map)
     pthread_mutex_unlock(&c->mu);
     log_info_t li;
     log_get_info(c->log, &li);
-    notify(c, 2, "storage re-established from disk (log next offset %llu)",
-           (unsigned long long)li.next_offset);
+    commit_notify(c, 2, "storage re-established from disk (log next offset %llu)",
+                  (unsigned long long)li.next_offset);
     return true;
 }
 
@@ -921,9 +633,9 @@ static int write_log(commit_t *c, size_t nrec, batch_out_t *bo)
 {
     int lrc = log_append(c->log, c->recs, nrec);
     if (lrc == LOG_OK) {
-        double t0 = now_msf();
+        double t0 = commit_now_msf();
         lrc = log_sync(c->log);
-        bo->fsync_ms = now_msf() - t0;
+        bo->fsync_ms = commit_now_msf() - t0;
         bo->synced = true;
     }
     return lrc;
@@ -1047,7 +759,7 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
                        int *store_rc)
 {
     log_info_t li;
-    int64_t now = now_ms(CLOCK_REALTIME);
+    int64_t now = commit_now_ms(CLOCK_REALTIME);
     size_t nrec = 0;
     bool dup;
     int rc;
@@ -1240,9 +952,9 @@ static void *checkpointer(void *arg)
         ckpt_job_t j = c->job;
         pthread_mutex_unlock(&c->mu);
 
-        double t0 = now_msf();
+        double t0 = commit_now_msf();
         int rc = run_job(c, &j);
-        double ms = now_msf() - t0;
+        double ms = commit_now_msf() - t0;
         store_info_t si;
         bool info = rc == STORE_OK && store_get_info(c->store, &si) == STORE_OK;
 
@@ -1296,8 +1008,8 @@ static void finish_job(commit_t *c)
             return;
         }
     }
-    notify(c, 1, "LMDB checkpoint failed: %s (%s); re-establishing storage from the log",
-           store_strerror(status), store_detail(c->store));
+    commit_notify(c, 1, "LMDB checkpoint failed: %s (%s); re-establishing storage from the log",
+                  store_strerror(status), store_detail(c->store));
     recover(c, status == STORE_FULL);
     refresh_stats(c);
 }
@@ -1318,8 +1030,8 @@ static void grow_ahead(commit_t *c)
         return;
     store_info_t si;
     if (store_reader_grow(c->reader) != STORE_OK || store_reader_info(c->reader, &si) != STORE_OK) {
-        notify(c, 1, "growing the LMDB map failed: %s; re-establishing storage",
-               store_detail(c->store));
+        commit_notify(c, 1, "growing the LMDB map failed: %s; re-establishing storage",
+                      store_detail(c->store));
         recover(c, true);
         return;
     }
@@ -1327,8 +1039,8 @@ static void grow_ahead(commit_t *c)
     c->stats.map_grows++;
     c->stats.store_map_size = si.map_size;
     pthread_mutex_unlock(&c->mu);
-    notify(c, 2, "LMDB map grown to %llu MiB (the store uses %llu MiB)",
-           (unsigned long long)(si.map_size >> 20), (unsigned long long)(used >> 20));
+    commit_notify(c, 2, "LMDB map grown to %llu MiB (the store uses %llu MiB)",
+                  (unsigned long long)(si.map_size >> 20), (unsigned long long)(used >> 20));
 }
 
 /*
@@ -1350,8 +1062,8 @@ static void hand_off(commit_t *c, bool force)
          */
         c->seen_commits = commits;
         if (store_reader_refresh(c->reader) != STORE_OK) {
-            notify(c, 1, "refreshing the LMDB snapshot failed: %s; re-establishing storage",
-                   store_detail(c->store));
+            commit_notify(c, 1, "refreshing the LMDB snapshot failed: %s; re-establishing storage",
+                          store_detail(c->store));
             recover(c, false);
             refresh_stats(c);
             return;
@@ -1369,7 +1081,7 @@ static void hand_off(commit_t *c, bool force)
     size_t n = pending_count(c->cur);
     if (n == 0 && c->floor == c->handed_floor)
         return;
-    int64_t t = now_ms(CLOCK_MONOTONIC);
+    int64_t t = commit_now_ms(CLOCK_MONOTONIC);
     if (!force && n < CHECKPOINT_EVENTS && t - c->cur_since_ms < CHECKPOINT_MS)
         return;
     log_info_t li;
@@ -1408,17 +1120,18 @@ static void wait_checkpoint(commit_t *c)
  */
 static void warn_short_window(commit_t *c, uint64_t evicted, int64_t oldest_ms)
 {
-    int64_t t = now_ms(CLOCK_MONOTONIC);
+    int64_t t = commit_now_ms(CLOCK_MONOTONIC);
     if (c->last_short_window_ms != 0 && t - c->last_short_window_ms < SHORT_WINDOW_WARN_MS)
         return;
     c->last_short_window_ms = t;
-    int64_t effective = oldest_ms > 0 ? now_ms(CLOCK_REALTIME) - oldest_ms : 0;
-    notify(c, 1,
-           "--max-keys %llu evicted %llu keys younger than --window: the effective window is "
-           "%llds, not %llds; raise --max-keys or expect retries older than that to be "
-           "accepted again",
-           (unsigned long long)c->opts.max_keys, (unsigned long long)evicted,
-           (long long)(effective / 1000), (long long)(c->opts.window_ms / 1000));
+    int64_t effective = oldest_ms > 0 ? commit_now_ms(CLOCK_REALTIME) - oldest_ms : 0;
+    commit_notify(
+        c, 1,
+        "--max-keys %llu evicted %llu keys younger than --window: the effective window is "
+        "%llds, not %llds; raise --max-keys or expect retries older than that to be "
+        "accepted again",
+        (unsigned long long)c->opts.max_keys, (unsigned long long)evicted,
+        (long long)(effective / 1000), (long long)(c->opts.window_ms / 1000));
 }
 
 static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nreqs)
@@ -1426,7 +1139,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
     batch_out_t bo = {0};
     int status = COMMIT_UNAVAILABLE, store_rc = STORE_OK;
 
-    if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
+    if (c->failed && commit_now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
         recover(c, false);
     if (!c->failed) {
         int ar = c->filter ? apply_memory(c, batch, nevents, &bo)
@@ -1434,9 +1147,10 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
         if (ar == APPLY_OK) {
             status = COMMIT_OK;
         } else {
-            notify(c, 0, "group commit of %zu events failed: %s; re-establishing storage", nevents,
-                   store_rc != STORE_OK ? store_strerror(store_rc)
-                                        : strerror(c->log ? log_errno(c->log) : EIO));
+            commit_notify(c, 0, "group commit of %zu events failed: %s; re-establishing storage",
+                          nevents,
+                          store_rc != STORE_OK ? store_strerror(store_rc)
+                                               : strerror(c->log ? log_errno(c->log) : EIO));
             recover(c, false);
         }
     }
@@ -1445,7 +1159,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
         pthread_mutex_lock(&c->mu);
         uint64_t acked = c->stats.committed_offset;
         pthread_mutex_unlock(&c->mu);
-        write_acked(c, acked);
+        commit_files_write_acked(c, acked);
     }
     pthread_mutex_lock(&c->mu);
     c->stats.batches++;
@@ -1489,7 +1203,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
  */
 static void fire_watches(commit_t *c, bool all)
 {
-    int64_t now = now_ms(CLOCK_MONOTONIC);
+    int64_t now = commit_now_ms(CLOCK_MONOTONIC);
     watch_t *fire = NULL, **pp = &c->watches;
     while (*pp) {
         watch_t *w = *pp;
@@ -1524,14 +1238,15 @@ static void maybe_retain(commit_t *c)
     log_retain_result_t res;
     if (!c->log || (c->opts.log_retention_ms <= 0 && c->opts.log_max_bytes == 0))
         return;
-    int64_t t = now_ms(CLOCK_MONOTONIC);
+    int64_t t = commit_now_ms(CLOCK_MONOTONIC);
     if (t - c->last_retain_ms < RETAIN_EVERY_MS)
         return;
     c->last_retain_ms = t;
-    int rc = log_retain(c->log, now_ms(CLOCK_REALTIME), c->opts.log_retention_ms,
+    int rc = log_retain(c->log, commit_now_ms(CLOCK_REALTIME), c->opts.log_retention_ms,
                         c->opts.log_max_bytes, &res);
     if (rc != LOG_OK)
-        notify(c, 1, "log retention: %s (%s)", log_strerror(rc), strerror(log_errno(c->log)));
+        commit_notify(c, 1, "log retention: %s (%s)", log_strerror(rc),
+                      strerror(log_errno(c->log)));
     if (res.segments == 0)
         return;
     pthread_mutex_lock(&c->mu);
@@ -1546,25 +1261,27 @@ static void maybe_retain(commit_t *c)
     c->stats.retention_records += res.records;
     c->stats.retention_window_records += in_window;
     pthread_mutex_unlock(&c->mu);
-    notify(c, 2,
-           "log retention deleted %llu segments (%llu records, %llu bytes); the log now starts at "
-           "offset %llu",
-           (unsigned long long)res.segments, (unsigned long long)res.records,
-           (unsigned long long)res.bytes, (unsigned long long)res.first_offset);
+    commit_notify(
+        c, 2,
+        "log retention deleted %llu segments (%llu records, %llu bytes); the log now starts at "
+        "offset %llu",
+        (unsigned long long)res.segments, (unsigned long long)res.records,
+        (unsigned long long)res.bytes, (unsigned long long)res.first_offset);
     if (in_window > 0)
-        notify(c, 1,
-               "log retention deleted %llu records still inside the dedupe window (offsets %llu.."
-               "%llu): their keys are remembered, but `ingestd rebuild` could no longer restore "
-               "them; raise --log-retention / --log-max-bytes or shorten --window",
-               (unsigned long long)in_window, (unsigned long long)from,
-               (unsigned long long)res.first_offset - 1);
+        commit_notify(
+            c, 1,
+            "log retention deleted %llu records still inside the dedupe window (offsets %llu.."
+            "%llu): their keys are remembered, but `ingestd rebuild` could no longer restore "
+            "them; raise --log-retention / --log-max-bytes or shorten --window",
+            (unsigned long long)in_window, (unsigned long long)from,
+            (unsigned long long)res.first_offset - 1);
     refresh_stats(c);
 }
 
 /* What the writer does between batches and while idle. */
 static void housekeeping(commit_t *c)
 {
-    if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
+    if (c->failed && commit_now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
         recover(c, false);
         refresh_stats(c);
     }
@@ -1649,7 +1366,7 @@ static void *writer(void *arg)
         atomic_fetch_sub_explicit(&c->queue_bytes, nbytes, memory_order_relaxed);
         housekeeping(c);
 
-        int64_t t = now_ms(CLOCK_MONOTONIC);
+        int64_t t = commit_now_ms(CLOCK_MONOTONIC);
         if (c->store && t - c->last_reader_check > READER_CHECK_MS) {
             /* Readers in processes that died (e.g. a killed `log cat`) would pin old pages. */
             int cleared;
@@ -1676,7 +1393,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
 
     *out = NULL;
     if (!opts || !opts->data_dir || opts->window_ms <= 0) {
-        errf(errbuf, errlen, "invalid commit options");
+        commit_errf(errbuf, errlen, "invalid commit options");
         return COMMIT_INVALID;
     }
     c = calloc(1, sizeof(*c));
@@ -1709,7 +1426,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     if (opts->memory_filter) {
         char ferr[256];
         if (filter_parse_spec(opts->memory_filter, &c->fspec, ferr, sizeof(ferr)) != FILTER_OK) {
-            errf(errbuf, errlen, "--store memory:%s: %s", opts->memory_filter, ferr);
+            commit_errf(errbuf, errlen, "--store memory:%s: %s", opts->memory_filter, ferr);
             rc = COMMIT_INVALID;
             goto fail;
         }
@@ -1719,7 +1436,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
         filter_spec_format(&c->fspec, c->stats.filter_spec, sizeof(c->stats.filter_spec));
     }
     if (fsutil_mkdirs(c->data_dir) != 0) {
-        errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
+        commit_errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
         goto fail;
     }
     path = fsutil_join(c->data_dir, "LOCK");
@@ -1729,27 +1446,28 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
         goto locked;
     c->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (c->lockfd < 0) {
-        errf(errbuf, errlen, "%s: %s", path, strerror(errno));
+        commit_errf(errbuf, errlen, "%s: %s", path, strerror(errno));
         goto fail;
     }
     if (flock(c->lockfd, LOCK_EX | LOCK_NB) != 0) {
-        errf(errbuf, errlen, "data dir %s is in use by another ingestd process", c->data_dir);
+        commit_errf(errbuf, errlen, "data dir %s is in use by another ingestd process",
+                    c->data_dir);
         goto fail;
     }
 locked:
     if (open_storage(c, errbuf, errlen) != 0)
         goto fail;
     refresh_stats(c);
-    c->last_reader_check = now_ms(CLOCK_MONOTONIC);
+    c->last_reader_check = commit_now_ms(CLOCK_MONOTONIC);
     if (!c->memory) {
         if (pthread_create(&c->ckpt_thread, NULL, checkpointer, c) != 0) {
-            errf(errbuf, errlen, "starting the checkpointer thread: %s", strerror(errno));
+            commit_errf(errbuf, errlen, "starting the checkpointer thread: %s", strerror(errno));
             goto fail;
         }
         c->ckpt_started = true;
     }
     if (pthread_create(&c->thread, NULL, writer, c) != 0) {
-        errf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
+        commit_errf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
         goto fail;
     }
     c->thread_started = true;
@@ -1840,12 +1558,7 @@ void commit_close(commit_t *c)
     }
     if (c->opts.store_sync == STORE_SYNC_NONE && c->store && !c->failed) {
         /* Lazy mode: a synced store needs no rebuild, whatever happens to the machine next. */
-        char *dir = fsutil_join(c->data_dir, "store");
-        char *marker = dir ? fsutil_join(dir, UNSYNCED_MARKER) : NULL;
-        if (marker && store_flush(c->store) == STORE_OK && unlink(marker) == 0)
-            fsutil_sync_dir(dir);
-        free(marker);
-        free(dir);
+        commit_files_clear_unsynced(c, false);
     }
     close_storage(c);
     if (c->lockfd >= 0)
@@ -1857,46 +1570,6 @@ void commit_close(commit_t *c)
     free(c->data_dir);
     free(c->log_dir);
     free(c);
-}
-
-int commit_write_acked_file(const char *data_dir, uint64_t offset)
-{
-    char *dir = fsutil_join(data_dir, "store");
-    char *path = dir ? fsutil_join(dir, ACKED_FILE) : NULL;
-    char buf[32];
-    int n = format_acked(buf, offset), rc = -1;
-    if (path && fsutil_write_atomic(path, buf, (size_t)n, 0644) == 0)
-        rc = 0;
-    free(path);
-    free(dir);
-    return rc;
-}
-
-int commit_read_acked(const char *data_dir, uint64_t *offset)
-{
-    char *dir = fsutil_join(data_dir, "store");
-    char *path = dir ? fsutil_join(dir, ACKED_FILE) : NULL;
-    char buf[32];
-    int rc = -1;
-    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-    if (fd >= 0) {
-        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-        /* Exactly what write_acked writes: 20 digits and a newline. */
-        if (n == 21 && buf[20] == '\n') {
-            uint64_t v = 0;
-            int i = 0;
-            for (; i < 20 && buf[i] >= '0' && buf[i] <= '9'; i++)
-                v = v * 10 + (uint64_t)(buf[i] - '0');
-            if (i == 20) {
-                *offset = v;
-                rc = 0;
-            }
-        }
-        close(fd);
-    }
-    free(path);
-    free(dir);
-    return rc;
 }
 
 const char *commit_log_dir(const commit_t *c)

@@ -1,0 +1,182 @@
+/*
+ * commit_internal.h: the private header of the group commit (storage/commit*.c):
+ * struct commit, and one section of prototypes per file. Nothing outside
+ * storage/commit*.c includes it; commit.h is the contract.
+ */
+#ifndef INGESTD_COMMIT_INTERNAL_H
+#define INGESTD_COMMIT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "storage/commit.h"
+#include "storage/filter/filter.h"
+#include "storage/log.h"
+#include "storage/pending.h"
+#include "storage/store.h"
+
+#define DEFAULT_MAX_BATCH 50000
+#define MAX_GROW_RETRIES  16
+#define REPLAY_CHUNK      10000
+#define READER_CHECK_MS   10000
+#define RECOVER_EVERY_MS  1000
+#define RETAIN_EVERY_MS   1000
+/*
+ * LMDB checkpoints. A group commit is acknowledged once the log is fsynced;
+ * its keys stay in the writer's pending generation (pending.h), which is
+ * handed to the checkpointer thread every CHECKPOINT_MS or CHECKPOINT_EVENTS
+ * keys, whichever comes first, when the checkpointer is idle. What a crash
+ * loses of LMDB since the last checkpoint the log replays at start (it is
+ * durable: every batch was fsynced to the log before its ack).
+ * Keys are hashes, so a checkpoint touches leaf pages all over the tree: at a
+ * few million keys, every one of them. Its cost is the pages it writes, so
+ * checkpoints are rare and big (more keys per page written), and a
+ * generation's keys, and the keys it evicts, go in key order, OPS_PER_TXN
+ * per transaction: each transaction writes and syncs its own slice of the
+ * tree, so the disk never holds more than one small sync ahead of the log's
+ * fsyncs (run_job). Deletions below the floor beyond what a checkpoint reads
+ * ahead (as many as it puts, at least EVICT_READ_MIN) go in the last
+ * transactions, up to `ckpt_chunk` each; when LMDB runs out of dirty-page
+ * room (STORE_TXN_FULL) that is halved, and it grows back after each full
+ * one that fits. LMDB holds a transaction's dirty pages in memory until the
+ * commit, and in a big window every deletion dirties a leaf page of its own,
+ * so once the store outgrows DIRTY_MAX_BYTES a transaction deletes at most
+ * CHUNK_BIG_WINDOW keys.
+ * PENDING_MAX bounds the keys waiting for a checkpoint: past it the writer
+ * waits for the checkpointer (a slow disk or a huge window), so memory stays
+ * bounded (~50 bytes a key, two generations) and the queue bound (503) does
+ * the rest.
+ */
+#define SHORT_WINDOW_WARN_MS 60000
+#define CHECKPOINT_MS        3000
+#define CHECKPOINT_EVENTS    524288
+#define OPS_PER_TXN          4096
+#define EVICT_READ_MIN       65536
+#define CHUNK_MAX            262144
+#define CHUNK_MIN            1024
+#define CHUNK_BIG_WINDOW     131072
+#define DIRTY_MAX_BYTES      (512ull << 20)
+#define PENDING_MAX          1048576
+
+/* What the checkpointer is doing; under mu. */
+enum job_state {
+    JOB_IDLE,    /* nothing handed over */
+    JOB_QUEUED,  /* handed over, not yet started */
+    JOB_RUNNING, /* being written */
+    JOB_DONE,    /* written (or failed, or cancelled): the writer has not yet taken the result */
+};
+
+/* One checkpoint: a frozen generation and the window floor, into LMDB. */
+typedef struct {
+    int state;            /* enum job_state */
+    uint64_t commits;     /* LMDB transactions committed by checkpoints so far */
+    bool cancel;          /* stop before the next transaction (storage is being re-opened) */
+    bool quit;            /* the checkpointer thread ends */
+    int status;           /* STORE_OK or why it failed */
+    const pending_t *gen; /* the keys, in sequence order */
+    uint64_t floor;       /* evict every sequence below it */
+    uint64_t applied;     /* the log offset after the last record acknowledged when handed over */
+} ckpt_job_t;
+
+/* A long-polling reader waiting for the committed offset to pass `offset`. */
+typedef struct watch {
+    uint64_t offset;
+    int64_t deadline_ms; /* CLOCK_MONOTONIC */
+    commit_watch_fn fn;
+    void *arg;
+    struct watch *next;
+} watch_t;
+
+struct commit {
+    commit_options_t opts;
+    char *data_dir;
+    char *log_dir;
+    int lockfd;
+    store_t *store;   /* LMDB, or NULL in memory mode */
+    bool memory;      /* memory mode (opts.memory_filter): a filter instead of LMDB */
+    filter_t *filter; /* memory mode: the bounded-memory filter, while open */
+    filter_spec_t fspec;
+    log_t *log;
+    uint8_t secret[KEYHASH_SECRET_LEN];
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    commit_req_t *head, *tail; /* queue, under mu */
+    size_t queue_events;
+    /* Event bytes submitted and not yet answered (opts.queue_max_bytes bounds it): added under mu
+     * (so check and add are one step), subtracted by the writer, read lock-free by commit_busy. */
+    _Atomic uint64_t queue_bytes;
+    uint64_t busy_requests, busy_events; /* under mu */
+    bool closing;
+    commit_stats_t stats; /* under mu */
+    watch_t *watches;     /* under mu */
+
+    /* Writer-thread only (and commit_open/commit_close before/after it runs). */
+    log_record_t *recs;
+    size_t recs_cap;
+    int64_t last_reader_check;
+    bool failed;                  /* store/log are closed or unusable: being re-established */
+    bool discard;                 /* re-open the log cutting off everything from discard_from: */
+    uint64_t discard_from;        /* the end of its last successful sync */
+    int64_t last_recover_ms;      /* monotonic time of the last re-establishing attempt */
+    int64_t last_retain_ms;       /* monotonic time retention last ran */
+    int acked_fd;                 /* DIR/store/ACKED, or -1 */
+    int64_t last_short_window_ms; /* monotonic time of the last "window shortened" warning */
+
+    /*
+     * The writer's view of the window (LMDB mode, writer-thread only): a read
+     * snapshot (sequences below snap_end), the generation handed to the
+     * checkpointer (`flight`, until its commit is in the snapshot) and the
+     * one being filled (`cur`). Sequences below `floor` are evicted, whether
+     * or not LMDB has deleted them yet; every sequence in [floor, next_seq)
+     * that exists names a key in the window, `live` of them.
+     */
+    store_reader_t *reader;
+    pending_t *cur, *flight, *spare;
+    int64_t cur_since_ms; /* monotonic time of the last hand-over (or open) */
+    uint64_t snap_end, next_seq, floor, live;
+    uint64_t handed_floor; /* the floor the last hand-over carried */
+    uint64_t seen_commits; /* job.commits when the snapshot last moved on */
+
+    /* The checkpointer thread (LMDB mode). */
+    pthread_t ckpt_thread;
+    bool ckpt_started;
+    pthread_cond_t ckpt_cv;    /* wakes the checkpointer; the writer waits on cv */
+    ckpt_job_t job;            /* under mu */
+    size_t ckpt_chunk;         /* checkpointer-only: deletions per LMDB transaction (CHUNK_MAX) */
+    uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
+};
+
+/* ---- commit.c: the public API, and the helpers every file uses ---- */
+
+int64_t commit_now_ms(clockid_t clk);
+double commit_now_msf(void); /* CLOCK_MONOTONIC, fractional ms: for durations */
+void commit_errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An operator notice through opts.notify (storage never logs itself); level as commit_notify_fn. */
+void commit_notify(commit_t *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- commit_files.c: DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED ---- */
+
+/* Loads (or creates) the hash secret into c->secret, checked against `store`'s (NULL: none). */
+int commit_files_load_secret(commit_t *c, store_t *store, char *errbuf, size_t errlen);
+/* ACKED, open while the store is (c->acked_fd): rewritten after every acknowledged batch. */
+void commit_files_open_acked(commit_t *c, const char *storedir, uint64_t offset);
+void commit_files_write_acked(commit_t *c, uint64_t offset);
+void commit_files_close_acked(commit_t *c);
+/* DIR/store/UNSYNCED, malloc'ed (NULL: no memory). */
+char *commit_files_unsynced_path(const commit_t *c);
+/* 1: the machine restarted while LMDB had unsynced commits (rebuild it), 0: not, -1: error. */
+int commit_files_unsynced_crash(const commit_t *c, const char *marker, char *errbuf, size_t errlen);
+/* Writes this boot's id into the marker before LMDB's first unsynced commit. 0 or -1. */
+int commit_files_mark_unsynced(const commit_t *c, const char *marker, char *errbuf, size_t errlen);
+/* Syncs c->store and removes the marker (only_if_present: not even the sync without one). */
+void commit_files_clear_unsynced(commit_t *c, bool only_if_present);
+
+#endif
