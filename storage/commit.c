@@ -99,7 +99,7 @@ static int replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint64_t *po
 
 /*
  * A checkpoint cut short may have deleted keys below its eviction mark ahead
- * of their sequence entries (run_job). Finishes those evictions before the
+ * of their sequence entries (commit_checkpoint.c). Finishes those evictions before the
  * replay, so that every sequence entry names its key again and the replay's
  * size bound counts keys that exist.
  */
@@ -192,7 +192,7 @@ static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t 
     return 0;
 }
 
-/* The checkpointer must be idle (settle_job): the view goes with the store. */
+/* The checkpointer must be idle (commit_ckpt_settle): the view goes with the store. */
 static void close_storage(commit_t *c)
 {
     store_reader_close(c->reader);
@@ -491,7 +491,7 @@ out:
 
 static int view_oldest(commit_t *c, store_entry_t *e, bool *found);
 
-static void refresh_stats(commit_t *c)
+void commit_refresh_stats(commit_t *c)
 {
     log_info_t li = {0};
     store_entry_t oldest;
@@ -525,20 +525,6 @@ static void refresh_stats(commit_t *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Waits for the checkpointer's job to end, cancelling what is left of it, and drops it. */
-static void settle_job(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    if (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING) {
-        c->job.cancel = true;
-        while (c->job.state != JOB_DONE)
-            pthread_cond_wait(&c->cv, &c->mu);
-    }
-    c->job.state = JOB_IDLE;
-    c->job.cancel = false;
-    pthread_mutex_unlock(&c->mu);
-}
-
 /*
  * Closes and re-opens store and log from disk (after a failure, a failed
  * fsync above all: what the page cache holds then cannot be trusted). The
@@ -547,12 +533,12 @@ static void settle_job(commit_t *c)
  * `grow_map`: the failure was a full map, open with twice the size.
  * Returns true when storage is usable again.
  */
-static bool recover(commit_t *c, bool grow_map)
+bool commit_recover(commit_t *c, bool grow_map)
 {
     char err[512];
     bool was_failed = c->failed;
 
-    settle_job(c);
+    commit_ckpt_settle(c);
     c->last_recover_ms = commit_now_ms(CLOCK_MONOTONIC);
     pthread_mutex_lock(&c->mu);
     uint64_t map = c->stats.store_map_size;
@@ -808,311 +794,6 @@ static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_o
     return APPLY_OK;
 }
 
-/* ---- the checkpointer ---- */
-
-#define JOB_CANCELLED 1 /* run_job's result when settle_job stopped it (not a store status) */
-
-static bool job_cancelled(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    bool stop = c->job.cancel;
-    pthread_mutex_unlock(&c->mu);
-    return stop;
-}
-
-/* One LMDB transaction of a checkpoint; counts it for the writer (see take_commits). */
-static int ckpt_commit(commit_t *c, int rc)
-{
-    if (rc == STORE_OK)
-        rc = store_commit(c->store);
-    else
-        store_abort(c->store);
-    if (rc == STORE_OK) {
-        pthread_mutex_lock(&c->mu);
-        c->job.commits++; /* the writer may move its snapshot on */
-        pthread_mutex_unlock(&c->mu);
-    }
-    return rc;
-}
-
-/* The first 32 bits of a key: the order store_key_order sorts by. */
-static uint32_t key_bits(const store_entry_t *e)
-{
-    return (uint32_t)e->key[0] << 24 | (uint32_t)e->key[1] << 16 | (uint32_t)e->key[2] << 8 |
-           e->key[3];
-}
-
-/*
- * Writes a generation into LMDB. First its keys and the keys it evicts (the
- * oldest sequences below the floor, up to the generation's size or
- * EVICT_READ_MIN), merged in key order, OPS_PER_TXN puts and deletions per
- * transaction: each transaction covers its own slice of the key space, so it
- * writes (and syncs) only the pages of that slice, and no page twice over
- * the whole checkpoint. A checkpoint is thus many small syncs, not one of the
- * whole tree, and the log's fsyncs never queue behind more than one of them.
- * Then one transaction with the sequence entries, the cut of the evicted
- * ones, any further deletions below the floor (`ckpt_chunk` at most, halved
- * whenever LMDB runs out of dirty pages) and the applied offset; then
- * transactions of deletions only, until none is left below the floor. A
- * crash before the applied offset is written replays the whole generation
- * from the log, which numbers it the same way; the evictions it had begun
- * are finished first (store_mark_evicting, finish_evictions).
- */
-static int run_job(commit_t *c, const ckpt_job_t *j)
-{
-    const store_entry_t *items = pending_items(j->gen);
-    size_t n = pending_count(j->gen), ng = 0;
-    size_t gmax = n > EVICT_READ_MIN ? n : EVICT_READ_MIN;
-    store_entry_t *gone = malloc(gmax * sizeof(*gone));
-    uint32_t *order = malloc((n + gmax) * sizeof(*order)), *gorder = order ? order + n : NULL;
-    uint64_t cut_below = 0, deleted = 0;
-    int rc = gone && order ? STORE_OK : STORE_NOMEM;
-
-    if (rc == STORE_OK)
-        rc = store_read_front(c->store, j->floor, gone, gmax, &ng);
-    if (rc == STORE_OK && n > 0)
-        rc = store_key_order(items, n, order);
-    if (rc == STORE_OK && ng > 0) {
-        rc = store_key_order(gone, ng, gorder);
-        cut_below = gone[ng - 1].seq + 1;
-    }
-    for (size_t ip = 0, ig = 0; rc == STORE_OK && (ip < n || ig < ng);) {
-        if (job_cancelled(c)) {
-            rc = JOB_CANCELLED;
-            break;
-        }
-        size_t mp = 0, mg = 0; /* this slice: puts and deletions, merged in key order */
-        while (mp + mg < OPS_PER_TXN && (ip + mp < n || ig + mg < ng)) {
-            if (ig + mg == ng || (ip + mp < n && key_bits(&items[order[ip + mp]]) <=
-                                                     key_bits(&gone[gorder[ig + mg]])))
-                mp++;
-            else
-                mg++;
-        }
-        rc = store_begin(c->store);
-        if (rc == STORE_OK && ig == 0 && mg > 0)
-            rc = store_mark_evicting(c->store, cut_below);
-        if (rc == STORE_OK)
-            rc = store_put_keys(c->store, items, order + ip, mp);
-        if (rc == STORE_OK)
-            rc = store_delete_keys(c->store, gone, gorder + ig, mg, &deleted);
-        rc = ckpt_commit(c, rc);
-        ip += mp;
-        ig += mg;
-    }
-    free(order);
-    free(gone);
-
-    bool first = true, evicting = true;
-    while (rc == STORE_OK && (first || evicting)) {
-        if (job_cancelled(c))
-            return JOB_CANCELLED;
-        size_t chunk = c->ckpt_chunk;
-        if (c->ckpt_store_bytes > DIRTY_MAX_BYTES && chunk > CHUNK_BIG_WINDOW)
-            chunk = CHUNK_BIG_WINDOW;
-        uint64_t evicted = 0, cut = 0;
-        rc = store_begin(c->store);
-        if (rc == STORE_OK && first)
-            rc = store_append_seq(c->store, items, n);
-        if (rc == STORE_OK && first && cut_below > 0)
-            rc = store_cut_front(c->store, cut_below, &cut);
-        if (rc == STORE_OK)
-            rc = store_evict_below(c->store, j->floor, chunk, &evicted);
-        if (rc == STORE_OK && first)
-            rc = store_set_applied(c->store, j->applied);
-        rc = ckpt_commit(c, rc);
-        if (rc == STORE_TXN_FULL && chunk > CHUNK_MIN) {
-            c->ckpt_chunk = chunk / 2; /* redo it with fewer deletions */
-            rc = STORE_OK;
-            continue;
-        }
-        first = false;
-        evicting = evicted == chunk;
-        if (rc == STORE_OK && evicting && chunk < CHUNK_MAX)
-            c->ckpt_chunk = chunk * 2;
-    }
-    return rc;
-}
-
-/*
- * The checkpointer thread: runs the jobs the writer hands it, one at a time,
- * and reports each back (JOB_DONE, signalling cv). It never touches the log,
- * the view or the queue; the writer never writes LMDB while a job runs.
- */
-static void *checkpointer(void *arg)
-{
-    commit_t *c = arg;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        while (c->job.state != JOB_QUEUED && !c->job.quit)
-            pthread_cond_wait(&c->ckpt_cv, &c->mu);
-        if (c->job.state != JOB_QUEUED)
-            break;
-        c->job.state = JOB_RUNNING;
-        ckpt_job_t j = c->job;
-        pthread_mutex_unlock(&c->mu);
-
-        double t0 = commit_now_msf();
-        int rc = run_job(c, &j);
-        double ms = commit_now_msf() - t0;
-        store_info_t si;
-        bool info = rc == STORE_OK && store_get_info(c->store, &si) == STORE_OK;
-
-        pthread_mutex_lock(&c->mu);
-        if (rc == STORE_OK) {
-            c->stats.checkpoints++;
-            c->stats.checkpoint_ms_last = ms;
-            c->stats.checkpoint_ms_total += ms;
-            if (ms > c->stats.checkpoint_ms_max)
-                c->stats.checkpoint_ms_max = ms;
-        } else if (rc != JOB_CANCELLED) {
-            c->stats.checkpoint_failures++;
-        }
-        if (info) {
-            c->ckpt_store_bytes = si.used_bytes;
-            c->stats.store_map_size = si.map_size;
-            c->stats.store_used_bytes = si.used_bytes;
-        }
-        c->job.status = rc;
-        c->job.state = JOB_DONE;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-/*
- * Takes a finished job's result. Written: the snapshot moves on to include
- * it, and its generation is no longer needed. Failed: every batch in it is
- * durable in the log and acknowledged, so the failure costs no request:
- * storage is re-opened from disk, which replays them.
- */
-static void finish_job(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    int status = c->job.status;
-    c->job.state = JOB_IDLE;
-    pthread_mutex_unlock(&c->mu);
-    if (status == STORE_OK) {
-        store_info_t si;
-        status = store_reader_refresh(c->reader);
-        if (status == STORE_OK)
-            status = store_reader_info(c->reader, &si);
-        /* The checkpoint must have numbered its keys exactly as the view did. */
-        if (status == STORE_OK && si.next_seq != pending_end(c->flight))
-            status = STORE_CORRUPT;
-        if (status == STORE_OK) {
-            c->snap_end = si.next_seq;
-            c->spare = c->flight;
-            c->flight = NULL;
-            return;
-        }
-    }
-    commit_notify(c, 1, "LMDB checkpoint failed: %s (%s); re-establishing storage from the log",
-                  store_strerror(status), store_detail(c->store));
-    recover(c, status == STORE_FULL);
-    refresh_stats(c);
-}
-
-/*
- * Doubles LMDB's map once the store fills half of it. A checkpoint that finds
- * the map full fails, and storage is then re-established from the log, which
- * stalls the writer for a second or more; growing ahead costs only address
- * space. Only while the checkpointer is idle: the writer's snapshot is then
- * the one transaction open.
- */
-static void grow_ahead(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    uint64_t used = c->stats.store_used_bytes, map = c->stats.store_map_size;
-    pthread_mutex_unlock(&c->mu);
-    if (map == 0 || used <= map / 2)
-        return;
-    store_info_t si;
-    if (store_reader_grow(c->reader) != STORE_OK || store_reader_info(c->reader, &si) != STORE_OK) {
-        commit_notify(c, 1, "growing the LMDB map failed: %s; re-establishing storage",
-                      store_detail(c->store));
-        recover(c, true);
-        return;
-    }
-    pthread_mutex_lock(&c->mu);
-    c->stats.map_grows++;
-    c->stats.store_map_size = si.map_size;
-    pthread_mutex_unlock(&c->mu);
-    commit_notify(c, 2, "LMDB map grown to %llu MiB (the store uses %llu MiB)",
-                  (unsigned long long)(si.map_size >> 20), (unsigned long long)(used >> 20));
-}
-
-/*
- * Hands the pending generation to the checkpointer when it is idle and a
- * checkpoint is due (or `force`), taking a finished job's result first.
- */
-static void hand_off(commit_t *c, bool force)
-{
-    pthread_mutex_lock(&c->mu);
-    int state = c->job.state;
-    uint64_t commits = c->job.commits;
-    pthread_mutex_unlock(&c->mu);
-    if (state == JOB_RUNNING && commits != c->seen_commits && c->reader) {
-        /*
-         * A job of several transactions: move the snapshot on after each, so it pins no
-         * pages the next one could reuse (else a big window's file grows by every
-         * transaction's copy-on-write). The flight is still consulted first and agrees
-         * with the snapshot on every key the snapshot now has; snap_end stays at its base.
-         */
-        c->seen_commits = commits;
-        if (store_reader_refresh(c->reader) != STORE_OK) {
-            commit_notify(c, 1, "refreshing the LMDB snapshot failed: %s; re-establishing storage",
-                          store_detail(c->store));
-            recover(c, false);
-            refresh_stats(c);
-            return;
-        }
-    }
-    if (state == JOB_DONE) {
-        finish_job(c);
-        state = JOB_IDLE;
-    }
-    if (state != JOB_IDLE || !c->reader || c->failed)
-        return;
-    grow_ahead(c);
-    if (!c->reader || c->failed)
-        return;
-    size_t n = pending_count(c->cur);
-    if (n == 0 && c->floor == c->handed_floor)
-        return;
-    int64_t t = commit_now_ms(CLOCK_MONOTONIC);
-    if (!force && n < CHECKPOINT_EVENTS && t - c->cur_since_ms < CHECKPOINT_MS)
-        return;
-    log_info_t li;
-    log_get_info(c->log, &li);
-    pending_reset(c->spare, pending_end(c->cur));
-    c->flight = c->cur;
-    c->cur = c->spare;
-    c->spare = NULL;
-    c->handed_floor = c->floor;
-    c->cur_since_ms = t;
-    pthread_mutex_lock(&c->mu);
-    c->job.state = JOB_QUEUED;
-    c->job.gen = c->flight;
-    c->job.floor = c->floor;
-    c->job.applied = li.synced_offset;
-    pthread_cond_signal(&c->ckpt_cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Waits until the checkpointer is idle or done, and takes its result. */
-static void wait_checkpoint(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING)
-        pthread_cond_wait(&c->cv, &c->mu);
-    bool done = c->job.state == JOB_DONE;
-    pthread_mutex_unlock(&c->mu);
-    if (done)
-        finish_job(c);
-}
-
 /*
  * The size bound evicted keys the age bound would still have kept: the window
  * is shorter than configured. Operators must hear it (at most once a minute),
@@ -1140,7 +821,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
     int status = COMMIT_UNAVAILABLE, store_rc = STORE_OK;
 
     if (c->failed && commit_now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
-        recover(c, false);
+        commit_recover(c, false);
     if (!c->failed) {
         int ar = c->filter ? apply_memory(c, batch, nevents, &bo)
                            : apply_batch(c, batch, nevents, &bo, &store_rc);
@@ -1151,10 +832,10 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
                           nevents,
                           store_rc != STORE_OK ? store_strerror(store_rc)
                                                : strerror(c->log ? log_errno(c->log) : EIO));
-            recover(c, false);
+            commit_recover(c, false);
         }
     }
-    refresh_stats(c);
+    commit_refresh_stats(c);
     if (status == COMMIT_OK && !c->filter) {
         pthread_mutex_lock(&c->mu);
         uint64_t acked = c->stats.committed_offset;
@@ -1275,18 +956,18 @@ static void maybe_retain(commit_t *c)
             "them; raise --log-retention / --log-max-bytes or shorten --window",
             (unsigned long long)in_window, (unsigned long long)from,
             (unsigned long long)res.first_offset - 1);
-    refresh_stats(c);
+    commit_refresh_stats(c);
 }
 
 /* What the writer does between batches and while idle. */
 static void housekeeping(commit_t *c)
 {
     if (c->failed && commit_now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
-        recover(c, false);
-        refresh_stats(c);
+        commit_recover(c, false);
+        commit_refresh_stats(c);
     }
-    hand_off(c, false); /* rate-limited inside */
-    maybe_retain(c);    /* rate-limited inside */
+    commit_ckpt_hand_off(c, false); /* rate-limited inside */
+    maybe_retain(c);                /* rate-limited inside */
 }
 
 /* Called with mu held; returns with it held when there is work or the writer is closing. */
@@ -1357,8 +1038,8 @@ static void *writer(void *arg)
 
         if (c->cur && pending_count(c->cur) >= PENDING_MAX) {
             /* The checkpointer is behind: let it catch up before more keys pile up. */
-            wait_checkpoint(c);
-            hand_off(c, true);
+            commit_ckpt_wait(c);
+            commit_ckpt_hand_off(c, true);
         }
         process(c, batch, nevents, nreqs);
         /* Only now, with every request of the batch answered (and its memory freed by its
@@ -1379,9 +1060,9 @@ static void *writer(void *arg)
     fire_watches(c, true); /* closing: every long-poll answers now */
     pthread_mutex_unlock(&c->mu);
     /* A clean stop leaves nothing to replay: the job under way, then the rest. */
-    wait_checkpoint(c);
-    hand_off(c, true);
-    wait_checkpoint(c);
+    commit_ckpt_wait(c);
+    commit_ckpt_hand_off(c, true);
+    commit_ckpt_wait(c);
     return NULL;
 }
 
@@ -1457,14 +1138,11 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
 locked:
     if (open_storage(c, errbuf, errlen) != 0)
         goto fail;
-    refresh_stats(c);
+    commit_refresh_stats(c);
     c->last_reader_check = commit_now_ms(CLOCK_MONOTONIC);
     if (!c->memory) {
-        if (pthread_create(&c->ckpt_thread, NULL, checkpointer, c) != 0) {
-            commit_errf(errbuf, errlen, "starting the checkpointer thread: %s", strerror(errno));
+        if (commit_ckpt_start(c, errbuf, errlen) != 0)
             goto fail;
-        }
-        c->ckpt_started = true;
     }
     if (pthread_create(&c->thread, NULL, writer, c) != 0) {
         commit_errf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
@@ -1548,14 +1226,7 @@ void commit_close(commit_t *c)
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
     }
-    if (c->ckpt_started) {
-        settle_job(c); /* only when the writer never ran: it leaves none behind */
-        pthread_mutex_lock(&c->mu);
-        c->job.quit = true;
-        pthread_cond_signal(&c->ckpt_cv);
-        pthread_mutex_unlock(&c->mu);
-        pthread_join(c->ckpt_thread, NULL);
-    }
+    commit_ckpt_stop(c);
     if (c->opts.store_sync == STORE_SYNC_NONE && c->store && !c->failed) {
         /* Lazy mode: a synced store needs no rebuild, whatever happens to the machine next. */
         commit_files_clear_unsynced(c, false);

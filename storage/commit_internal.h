@@ -25,41 +25,11 @@
 #define READER_CHECK_MS   10000
 #define RECOVER_EVERY_MS  1000
 #define RETAIN_EVERY_MS   1000
-/*
- * LMDB checkpoints. A group commit is acknowledged once the log is fsynced;
- * its keys stay in the writer's pending generation (pending.h), which is
- * handed to the checkpointer thread every CHECKPOINT_MS or CHECKPOINT_EVENTS
- * keys, whichever comes first, when the checkpointer is idle. What a crash
- * loses of LMDB since the last checkpoint the log replays at start (it is
- * durable: every batch was fsynced to the log before its ack).
- * Keys are hashes, so a checkpoint touches leaf pages all over the tree: at a
- * few million keys, every one of them. Its cost is the pages it writes, so
- * checkpoints are rare and big (more keys per page written), and a
- * generation's keys, and the keys it evicts, go in key order, OPS_PER_TXN
- * per transaction: each transaction writes and syncs its own slice of the
- * tree, so the disk never holds more than one small sync ahead of the log's
- * fsyncs (run_job). Deletions below the floor beyond what a checkpoint reads
- * ahead (as many as it puts, at least EVICT_READ_MIN) go in the last
- * transactions, up to `ckpt_chunk` each; when LMDB runs out of dirty-page
- * room (STORE_TXN_FULL) that is halved, and it grows back after each full
- * one that fits. LMDB holds a transaction's dirty pages in memory until the
- * commit, and in a big window every deletion dirties a leaf page of its own,
- * so once the store outgrows DIRTY_MAX_BYTES a transaction deletes at most
- * CHUNK_BIG_WINDOW keys.
- * PENDING_MAX bounds the keys waiting for a checkpoint: past it the writer
- * waits for the checkpointer (a slow disk or a huge window), so memory stays
- * bounded (~50 bytes a key, two generations) and the queue bound (503) does
- * the rest.
- */
+/* The checkpointer's (commit_checkpoint.c has the design). */
 #define SHORT_WINDOW_WARN_MS 60000
 #define CHECKPOINT_MS        3000
-#define CHECKPOINT_EVENTS    524288
-#define OPS_PER_TXN          4096
-#define EVICT_READ_MIN       65536
 #define CHUNK_MAX            262144
-#define CHUNK_MIN            1024
 #define CHUNK_BIG_WINDOW     131072
-#define DIRTY_MAX_BYTES      (512ull << 20)
 #define PENDING_MAX          1048576
 
 /* What the checkpointer is doing; under mu. */
@@ -162,6 +132,11 @@ void commit_errf(char *buf, size_t len, const char *fmt, ...) __attribute__((for
 void commit_notify(commit_t *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Re-establishes store and log from disk after a failure (grow_map: after a full map). */
+bool commit_recover(commit_t *c, bool grow_map);
+/* Brings c->stats up to date with the writer's view and the log (writer thread). */
+void commit_refresh_stats(commit_t *c);
+
 /* ---- commit_files.c: DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED ---- */
 
 /* Loads (or creates) the hash secret into c->secret, checked against `store`'s (NULL: none). */
@@ -178,5 +153,18 @@ int commit_files_unsynced_crash(const commit_t *c, const char *marker, char *err
 int commit_files_mark_unsynced(const commit_t *c, const char *marker, char *errbuf, size_t errlen);
 /* Syncs c->store and removes the marker (only_if_present: not even the sync without one). */
 void commit_files_clear_unsynced(commit_t *c, bool only_if_present);
+
+/* ---- commit_checkpoint.c: the checkpointer thread (LMDB mode) ---- */
+
+int commit_ckpt_start(commit_t *c, char *errbuf, size_t errlen);
+/* Ends the thread (after the writer has): cancels a job under way. Safe when never started. */
+void commit_ckpt_stop(commit_t *c);
+/* Waits for the job under way to end, cancelling what is left of it, and drops it. */
+void commit_ckpt_settle(commit_t *c);
+/* Hands the pending generation over when a checkpoint is due (or `force`), taking the last result.
+ */
+void commit_ckpt_hand_off(commit_t *c, bool force);
+/* Waits until the checkpointer is idle or done, and takes its result. */
+void commit_ckpt_wait(commit_t *c);
 
 #endif
