@@ -21,7 +21,6 @@
 
 #define DEFAULT_MAX_BATCH 50000
 #define MAX_GROW_RETRIES  16
-#define REPLAY_CHUNK      10000
 #define READER_CHECK_MS   10000
 #define RECOVER_EVERY_MS  1000
 #define RETAIN_EVERY_MS   1000
@@ -132,10 +131,32 @@ void commit_errf(char *buf, size_t len, const char *fmt, ...) __attribute__((for
 void commit_notify(commit_t *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Re-establishes store and log from disk after a failure (grow_map: after a full map). */
-bool commit_recover(commit_t *c, bool grow_map);
 /* Brings c->stats up to date with the writer's view and the log (writer thread). */
 void commit_refresh_stats(commit_t *c);
+
+/* ---- commit_recover.c: opening from disk, at start and after a failure ---- */
+
+/* Opens store (or filter) and log as at start; on failure all is closed again, errbuf says why. */
+int commit_recover_open_storage(commit_t *c, char *errbuf, size_t errlen);
+/* LMDB mode's open: store, log, replay, view. */
+int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen);
+/* Closes what open_storage opened. The checkpointer must be idle (commit_ckpt_settle). */
+void commit_recover_close_storage(commit_t *c);
+/*
+ * Closes and re-opens store and log from disk after a failure (grow_map: the
+ * failure was a full map; open with twice the size). True when usable again.
+ */
+bool commit_recover(commit_t *c, bool grow_map);
+/* Proves the log's file system takes a write and its fsync. 0 or -1. */
+int commit_recover_probe_write(const char *logdir);
+
+/* ---- commit_memory.c: memory mode (a filter instead of LMDB) ---- */
+
+int commit_memory_open(commit_t *c, char *errbuf, size_t errlen);
+
+/* ---- commit_view.c: the writer's read view of the window (LMDB mode) ---- */
+
+int commit_view_open(commit_t *c, char *errbuf, size_t errlen);
 
 /* ---- commit_files.c: DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED ---- */
 
