@@ -122,6 +122,18 @@ struct commit {
     uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
 };
 
+/* Result of applying one batch. */
+typedef struct {
+    uint64_t accepted, duplicates, evicted_age, evicted_size;
+    double fsync_ms;
+    bool synced;
+} batch_out_t;
+
+enum apply_result {
+    APPLY_OK,
+    APPLY_FAILED, /* nothing of the batch is durable */
+};
+
 /* ---- commit.c: the public API, and the helpers every file uses ---- */
 
 int64_t commit_now_ms(clockid_t clk);
@@ -133,6 +145,12 @@ void commit_notify(commit_t *c, int level, const char *fmt, ...)
 
 /* Brings c->stats up to date with the writer's view and the log (writer thread). */
 void commit_refresh_stats(commit_t *c);
+
+/* Writer helpers for a mode's batch: room for n log records, stage one accepted event as the
+ * next record (at log offset off), append and fdatasync the staged ones (a log status). */
+int commit_writer_reserve(commit_t *c, size_t n);
+void commit_writer_take(commit_t *c, commit_event_t *ev, uint64_t off, size_t *nrec);
+int commit_writer_write_log(commit_t *c, size_t nrec, batch_out_t *bo);
 
 /* ---- commit_recover.c: opening from disk, at start and after a failure ---- */
 
@@ -156,7 +174,17 @@ int commit_memory_open(commit_t *c, char *errbuf, size_t errlen);
 
 /* ---- commit_view.c: the writer's read view of the window (LMDB mode) ---- */
 
+/* The view of a freshly opened (and replayed) store: its snapshot, nothing pending. */
 int commit_view_open(commit_t *c, char *errbuf, size_t errlen);
+/* The oldest key in the window (the entry at or after the floor): *found, and *e. */
+int commit_view_oldest(commit_t *c, store_entry_t *e, bool *found);
+/*
+ * LMDB mode's batch: each key looked up in the view and, when new, added to
+ * the pending generation; the new records appended to the log with one fsync.
+ * APPLY_OK, or APPLY_FAILED with *store_rc when the view failed.
+ */
+int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
+                      int *store_rc);
 
 /* ---- commit_files.c: DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED ---- */
 
