@@ -62,96 +62,22 @@ void commit_notify(commit_t *c, int level, const char *fmt, ...)
     c->opts.notify(c->opts.notify_arg, level, msg);
 }
 
-/*
- * Memory mode: the log, and a fresh filter that learns every retained
- * record's key again. Rebuilding at every open (start and recovery) is what
- * makes a failed batch's keys, recorded as the batch was built, forgotten.
- */
-int commit_memory_open(commit_t *c, char *errbuf, size_t errlen)
-{
-    char *logdir = fsutil_join(c->data_dir, "log");
-    log_reader_t *r = NULL;
-    uint8_t fsecret[16];
-    log_info_t li;
-    int rc = -1, lrc;
-
-    if (!logdir)
-        goto out;
-    log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
-                        .discard = c->discard,
-                        .discard_from = c->discard_from};
-    if ((lrc = log_open(logdir, &lo, &c->log)) != LOG_OK) {
-        commit_errf(errbuf, errlen, "opening log %s: %s", logdir, log_strerror(lrc));
-        goto out;
-    }
-    if (commit_files_load_secret(c, NULL, errbuf, errlen) != 0)
-        goto out;
-    /* The filter's own secret, derived: the data dir's secret itself never leaves keyhash. */
-    keyhash_siphash128(c->secret, "ingestd filter", 14, fsecret);
-    if ((lrc = filter_new(&c->fspec, fsecret, &c->filter)) != FILTER_OK) {
-        commit_errf(errbuf, errlen, "creating the filter: %s", filter_strerror(lrc));
-        goto out;
-    }
-    pthread_mutex_lock(&c->mu);
-    c->stats.filter_bits = filter_memory_bits(c->filter);
-    c->stats.filter_fpr = filter_asymptotic_fpr(c->filter);
-    pthread_mutex_unlock(&c->mu);
-    log_get_info(c->log, &li);
-    if ((lrc = log_reader_open(logdir, li.first_offset, &r)) != LOG_OK) {
-        commit_errf(errbuf, errlen, "reading the log: %s", log_strerror(lrc));
-        goto out;
-    }
-    log_record_t rec;
-    uint64_t n = 0;
-    while ((lrc = log_reader_next(r, li.next_offset, &rec)) == LOG_OK) {
-        filter_insert_if_absent(c->filter, rec.key);
-        n++;
-    }
-    if (lrc != LOG_END) {
-        commit_errf(errbuf, errlen, "reading the log at offset %llu: %s",
-                    (unsigned long long)log_reader_position(r), log_strerror(lrc));
-        goto out;
-    }
-    pthread_mutex_lock(&c->mu);
-    c->stats.replayed_at_open += n;
-    pthread_mutex_unlock(&c->mu);
-    if ((lrc = log_sync(c->log)) != LOG_OK || fsutil_sync_dir(c->data_dir) != 0 ||
-        commit_recover_probe_write(logdir) != 0) {
-        commit_errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
-        goto out;
-    }
-    c->discard = false;
-    rc = 0;
-out:
-    log_reader_close(r);
-    if (rc != 0)
-        commit_recover_close_storage(c);
-    free(logdir);
-    return rc;
-}
-
 void commit_refresh_stats(commit_t *c)
 {
     log_info_t li = {0};
-    store_entry_t oldest;
-    bool have = false;
-    bool view = c->reader && c->log && !c->failed;
-    if (view && commit_view_oldest(c, &oldest, &have) != STORE_OK)
-        have = false;
-    if (c->log)
+    commit_window_t w = {0};
+    if (c->log) {
         log_get_info(c->log, &li);
-    pthread_mutex_lock(&c->mu);
-    if (view) {
-        /* The writer's view: exact after every batch, LMDB or not yet. */
-        c->stats.keys = c->live;
-        c->stats.committed_offset = li.synced_offset;
-        c->stats.window_first_offset = have ? oldest.offset : li.synced_offset;
-        c->stats.oldest_received_ms = have ? oldest.received_ms : 0;
+        c->mode->window(c, &li, &w);
     }
-    if (c->filter && c->log) {
-        /* No LMDB: what the log holds durably is what was acknowledged. */
-        c->stats.committed_offset = li.synced_offset;
-        c->stats.window_first_offset = li.first_offset;
+    pthread_mutex_lock(&c->mu);
+    if (w.have_keys) {
+        c->stats.keys = w.keys;
+        c->stats.oldest_received_ms = w.oldest_received_ms;
+    }
+    if (w.have_offsets) {
+        c->stats.committed_offset = w.committed_offset;
+        c->stats.window_first_offset = w.window_first_offset;
     }
     if (c->log) {
         c->stats.log_first_offset = li.first_offset;
@@ -205,39 +131,6 @@ int commit_writer_write_log(commit_t *c, size_t nrec, batch_out_t *bo)
 }
 
 /*
- * Memory mode's batch: the filter answers each key (and records it), the
- * accepted events go to the log in one append and one fsync. On failure the
- * log is rolled back and recovery rebuilds the filter from the log.
- */
-static int apply_memory(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo)
-{
-    log_info_t li;
-    size_t nrec = 0;
-
-    memset(bo, 0, sizeof(*bo));
-    if (commit_writer_reserve(c, nevents) != 0)
-        return APPLY_FAILED;
-    log_get_info(c->log, &li);
-    for (commit_req_t *q = batch; q; q = q->next) {
-        for (size_t i = 0; i < q->n; i++) {
-            commit_event_t *ev = &q->events[i];
-            if (filter_insert_if_absent(c->filter, ev->key) == FILTER_DUPLICATE) {
-                ev->result = COMMIT_DUPLICATE;
-                bo->duplicates++;
-                continue;
-            }
-            commit_writer_take(c, ev, li.next_offset + nrec, &nrec);
-        }
-    }
-    if (nrec > 0 && commit_writer_write_log(c, nrec, bo) != LOG_OK) {
-        log_rollback(c->log);
-        return APPLY_FAILED;
-    }
-    bo->accepted = nrec;
-    return APPLY_OK;
-}
-
-/*
  * The size bound evicted keys the age bound would still have kept: the window
  * is shorter than configured. Operators must hear it (at most once a minute),
  * not only see it in /stats.
@@ -266,8 +159,7 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
     if (c->failed && commit_now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
         commit_recover(c, false);
     if (!c->failed) {
-        int ar = c->filter ? apply_memory(c, batch, nevents, &bo)
-                           : commit_view_apply(c, batch, nevents, &bo, &store_rc);
+        int ar = c->mode->apply(c, batch, nevents, &bo, &store_rc);
         if (ar == APPLY_OK) {
             status = COMMIT_OK;
         } else {
@@ -279,12 +171,8 @@ static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nre
         }
     }
     commit_refresh_stats(c);
-    if (status == COMMIT_OK && !c->filter) {
-        pthread_mutex_lock(&c->mu);
-        uint64_t acked = c->stats.committed_offset;
-        pthread_mutex_unlock(&c->mu);
-        commit_files_write_acked(c, acked);
-    }
+    if (status == COMMIT_OK && c->mode->acked)
+        c->mode->acked(c);
     pthread_mutex_lock(&c->mu);
     c->stats.batches++;
     if (status != COMMIT_OK)
@@ -409,8 +297,9 @@ static void housekeeping(commit_t *c)
         commit_recover(c, false);
         commit_refresh_stats(c);
     }
-    commit_ckpt_hand_off(c, false); /* rate-limited inside */
-    maybe_retain(c);                /* rate-limited inside */
+    if (c->mode->tick)
+        c->mode->tick(c); /* rate-limited inside */
+    maybe_retain(c);      /* rate-limited inside */
 }
 
 /* Called with mu held; returns with it held when there is work or the writer is closing. */
@@ -431,14 +320,13 @@ static void wait_for_work(commit_t *c)
             wake = c->last_recover_ms + RECOVER_EVERY_MS;
         else if (c->opts.log_retention_ms > 0 || c->opts.log_max_bytes > 0)
             wake = c->last_retain_ms + RETAIN_EVERY_MS;
-        if (c->reader && c->job.state == JOB_IDLE &&
-            (pending_count(c->cur) > 0 || c->floor != c->handed_floor) &&
-            c->cur_since_ms + CHECKPOINT_MS < wake)
-            wake = c->cur_since_ms + CHECKPOINT_MS; /* an idle server checkpoints too */
+        int64_t due = c->mode->due ? c->mode->due(c) : INT64_MAX;
+        if (due < wake)
+            wake = due; /* an idle server checkpoints too */
         for (watch_t *w = c->watches; w; w = w->next)
             if (w->deadline_ms < wake)
                 wake = w->deadline_ms;
-        if (c->job.state != JOB_DONE) {
+        if (due != INT64_MIN) {
             if (wake == INT64_MAX) {
                 pthread_cond_wait(&c->cv, &c->mu);
             } else {
@@ -479,33 +367,22 @@ static void *writer(void *arg)
         c->queue_events -= nevents;
         pthread_mutex_unlock(&c->mu);
 
-        if (c->cur && pending_count(c->cur) >= PENDING_MAX) {
-            /* The checkpointer is behind: let it catch up before more keys pile up. */
-            commit_ckpt_wait(c);
-            commit_ckpt_hand_off(c, true);
-        }
+        if (c->mode->before_batch)
+            c->mode->before_batch(c);
         process(c, batch, nevents, nreqs);
         /* Only now, with every request of the batch answered (and its memory freed by its
          * submitter), do its bytes stop counting against the bound. */
         atomic_fetch_sub_explicit(&c->queue_bytes, nbytes, memory_order_relaxed);
         housekeeping(c);
-
-        int64_t t = commit_now_ms(CLOCK_MONOTONIC);
-        if (c->store && t - c->last_reader_check > READER_CHECK_MS) {
-            /* Readers in processes that died (e.g. a killed `log cat`) would pin old pages. */
-            int cleared;
-            store_reader_check(c->store, &cleared);
-            c->last_reader_check = t;
-        }
+        if (c->mode->after_batch)
+            c->mode->after_batch(c);
         pthread_mutex_lock(&c->mu);
         fire_watches(c, false);
     }
     fire_watches(c, true); /* closing: every long-poll answers now */
     pthread_mutex_unlock(&c->mu);
-    /* A clean stop leaves nothing to replay: the job under way, then the rest. */
-    commit_ckpt_wait(c);
-    commit_ckpt_hand_off(c, true);
-    commit_ckpt_wait(c);
+    if (c->mode->drain)
+        c->mode->drain(c);
     return NULL;
 }
 
@@ -523,6 +400,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     c = calloc(1, sizeof(*c));
     if (!c)
         return COMMIT_NOMEM;
+    c->mode = &commit_lmdb_mode; /* unless opts->memory_filter, below */
     atomic_init(&c->queue_bytes, 0);
     c->ckpt_chunk = CHUNK_MAX;
     c->lockfd = -1;
@@ -548,16 +426,11 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     }
     c->opts.data_dir = c->data_dir;
     if (opts->memory_filter) {
-        char ferr[256];
-        if (filter_parse_spec(opts->memory_filter, &c->fspec, ferr, sizeof(ferr)) != FILTER_OK) {
-            commit_errf(errbuf, errlen, "--store memory:%s: %s", opts->memory_filter, ferr);
+        if (commit_memory_init(c, opts->memory_filter, errbuf, errlen) != 0) {
             rc = COMMIT_INVALID;
             goto fail;
         }
         c->opts.memory_filter = NULL; /* borrowed; the parsed spec is what counts from here */
-        c->memory = true;
-        c->stats.memory_store = true;
-        filter_spec_format(&c->fspec, c->stats.filter_spec, sizeof(c->stats.filter_spec));
     }
     if (fsutil_mkdirs(c->data_dir) != 0) {
         commit_errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
@@ -583,10 +456,8 @@ locked:
         goto fail;
     commit_refresh_stats(c);
     c->last_reader_check = commit_now_ms(CLOCK_MONOTONIC);
-    if (!c->memory) {
-        if (commit_ckpt_start(c, errbuf, errlen) != 0)
-            goto fail;
-    }
+    if (c->mode->start && c->mode->start(c, errbuf, errlen) != 0)
+        goto fail;
     if (pthread_create(&c->thread, NULL, writer, c) != 0) {
         commit_errf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
         goto fail;
@@ -669,11 +540,8 @@ void commit_close(commit_t *c)
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
     }
-    commit_ckpt_stop(c);
-    if (c->opts.store_sync == STORE_SYNC_NONE && c->store && !c->failed) {
-        /* Lazy mode: a synced store needs no rebuild, whatever happens to the machine next. */
-        commit_files_clear_unsynced(c, false);
-    }
+    if (c->mode->stop)
+        c->mode->stop(c);
     commit_recover_close_storage(c);
     if (c->lockfd >= 0)
         close(c->lockfd); /* releases the flock */

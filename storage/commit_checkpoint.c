@@ -30,15 +30,19 @@
  * Functions, in order: ckpt_cancelled, ckpt_commit, ckpt_key_bits, ckpt_run
  * (one job), ckpt_thread, commit_ckpt_start / _stop / _settle; then the
  * writer's side: ckpt_finish, ckpt_grow_ahead, commit_ckpt_hand_off,
- * commit_ckpt_wait.
+ * commit_ckpt_wait, and the rest of its part in commit_lmdb_mode:
+ * commit_ckpt_throttle, _drain, _due.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "storage/commit_internal.h"
 
+#define CHECKPOINT_MS     3000
 #define CHECKPOINT_EVENTS 524288
+#define PENDING_MAX       1048576
 #define OPS_PER_TXN       4096
 #define EVICT_READ_MIN    65536
 #define CHUNK_MIN         1024
@@ -382,4 +386,31 @@ void commit_ckpt_wait(commit_t *c)
     pthread_mutex_unlock(&c->mu);
     if (done)
         ckpt_finish(c);
+}
+
+/* The writer, before a batch: past PENDING_MAX keys, let the checkpointer catch up first. */
+void commit_ckpt_throttle(commit_t *c)
+{
+    if (c->cur && pending_count(c->cur) >= PENDING_MAX) {
+        commit_ckpt_wait(c);
+        commit_ckpt_hand_off(c, true);
+    }
+}
+
+/* A clean stop leaves nothing to replay: the job under way, then the rest. */
+void commit_ckpt_drain(commit_t *c)
+{
+    commit_ckpt_wait(c);
+    commit_ckpt_hand_off(c, true);
+    commit_ckpt_wait(c);
+}
+
+int64_t commit_ckpt_due(commit_t *c)
+{
+    if (c->job.state == JOB_DONE)
+        return INT64_MIN; /* a result to take */
+    if (c->reader && c->job.state == JOB_IDLE &&
+        (pending_count(c->cur) > 0 || c->floor != c->handed_floor))
+        return c->cur_since_ms + CHECKPOINT_MS; /* an idle server checkpoints too */
+    return INT64_MAX;
 }

@@ -21,15 +21,12 @@
 
 #define DEFAULT_MAX_BATCH 50000
 #define MAX_GROW_RETRIES  16
-#define READER_CHECK_MS   10000
 #define RECOVER_EVERY_MS  1000
 #define RETAIN_EVERY_MS   1000
 /* The checkpointer's (commit_checkpoint.c has the design). */
 #define SHORT_WINDOW_WARN_MS 60000
-#define CHECKPOINT_MS        3000
 #define CHUNK_MAX            262144
 #define CHUNK_BIG_WINDOW     131072
-#define PENDING_MAX          1048576
 
 /* What the checkpointer is doing; under mu. */
 enum job_state {
@@ -65,9 +62,9 @@ struct commit {
     char *data_dir;
     char *log_dir;
     int lockfd;
-    store_t *store;   /* LMDB, or NULL in memory mode */
-    bool memory;      /* memory mode (opts.memory_filter): a filter instead of LMDB */
-    filter_t *filter; /* memory mode: the bounded-memory filter, while open */
+    const struct commit_mode *mode; /* LMDB or memory, chosen once at open */
+    store_t *store;                 /* LMDB, or NULL in memory mode */
+    filter_t *filter;               /* memory mode: the bounded-memory filter, while open */
     filter_spec_t fspec;
     log_t *log;
     uint8_t secret[KEYHASH_SECRET_LEN];
@@ -134,6 +131,52 @@ enum apply_result {
     APPLY_FAILED, /* nothing of the batch is durable */
 };
 
+/* The mode's part of /stats (commit_refresh_stats), computed off the lock. */
+typedef struct commit_window {
+    bool have_keys; /* keys and oldest_received_ms are known */
+    uint64_t keys;
+    int64_t oldest_received_ms;
+    bool have_offsets; /* committed_offset and window_first_offset are known */
+    uint64_t committed_offset, window_first_offset;
+} commit_window_t;
+
+/*
+ * How a commit de-duplicates: against LMDB (commit_lmdb_mode, commit_lmdb.c)
+ * or with a bounded-memory filter (commit_memory_mode, commit_memory.c).
+ * Chosen once in commit_open; the writer calls through it and never asks
+ * which. Every member is called on the writer thread unless it says
+ * otherwise. A NULL member: the mode has nothing to do there.
+ */
+typedef struct commit_mode {
+    const char *name;
+    /* Opens store (or filter) and log from disk, as at start; on failure closes all again. */
+    int (*open)(commit_t *c, char *errbuf, size_t errlen);
+    /* Closes what open opened, the log aside (commit_recover_close_storage closes that). */
+    void (*close)(commit_t *c);
+    /* Background threads: after the first open (commit_open's thread); at close, after the
+     * writer thread ended (commit_close's thread). */
+    int (*start)(commit_t *c, char *errbuf, size_t errlen);
+    void (*stop)(commit_t *c);
+    /* One group commit: APPLY_OK, or APPLY_FAILED (*store_rc: why, when the store failed). */
+    int (*apply)(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo, int *store_rc);
+    /* Fills *w from the open state (nothing when not open); c->log is open. */
+    void (*window)(commit_t *c, const log_info_t *li, commit_window_t *w);
+    /* A batch was applied and is durable: before its requests are answered. */
+    void (*acked)(commit_t *c);
+    /* Background work due between batches and while idle (rate-limited by the mode). */
+    void (*tick)(commit_t *c);
+    /* Under mu: the monotonic time tick is next due; INT64_MAX none, INT64_MIN now. */
+    int64_t (*due)(commit_t *c);
+    /* Before a batch is applied, and after it was answered. */
+    void (*before_batch)(commit_t *c);
+    void (*after_batch)(commit_t *c);
+    /* The writer's last act before it ends: leave nothing to redo at the next open. */
+    void (*drain)(commit_t *c);
+} commit_mode_t;
+
+extern const commit_mode_t commit_lmdb_mode;
+extern const commit_mode_t commit_memory_mode;
+
 /* ---- commit.c: the public API, and the helpers every file uses ---- */
 
 int64_t commit_now_ms(clockid_t clk);
@@ -170,7 +213,8 @@ int commit_recover_probe_write(const char *logdir);
 
 /* ---- commit_memory.c: memory mode (a filter instead of LMDB) ---- */
 
-int commit_memory_open(commit_t *c, char *errbuf, size_t errlen);
+/* Parses the filter spec and chooses memory mode (commit_open, before anything is open). */
+int commit_memory_init(commit_t *c, const char *spec, char *errbuf, size_t errlen);
 
 /* ---- commit_view.c: the writer's read view of the window (LMDB mode) ---- */
 
@@ -215,5 +259,9 @@ void commit_ckpt_settle(commit_t *c);
 void commit_ckpt_hand_off(commit_t *c, bool force);
 /* Waits until the checkpointer is idle or done, and takes its result. */
 void commit_ckpt_wait(commit_t *c);
+/* LMDB mode's before_batch, drain and due (commit_mode_t). */
+void commit_ckpt_throttle(commit_t *c);
+void commit_ckpt_drain(commit_t *c);
+int64_t commit_ckpt_due(commit_t *c);
 
 #endif

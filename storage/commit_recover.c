@@ -336,27 +336,15 @@ out:
 
 int commit_recover_open_storage(commit_t *c, char *errbuf, size_t errlen)
 {
-    if (c->memory)
-        return commit_memory_open(c, errbuf, errlen);
-    return commit_recover_open_lmdb(c, errbuf, errlen);
+    return c->mode->open(c, errbuf, errlen);
 }
 
 /* The checkpointer must be idle (commit_ckpt_settle): the view goes with the store. */
 void commit_recover_close_storage(commit_t *c)
 {
-    store_reader_close(c->reader);
-    c->reader = NULL;
-    pending_free(c->cur);
-    pending_free(c->flight);
-    pending_free(c->spare);
-    c->cur = c->flight = c->spare = NULL;
-    commit_files_close_acked(c);
-    filter_free(c->filter);
-    c->filter = NULL;
+    c->mode->close(c);
     log_close(c->log);
     c->log = NULL;
-    store_close(c->store);
-    c->store = NULL;
 }
 
 /*
