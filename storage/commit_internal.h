@@ -21,12 +21,9 @@
 
 #define DEFAULT_MAX_BATCH 50000
 #define MAX_GROW_RETRIES  16
-#define RECOVER_EVERY_MS  1000
-#define RETAIN_EVERY_MS   1000
 /* The checkpointer's (commit_checkpoint.c has the design). */
-#define SHORT_WINDOW_WARN_MS 60000
-#define CHUNK_MAX            262144
-#define CHUNK_BIG_WINDOW     131072
+#define CHUNK_MAX        262144
+#define CHUNK_BIG_WINDOW 131072
 
 /* What the checkpointer is doing; under mu. */
 enum job_state {
@@ -189,6 +186,13 @@ void commit_notify(commit_t *c, int level, const char *fmt, ...)
 /* Brings c->stats up to date with the writer's view and the log (writer thread). */
 void commit_refresh_stats(commit_t *c);
 
+/* Calls the watches whose offset the committed offset passed, or whose deadline came (every
+ * one when `all`). Called with mu held; releases it around the callbacks. */
+void commit_watch_fire(commit_t *c, bool all);
+
+/* ---- commit_writer.c: the writer thread (queue and group commit) ---- */
+
+int commit_writer_start(commit_t *c, char *errbuf, size_t errlen);
 /* Writer helpers for a mode's batch: room for n log records, stage one accepted event as the
  * next record (at log offset off), append and fdatasync the staged ones (a log status). */
 int commit_writer_reserve(commit_t *c, size_t n);
