@@ -215,6 +215,8 @@ bool commit_recover(commit_t *c, bool grow_map);
 /* Proves the log's file system takes a write and its fsync. 0 or -1. */
 int commit_recover_probe_write(const char *logdir);
 
+/* ---- commit_lmdb.c: LMDB mode (commit_lmdb_mode, above) ---- */
+
 /* ---- commit_memory.c: memory mode (a filter instead of LMDB) ---- */
 
 /* Parses the filter spec and chooses memory mode (commit_open, before anything is open). */
@@ -258,8 +260,7 @@ int commit_ckpt_start(commit_t *c, char *errbuf, size_t errlen);
 void commit_ckpt_stop(commit_t *c);
 /* Waits for the job under way to end, cancelling what is left of it, and drops it. */
 void commit_ckpt_settle(commit_t *c);
-/* Hands the pending generation over when a checkpoint is due (or `force`), taking the last result.
- */
+/* Hands the pending keys over when a checkpoint is due (or `force`), taking the last result. */
 void commit_ckpt_hand_off(commit_t *c, bool force);
 /* Waits until the checkpointer is idle or done, and takes its result. */
 void commit_ckpt_wait(commit_t *c);
