@@ -11,6 +11,13 @@
  * takes writes, and only then open the writer's view. Lazy mode's machine
  * crash and a store of another format version both start from a fresh store
  * that the replay fills.
+ *
+ * Functions, in order: the replay (recover_replay_chunk,
+ * recover_finish_evictions, recover_replay); the open, in its steps
+ * (recover_reset_store, recover_open_store, recover_open_log,
+ * recover_catch_up, then commit_recover_open_lmdb, LMDB mode's open);
+ * commit_recover_open_storage / _close_storage for either mode;
+ * commit_recover_probe_write; commit_recover (re-establish after a failure).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -382,7 +389,7 @@ bool commit_recover(commit_t *c, bool grow_map)
     char err[512];
     bool was_failed = c->failed;
 
-    commit_ckpt_settle(c);
+    commit_ckpt_settle(c); /* the view goes with the store (nothing to do without a checkpointer) */
     c->last_recover_ms = commit_now_ms(CLOCK_MONOTONIC);
     pthread_mutex_lock(&c->mu);
     uint64_t map = c->stats.store_map_size;
