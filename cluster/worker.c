@@ -21,7 +21,6 @@
 #define DEFAULT_MAX_BATCH 1000
 #define DEFAULT_BATCH_MS  50
 #define DEFAULT_MAP_SIZE  (64ull << 20)
-#define MIN_EVICT_STEPS   1024
 #define MAX_GROW_RETRIES  8
 #define KAFKA_TIMEOUT_MS  30000 /* one transactional call (commit, abort, offsets) */
 #define COMMITTED_TIMEOUT 10000 /* fetching the group's committed offsets */
@@ -518,7 +517,7 @@ static int stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, 
                       counters_t *c, int32_t *grow_part)
 {
     int64_t now = now_ms();
-    size_t steps = n * 2 > MIN_EVICT_STEPS ? n * 2 : MIN_EVICT_STEPS;
+    window_policy_t wp = {.window_ms = w->o.window_ms, .max_keys = w->o.max_keys};
     uint64_t ea = 0, es = 0;
     int src = STORE_OK;
     part_t *p = NULL;
@@ -534,7 +533,8 @@ static int stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, 
                 goto fail;
             p->txn_open = true;
             /* Age eviction first, as single-node does: a key out of the window is forgotten. */
-            if ((src = store_evict(p->st, now - w->o.window_ms, 0, steps, &ea, &es)) != STORE_OK)
+            if ((src = store_evict_pass(p->st, window_before_batch(&wp, now, n), &ea, &es)) !=
+                STORE_OK)
                 goto fail;
         }
         p->batch_last = m->offset;
@@ -585,7 +585,7 @@ static int stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, 
         if (p == NULL || !p->txn_open)
             continue;
         if (w->o.max_keys > 0 &&
-            (src = store_evict(p->st, INT64_MIN, w->o.max_keys, steps, &ea, &es)) != STORE_OK)
+            (src = store_evict_pass(p->st, window_after_batch(&wp, n), &ea, &es)) != STORE_OK)
             goto fail;
         if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
             goto fail;

@@ -357,7 +357,7 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
             "store: %" PRIu64 " keys belong to a checkpoint still being written (their "
             "sequence entries come with its last transaction)",
             ck.in_checkpoint);
-    /* A checkpoint deletes evicted keys ahead of their sequence entries (run_job). */
+    /* A checkpoint deletes evicted keys ahead of their sequence entries (commit_checkpoint.c). */
     uint64_t evicting = ck.seq_below - ck.keys_below;
     if (evicting > 0)
         say(report, arg, 0,

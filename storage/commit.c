@@ -1,185 +1,46 @@
 /*
- * commit.c: group commit. The writer thread de-duplicates a batch against a
- * read snapshot of LMDB plus the keys accepted since (pending.h), appends it
- * to the log with one fsync, and acknowledges it; the checkpointer thread
- * writes those keys into LMDB every few seconds.
+ * commit.c: group commit, its public API (commit.h): open, submit, stats,
+ * watch, close; and the helpers every storage/commit*.c file shares.
+ *
+ * The group commit is split by concept around one private header,
+ * commit_internal.h (struct commit, one section per file):
+ *   commit_writer.c     the writer thread: queue, group commit, housekeeping
+ *   commit_view.c       the writer's read view of the window (LMDB mode)
+ *   commit_checkpoint.c the checkpointer thread, writing the view into LMDB
+ *   commit_recover.c    opening from disk at start and after a failure: replay
+ *   commit_lmdb.c       LMDB mode: the operations (commit_mode_t) wiring those
+ *   commit_memory.c     memory mode: a bounded-memory filter instead of LMDB
+ *   commit_files.c      DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED
+ * The eviction rule is window.c's; the store, log and pending keys are
+ * store.c, log.c and pending.c.
  */
-#include "storage/commit.h"
-
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "storage/filter/filter.h"
+#include "storage/commit_internal.h"
 #include "storage/fsutil.h"
-#include "storage/log.h"
-#include "storage/pending.h"
-#include "storage/store.h"
 
-#define DEFAULT_MAX_BATCH 50000
-#define MAX_GROW_RETRIES  16
-#define MIN_EVICT_STEPS   1024
-#define REPLAY_CHUNK      10000
-#define REPLAY_EVICT      4 /* eviction steps per replayed record: more than the one it adds */
-#define READER_CHECK_MS   10000
-#define RECOVER_EVERY_MS  1000
-#define RETAIN_EVERY_MS   1000
-/*
- * LMDB checkpoints. A group commit is acknowledged once the log is fsynced;
- * its keys stay in the writer's pending generation (pending.h), which is
- * handed to the checkpointer thread every CHECKPOINT_MS or CHECKPOINT_EVENTS
- * keys, whichever comes first, when the checkpointer is idle. What a crash
- * loses of LMDB since the last checkpoint the log replays at start (it is
- * durable: every batch was fsynced to the log before its ack).
- * Keys are hashes, so a checkpoint touches leaf pages all over the tree: at a
- * few million keys, every one of them. Its cost is the pages it writes, so
- * checkpoints are rare and big (more keys per page written), and a
- * generation's keys, and the keys it evicts, go in key order, OPS_PER_TXN
- * per transaction: each transaction writes and syncs its own slice of the
- * tree, so the disk never holds more than one small sync ahead of the log's
- * fsyncs (run_job). Deletions below the floor beyond what a checkpoint reads
- * ahead (as many as it puts, at least EVICT_READ_MIN) go in the last
- * transactions, up to `ckpt_chunk` each; when LMDB runs out of dirty-page
- * room (STORE_TXN_FULL) that is halved, and it grows back after each full
- * one that fits. LMDB holds a transaction's dirty pages in memory until the
- * commit, and in a big window every deletion dirties a leaf page of its own,
- * so once the store outgrows DIRTY_MAX_BYTES a transaction deletes at most
- * CHUNK_BIG_WINDOW keys.
- * PENDING_MAX bounds the keys waiting for a checkpoint: past it the writer
- * waits for the checkpointer (a slow disk or a huge window), so memory stays
- * bounded (~50 bytes a key, two generations) and the queue bound (503) does
- * the rest.
- */
-#define SHORT_WINDOW_WARN_MS 60000
-#define CHECKPOINT_MS        3000
-#define CHECKPOINT_EVENTS    524288
-#define OPS_PER_TXN          4096
-#define EVICT_READ_MIN       65536
-#define CHUNK_MAX            262144
-#define CHUNK_MIN            1024
-#define CHUNK_BIG_WINDOW     131072
-#define DIRTY_MAX_BYTES      (512ull << 20)
-#define PENDING_MAX          1048576
-#define ACKED_FILE           "ACKED" /* in DIR/store: the acknowledged end, for readers */
-
-/* What the checkpointer is doing; under mu. */
-enum job_state {
-    JOB_IDLE,    /* nothing handed over */
-    JOB_QUEUED,  /* handed over, not yet started */
-    JOB_RUNNING, /* being written */
-    JOB_DONE,    /* written (or failed, or cancelled): the writer has not yet taken the result */
-};
-
-/* One checkpoint: a frozen generation and the window floor, into LMDB. */
-typedef struct {
-    int state;            /* enum job_state */
-    uint64_t commits;     /* LMDB transactions committed by checkpoints so far */
-    bool cancel;          /* stop before the next transaction (storage is being re-opened) */
-    bool quit;            /* the checkpointer thread ends */
-    int status;           /* STORE_OK or why it failed */
-    const pending_t *gen; /* the keys, in sequence order */
-    uint64_t floor;       /* evict every sequence below it */
-    uint64_t applied;     /* the log offset after the last record acknowledged when handed over */
-} ckpt_job_t;
-
-/* A long-polling reader waiting for the committed offset to pass `offset`. */
-typedef struct watch {
-    uint64_t offset;
-    int64_t deadline_ms; /* CLOCK_MONOTONIC */
-    commit_watch_fn fn;
-    void *arg;
-    struct watch *next;
-} watch_t;
-
-struct commit {
-    commit_options_t opts;
-    char *data_dir;
-    char *log_dir;
-    int lockfd;
-    store_t *store;   /* LMDB, or NULL in memory mode */
-    bool memory;      /* memory mode (opts.memory_filter): a filter instead of LMDB */
-    filter_t *filter; /* memory mode: the bounded-memory filter, while open */
-    filter_spec_t fspec;
-    log_t *log;
-    uint8_t secret[KEYHASH_SECRET_LEN];
-
-    pthread_t thread;
-    bool thread_started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    commit_req_t *head, *tail; /* queue, under mu */
-    size_t queue_events;
-    /* Event bytes submitted and not yet answered (opts.queue_max_bytes bounds it): added under mu
-     * (so check and add are one step), subtracted by the writer, read lock-free by commit_busy. */
-    _Atomic uint64_t queue_bytes;
-    uint64_t busy_requests, busy_events; /* under mu */
-    bool closing;
-    commit_stats_t stats; /* under mu */
-    watch_t *watches;     /* under mu */
-
-    /* Writer-thread only (and commit_open/commit_close before/after it runs). */
-    log_record_t *recs;
-    size_t recs_cap;
-    int64_t last_reader_check;
-    bool failed;                  /* store/log are closed or unusable: being re-established */
-    bool discard;                 /* re-open the log cutting off everything from discard_from: */
-    uint64_t discard_from;        /* the end of its last successful sync */
-    int64_t last_recover_ms;      /* monotonic time of the last re-establishing attempt */
-    int64_t last_retain_ms;       /* monotonic time retention last ran */
-    int acked_fd;                 /* DIR/store/ACKED, or -1 */
-    int64_t last_short_window_ms; /* monotonic time of the last "window shortened" warning */
-
-    /*
-     * The writer's view of the window (LMDB mode, writer-thread only): a read
-     * snapshot (sequences below snap_end), the generation handed to the
-     * checkpointer (`flight`, until its commit is in the snapshot) and the
-     * one being filled (`cur`). Sequences below `floor` are evicted, whether
-     * or not LMDB has deleted them yet; every sequence in [floor, next_seq)
-     * that exists names a key in the window, `live` of them.
-     */
-    store_reader_t *reader;
-    pending_t *cur, *flight, *spare;
-    int64_t cur_since_ms; /* monotonic time of the last hand-over (or open) */
-    uint64_t snap_end, next_seq, floor, live;
-    uint64_t handed_floor; /* the floor the last hand-over carried */
-    uint64_t seen_commits; /* job.commits when the snapshot last moved on */
-
-    /* The checkpointer thread (LMDB mode). */
-    pthread_t ckpt_thread;
-    bool ckpt_started;
-    pthread_cond_t ckpt_cv;    /* wakes the checkpointer; the writer waits on cv */
-    ckpt_job_t job;            /* under mu */
-    size_t ckpt_chunk;         /* checkpointer-only: deletions per LMDB transaction (CHUNK_MAX) */
-    uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
-};
-
-static int64_t now_ms(clockid_t clk)
+int64_t commit_now_ms(clockid_t clk)
 {
     struct timespec ts;
     clock_gettime(clk, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static double now_msf(void)
+double commit_now_msf(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static void errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void errf(char *buf, size_t len, const char *fmt, ...)
+void commit_errf(char *buf, size_t len, const char *fmt, ...)
 {
     va_list ap;
     if (!buf || len == 0)
@@ -189,10 +50,7 @@ static void errf(char *buf, size_t len, const char *fmt, ...)
     va_end(ap);
 }
 
-static void notify(commit_t *c, int level, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void notify(commit_t *c, int level, const char *fmt, ...)
+void commit_notify(commit_t *c, int level, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -204,608 +62,22 @@ static void notify(commit_t *c, int level, const char *fmt, ...)
     c->opts.notify(c->opts.notify_arg, level, msg);
 }
 
-/*
- * The secret lives in DIR/secret as well as in LMDB, so a store rebuilt from
- * the log hashes new events the way the old one did.
- */
-static int load_secret(commit_t *c, char *errbuf, size_t errlen)
-{
-    char *path = fsutil_join(c->data_dir, "secret");
-    uint8_t file_secret[KEYHASH_SECRET_LEN];
-    size_t n = 0;
-    bool have_file = false;
-    int rc = -1;
-
-    if (!path)
-        return -1;
-    if (fsutil_read_small(path, file_secret, sizeof(file_secret), &n) == 0 || errno == EFBIG) {
-        if (errno == EFBIG || n != sizeof(file_secret)) {
-            errf(errbuf, errlen, "%s: not a %d-byte secret", path, KEYHASH_SECRET_LEN);
-            goto out;
-        }
-        have_file = true;
-    } else if (errno != ENOENT) {
-        errf(errbuf, errlen, "%s: %s", path, strerror(errno));
-        goto out;
-    }
-    if (!c->store) {
-        /* Memory mode: the file is the only home of the secret. */
-        if (have_file)
-            memcpy(c->secret, file_secret, sizeof(file_secret));
-        else if (keyhash_random(c->secret, sizeof(c->secret)) != 0) {
-            errf(errbuf, errlen, "generating the hash secret: %s", strerror(errno));
-            goto out;
-        }
-    }
-    int src =
-        c->store ? store_secret(c->store, have_file ? file_secret : NULL, c->secret) : STORE_OK;
-    if (src != STORE_OK) {
-        errf(errbuf, errlen, "reading the hash secret: %s", store_strerror(src));
-        goto out;
-    }
-    if (have_file && memcmp(file_secret, c->secret, sizeof(file_secret)) != 0) {
-        errf(errbuf, errlen,
-             "%s differs from the secret in the LMDB store: the store belongs to another data dir",
-             path);
-        goto out;
-    }
-    if (!have_file && fsutil_write_atomic(path, c->secret, sizeof(c->secret), 0600) != 0) {
-        errf(errbuf, errlen, "writing %s: %s", path, strerror(errno));
-        goto out;
-    }
-    rc = 0;
-out:
-    free(path);
-    return rc;
-}
-
-/*
- * Replays records into LMDB up to `end`, REPLAY_CHUNK per transaction, from
- * where `r` stands. Eviction runs as the records go by, on their own
- * receivedAt, so a key that aged out and was accepted again is remembered
- * from its latest record (store_upsert), as it was while serving.
- */
-static int replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint64_t *pos, int *lrc)
-{
-    uint64_t age = 0, size = 0;
-    int rc = store_begin(c->store);
-    *lrc = LOG_OK;
-    if (rc != STORE_OK)
-        return rc;
-    for (uint64_t n = 0; rc == STORE_OK && n < REPLAY_CHUNK && *pos < end; n++) {
-        log_record_t rec;
-        *lrc = log_reader_next(r, end, &rec);
-        if (*lrc != LOG_OK) {
-            store_abort(c->store);
-            return STORE_ERROR;
-        }
-        rc = store_upsert(c->store, rec.key, rec.received_ms, rec.offset);
-        if (rc == STORE_OK)
-            rc = store_evict(c->store, rec.received_ms - c->opts.window_ms, c->opts.max_keys,
-                             REPLAY_EVICT, &age, &size);
-        (*pos)++;
-    }
-    if (rc == STORE_OK)
-        rc = store_set_applied(c->store, *pos);
-    if (rc == STORE_OK)
-        return store_commit(c->store);
-    store_abort(c->store);
-    return rc;
-}
-
-/*
- * A checkpoint cut short may have deleted keys below its eviction mark ahead
- * of their sequence entries (run_job). Finishes those evictions before the
- * replay, so that every sequence entry names its key again and the replay's
- * size bound counts keys that exist.
- */
-static int finish_evictions(commit_t *c, uint64_t below, uint64_t *grows)
-{
-    uint64_t evicted = CHUNK_BIG_WINDOW;
-    int rc = STORE_OK, tries = 0;
-    while (rc == STORE_OK && evicted == CHUNK_BIG_WINDOW) {
-        evicted = 0;
-        if ((rc = store_begin(c->store)) != STORE_OK)
-            break;
-        rc = store_evict_below(c->store, below, CHUNK_BIG_WINDOW, &evicted);
-        if (rc == STORE_OK)
-            rc = store_commit(c->store);
-        else
-            store_abort(c->store);
-        if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
-            (*grows)++;
-            rc = STORE_OK;
-            evicted = CHUNK_BIG_WINDOW; /* again */
-        }
-    }
-    return rc;
-}
-
-/* Applies log records past LMDB's applied offset: the log is the source of truth. */
-static int replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t *grows,
-                  char *errbuf, size_t errlen)
-{
-    store_info_t si;
-    log_info_t li;
-    log_reader_t *r = NULL;
-    int rc = store_get_info(c->store, &si), lrc = LOG_OK;
-    if (rc != STORE_OK) {
-        errf(errbuf, errlen, "reading the store: %s (%s)", store_strerror(rc),
-             store_detail(c->store));
-        return -1;
-    }
-    log_get_info(c->log, &li);
-    if (si.applied > li.next_offset) {
-        errf(errbuf, errlen,
-             "the LMDB store has applied log offset %llu but the log ends at %llu: the log "
-             "lost acknowledged records; restore the log from a backup, or run `ingestd "
-             "rebuild` to accept the loss",
-             (unsigned long long)si.applied, (unsigned long long)li.next_offset);
-        return -1;
-    }
-    if (si.applied == 0 && si.keys == 0)
-        si.applied = li.first_offset; /* a new store over a log retention has shortened */
-    if (si.applied < li.first_offset) {
-        errf(errbuf, errlen, "the store's applied offset %llu is older than the log's start %llu",
-             (unsigned long long)si.applied, (unsigned long long)li.first_offset);
-        return -1;
-    }
-    if (si.evicting_below > 0 && (rc = finish_evictions(c, si.evicting_below, grows))) {
-        errf(errbuf, errlen, "finishing a checkpoint's evictions: %s (%s)", store_strerror(rc),
-             store_detail(c->store));
-        return -1;
-    }
-    uint64_t pos = si.applied;
-    int tries = 0;
-    while (pos < li.next_offset) {
-        uint64_t start = pos;
-        if (!r && (lrc = log_reader_open(logdir, pos, &r)) != LOG_OK)
-            break;
-        rc = replay_chunk(c, r, li.next_offset, &pos, &lrc);
-        if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
-            (*grows)++;
-            log_reader_close(r); /* redo the chunk from its start */
-            r = NULL;
-            pos = start;
-            continue;
-        }
-        if (rc != STORE_OK)
-            break;
-        *replayed += pos - start;
-        if (c->opts.replay_progress)
-            c->opts.replay_progress(c->opts.replay_progress_arg, pos - si.applied,
-                                    li.next_offset - si.applied);
-    }
-    log_reader_close(r);
-    if (lrc != LOG_OK) {
-        errf(errbuf, errlen, "replaying the log at offset %llu: %s", (unsigned long long)pos,
-             log_strerror(lrc == LOG_END ? LOG_CORRUPT : lrc));
-        return -1;
-    }
-    if (rc != STORE_OK) {
-        errf(errbuf, errlen, "replaying the log into LMDB: %s (%s)", store_strerror(rc),
-             store_detail(c->store));
-        return -1;
-    }
-    return 0;
-}
-
-/* The checkpointer must be idle (settle_job): the view goes with the store. */
-static void close_storage(commit_t *c)
-{
-    store_reader_close(c->reader);
-    c->reader = NULL;
-    pending_free(c->cur);
-    pending_free(c->flight);
-    pending_free(c->spare);
-    c->cur = c->flight = c->spare = NULL;
-    if (c->acked_fd >= 0)
-        close(c->acked_fd);
-    c->acked_fd = -1;
-    filter_free(c->filter);
-    c->filter = NULL;
-    log_close(c->log);
-    c->log = NULL;
-    store_close(c->store);
-    c->store = NULL;
-}
-
-/*
- * Proves the log's file system takes a write and its fsync (an ENOSPC or EIO
- * that only a write shows would otherwise pass a re-open that writes nothing).
- */
-static int probe_write(const char *logdir)
-{
-    char *path = fsutil_join(logdir, "probe.tmp");
-    char buf[4096];
-    int rc = -1;
-    if (!path)
-        return -1;
-    memset(buf, 0, sizeof(buf));
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-        rc = write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf) && fdatasync(fd) == 0 ? 0 : -1;
-        close(fd);
-        unlink(path);
-    }
-    free(path);
-    return rc;
-}
-
-#define UNSYNCED_MARKER "UNSYNCED"
-#define BOOT_ID_PROC    "/proc/sys/kernel/random/boot_id"
-
-/* Reads a small text file without its trailing newline into out. 0, or -1 with errno. */
-static int read_line(const char *path, char *out, size_t cap)
-{
-    size_t n = 0;
-    if (fsutil_read_small(path, out, cap - 1, &n) != 0)
-        return -1;
-    while (n > 0 && (out[n - 1] == '\n' || out[n - 1] == ' '))
-        n--;
-    out[n] = '\0';
-    return 0;
-}
-
-static int boot_id(const commit_t *c, char *out, size_t cap)
-{
-    const char *path = c->opts.boot_id_path ? c->opts.boot_id_path : BOOT_ID_PROC;
-    return read_line(path, out, cap) == 0 && out[0] ? 0 : -1;
-}
-
-/*
- * Lazy mode (STORE_SYNC_NONE) keeps DIR/store/UNSYNCED holding the boot id
- * while LMDB may have commits that never reached the disk. After a process
- * crash in the same boot those commits are in the page cache and LMDB is
- * intact. After a crash of the machine (another boot id) LMDB may be corrupt
- * with no way to tell, so it is rebuilt from the log. Returns 1: rebuild,
- * 0: keep it, -1: error (errbuf says why).
- */
-static int unsynced_crash(const commit_t *c, const char *marker, char *errbuf, size_t errlen)
-{
-    char had[64], now[64];
-    if (read_line(marker, had, sizeof(had)) != 0) {
-        if (errno == ENOENT)
-            return 0;
-        errf(errbuf, errlen, "reading %s: %s", marker, strerror(errno));
-        return -1;
-    }
-    if (boot_id(c, now, sizeof(now)) != 0) {
-        errf(errbuf, errlen, "reading the kernel's boot id: %s", strerror(errno));
-        return -1;
-    }
-    return strcmp(had, now) != 0;
-}
-
-/*
- * Moves the store aside (to *aside, malloc'ed) and opens a fresh one that
- * starts at the log's first retained offset; the replay then fills it.
- */
-static int reset_store(commit_t *c, const char *path, const char *logdir, char **aside,
-                       char *errbuf, size_t errlen)
-{
-    log_info_t li;
-    store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
-    if (log_describe(logdir, &li, NULL) != LOG_OK)
-        li.first_offset = 0; /* no log yet */
-    size_t n = strlen(path) + 40;
-    *aside = malloc(n);
-    if (!*aside)
-        return -1;
-    snprintf(*aside, n, "%s.unsynced-%lld", path, (long long)time(NULL));
-    if (rename(path, *aside) != 0 || mkdir(path, 0755) != 0 || fsutil_sync_dir(c->data_dir) != 0) {
-        errf(errbuf, errlen, "moving the unsynced store aside: %s", strerror(errno));
-        return -1;
-    }
-    int src = store_open(path, &so, &c->store);
-    if (src == STORE_OK)
-        src = store_begin(c->store);
-    if (src == STORE_OK)
-        src = store_set_applied(c->store, li.first_offset);
-    if (src == STORE_OK)
-        src = store_commit(c->store);
-    if (src != STORE_OK) {
-        errf(errbuf, errlen, "creating a fresh store: %s", store_strerror(src));
-        return -1;
-    }
-    return 0;
-}
-
-/*
- * Memory mode: the log, and a fresh filter that learns every retained
- * record's key again. Rebuilding at every open (start and recovery) is what
- * makes a failed batch's keys, recorded as the batch was built, forgotten.
- */
-static int open_memory(commit_t *c, char *errbuf, size_t errlen)
-{
-    char *logdir = fsutil_join(c->data_dir, "log");
-    log_reader_t *r = NULL;
-    uint8_t fsecret[16];
-    log_info_t li;
-    int rc = -1, lrc;
-
-    if (!logdir)
-        goto out;
-    log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
-                        .discard = c->discard,
-                        .discard_from = c->discard_from};
-    if ((lrc = log_open(logdir, &lo, &c->log)) != LOG_OK) {
-        errf(errbuf, errlen, "opening log %s: %s", logdir, log_strerror(lrc));
-        goto out;
-    }
-    if (load_secret(c, errbuf, errlen) != 0)
-        goto out;
-    /* The filter's own secret, derived: the data dir's secret itself never leaves keyhash. */
-    keyhash_siphash128(c->secret, "ingestd filter", 14, fsecret);
-    if ((lrc = filter_new(&c->fspec, fsecret, &c->filter)) != FILTER_OK) {
-        errf(errbuf, errlen, "creating the filter: %s", filter_strerror(lrc));
-        goto out;
-    }
-    pthread_mutex_lock(&c->mu);
-    c->stats.filter_bits = filter_memory_bits(c->filter);
-    c->stats.filter_fpr = filter_asymptotic_fpr(c->filter);
-    pthread_mutex_unlock(&c->mu);
-    log_get_info(c->log, &li);
-    if ((lrc = log_reader_open(logdir, li.first_offset, &r)) != LOG_OK) {
-        errf(errbuf, errlen, "reading the log: %s", log_strerror(lrc));
-        goto out;
-    }
-    log_record_t rec;
-    uint64_t n = 0;
-    while ((lrc = log_reader_next(r, li.next_offset, &rec)) == LOG_OK) {
-        filter_insert_if_absent(c->filter, rec.key);
-        n++;
-    }
-    if (lrc != LOG_END) {
-        errf(errbuf, errlen, "reading the log at offset %llu: %s",
-             (unsigned long long)log_reader_position(r), log_strerror(lrc));
-        goto out;
-    }
-    pthread_mutex_lock(&c->mu);
-    c->stats.replayed_at_open += n;
-    pthread_mutex_unlock(&c->mu);
-    if ((lrc = log_sync(c->log)) != LOG_OK || fsutil_sync_dir(c->data_dir) != 0 ||
-        probe_write(logdir) != 0) {
-        errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
-        goto out;
-    }
-    c->discard = false;
-    rc = 0;
-out:
-    log_reader_close(r);
-    if (rc != 0)
-        close_storage(c);
-    free(logdir);
-    return rc;
-}
-
-/*
- * Opens store and log from what is on disk, exactly as at start: the log's
- * tail is recovered (never below LMDB's applied offset), then LMDB catches
- * up from the log, then one fdatasync proves the log can be made durable.
- * Used at start and to re-establish the durable state after a failure.
- */
-/*
- * Tells readers outside the process (`log cat`, `log groups`) how far the log
- * is acknowledged: LMDB's applied offset lags by up to a checkpoint. Fixed
- * width, rewritten in place, never fsynced: it is only ever written after the
- * log sync it reports, so whatever version of it survives a crash is at or
- * below the durable end of the log, and a start rewrites it.
- */
-static int format_acked(char buf[32], uint64_t offset)
-{
-    return snprintf(buf, 32, "%020llu\n", (unsigned long long)offset);
-}
-
-static void write_acked(commit_t *c, uint64_t offset)
-{
-    char buf[32];
-    if (c->acked_fd < 0)
-        return;
-    int n = format_acked(buf, offset);
-    if (pwrite(c->acked_fd, buf, (size_t)n, 0) != n) {
-        close(c->acked_fd); /* readers fall back to LMDB's applied offset */
-        c->acked_fd = -1;
-    }
-}
-
-static void open_acked(commit_t *c, const char *storedir, uint64_t offset)
-{
-    char *path = fsutil_join(storedir, ACKED_FILE);
-    c->acked_fd = path ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
-    if (c->acked_fd < 0)
-        notify(c, 1, "cannot write %s (%s): `log cat` will see records up to a second late",
-               path ? path : ACKED_FILE, strerror(errno));
-    free(path);
-    write_acked(c, offset);
-}
-
-/*
- * The writer's view of a freshly opened (and replayed) store: a snapshot of
- * it, nothing pending, the floor at its oldest entry.
- */
-static int open_view(commit_t *c, char *errbuf, size_t errlen)
-{
-    store_info_t si;
-    store_entry_t e;
-    bool found = false;
-    int rc = store_reader_open(c->store, &c->reader);
-    if (rc == STORE_OK)
-        rc = store_reader_info(c->reader, &si);
-    if (rc == STORE_OK)
-        rc = store_reader_first_from(c->reader, 0, &found, &e);
-    if (rc != STORE_OK) {
-        errf(errbuf, errlen, "reading the LMDB store: %s (%s)", store_strerror(rc),
-             store_detail(c->store));
-        return -1;
-    }
-    c->next_seq = c->snap_end = si.next_seq;
-    c->floor = c->handed_floor = found ? e.seq : si.next_seq;
-    c->live = si.keys;
-    c->cur = pending_new(si.next_seq);
-    c->spare = pending_new(si.next_seq);
-    if (!c->cur || !c->spare) {
-        errf(errbuf, errlen, "out of memory");
-        return -1;
-    }
-    c->cur_since_ms = now_ms(CLOCK_MONOTONIC);
-    c->ckpt_store_bytes = si.used_bytes; /* the checkpointer is idle while the view opens */
-    pthread_mutex_lock(&c->mu);
-    c->stats.store_map_size = si.map_size;
-    c->stats.store_used_bytes = si.used_bytes;
-    pthread_mutex_unlock(&c->mu);
-    return 0;
-}
-
-static int open_storage(commit_t *c, char *errbuf, size_t errlen)
-{
-    if (c->memory)
-        return open_memory(c, errbuf, errlen);
-
-    char *path = fsutil_join(c->data_dir, "store");
-    char *logdir = fsutil_join(c->data_dir, "log");
-    char *marker = path ? fsutil_join(path, UNSYNCED_MARKER) : NULL;
-    char *aside = NULL;
-    bool lazy = c->opts.store_sync == STORE_SYNC_NONE;
-    store_info_t si;
-    uint64_t replayed = 0, grows = 0;
-    int rc = -1, src, lrc;
-
-    if (!path || !logdir || !marker)
-        goto out;
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        errf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
-        goto out;
-    }
-    int crashed = unsynced_crash(c, marker, errbuf, errlen);
-    if (crashed < 0)
-        goto out;
-    if (crashed) {
-        notify(c, 1,
-               "the machine restarted while LMDB had unsynced commits (--store-sync lazy): "
-               "rebuilding the store from the log");
-        if (reset_store(c, path, logdir, &aside, errbuf, errlen) != 0)
-            goto out;
-        pthread_mutex_lock(&c->mu);
-        c->stats.rebuilt_at_open = true;
-        pthread_mutex_unlock(&c->mu);
-    } else {
-        store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
-        src = store_open(path, &so, &c->store);
-        if (src == STORE_VERSION) {
-            /* Written by another format version: the log is the truth, rebuild from it. */
-            notify(c, 1, "the LMDB store has another format version: rebuilding it from the log");
-            if (reset_store(c, path, logdir, &aside, errbuf, errlen) != 0)
-                goto out;
-            pthread_mutex_lock(&c->mu);
-            c->stats.rebuilt_at_open = true;
-            pthread_mutex_unlock(&c->mu);
-        } else if (src != STORE_OK) {
-            errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
-            goto out;
-        }
-    }
-    if (lazy) {
-        /* Before the first unsynced commit (the replay's): a machine crash from here on rebuilds.
-         */
-        char id[64];
-        if (boot_id(c, id, sizeof(id)) != 0 ||
-            fsutil_write_atomic(marker, id, strlen(id), 0644) != 0) {
-            errf(errbuf, errlen, "writing %s: %s", marker, strerror(errno));
-            goto out;
-        }
-    }
-    /* LMDB never syncs its directory: make the names of its files durable once. */
-    if (fsutil_sync_dir(path) != 0) {
-        errf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));
-        goto out;
-    }
-    src = store_get_info(c->store, &si);
-    if (src != STORE_OK) {
-        errf(errbuf, errlen, "reading LMDB store: %s (%s)", store_strerror(src),
-             store_detail(c->store));
-        goto out;
-    }
-    log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
-                        .durable_offset = si.applied,
-                        .discard = c->discard,
-                        .discard_from = c->discard_from};
-    lrc = log_open(logdir, &lo, &c->log);
-    if (lrc != LOG_OK) {
-        errf(errbuf, errlen, "opening log %s: %s%s", logdir, log_strerror(lrc),
-             lrc == LOG_CORRUPT ? " (run `ingestd check` for details)" : "");
-        goto out;
-    }
-    if (load_secret(c, errbuf, errlen) != 0)
-        goto out;
-    rc = replay(c, logdir, &replayed, &grows, errbuf, errlen);
-    pthread_mutex_lock(&c->mu);
-    c->stats.replayed_at_open += replayed;
-    c->stats.map_grows += grows;
-    pthread_mutex_unlock(&c->mu);
-    if (rc != 0)
-        goto out;
-    rc = -1;
-    lrc = log_sync(c->log);
-    if (lrc != LOG_OK) {
-        errf(errbuf, errlen, "syncing log %s: %s (%s)", logdir, log_strerror(lrc),
-             strerror(log_errno(c->log)));
-        goto out;
-    }
-    /* The names of store/ and log/ themselves live in the data dir. */
-    if (fsutil_sync_dir(c->data_dir) != 0 || probe_write(logdir) != 0) {
-        errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
-        goto out;
-    }
-    {
-        log_info_t li;
-        log_get_info(c->log, &li);
-        open_acked(c, path, li.next_offset); /* the replay applied all of it */
-    }
-    /* A marker left by a lazy run in this boot: once LMDB is synced, it is no longer needed. */
-    if (!lazy && !crashed && access(marker, F_OK) == 0 && store_flush(c->store) == STORE_OK &&
-        unlink(marker) == 0)
-        fsutil_sync_dir(path);
-    if (aside && fsutil_rm_tree(aside) != 0)
-        notify(c, 1, "could not remove %s: %s", aside, strerror(errno));
-    if (open_view(c, errbuf, errlen) != 0)
-        goto out;
-    c->discard = false;
-    rc = 0;
-out:
-    if (rc != 0)
-        close_storage(c);
-    free(aside);
-    free(marker);
-    free(path);
-    free(logdir);
-    return rc;
-}
-
-static int view_oldest(commit_t *c, store_entry_t *e, bool *found);
-
-static void refresh_stats(commit_t *c)
+void commit_refresh_stats(commit_t *c)
 {
     log_info_t li = {0};
-    store_entry_t oldest;
-    bool have = false;
-    bool view = c->reader && c->log && !c->failed;
-    if (view && view_oldest(c, &oldest, &have) != STORE_OK)
-        have = false;
-    if (c->log)
+    commit_window_t w = {0};
+    if (c->log) {
         log_get_info(c->log, &li);
-    pthread_mutex_lock(&c->mu);
-    if (view) {
-        /* The writer's view: exact after every batch, LMDB or not yet. */
-        c->stats.keys = c->live;
-        c->stats.committed_offset = li.synced_offset;
-        c->stats.window_first_offset = have ? oldest.offset : li.synced_offset;
-        c->stats.oldest_received_ms = have ? oldest.received_ms : 0;
+        c->mode->window(c, &li, &w);
     }
-    if (c->filter && c->log) {
-        /* No LMDB: what the log holds durably is what was acknowledged. */
-        c->stats.committed_offset = li.synced_offset;
-        c->stats.window_first_offset = li.first_offset;
+    pthread_mutex_lock(&c->mu);
+    if (w.have_keys) {
+        c->stats.keys = w.keys;
+        c->stats.oldest_received_ms = w.oldest_received_ms;
+    }
+    if (w.have_offsets) {
+        c->stats.committed_offset = w.committed_offset;
+        c->stats.window_first_offset = w.window_first_offset;
     }
     if (c->log) {
         c->stats.log_first_offset = li.first_offset;
@@ -818,685 +90,14 @@ static void refresh_stats(commit_t *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Waits for the checkpointer's job to end, cancelling what is left of it, and drops it. */
-static void settle_job(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    if (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING) {
-        c->job.cancel = true;
-        while (c->job.state != JOB_DONE)
-            pthread_cond_wait(&c->cv, &c->mu);
-    }
-    c->job.state = JOB_IDLE;
-    c->job.cancel = false;
-    pthread_mutex_unlock(&c->mu);
-}
-
-/*
- * Closes and re-opens store and log from disk (after a failure, a failed
- * fsync above all: what the page cache holds then cannot be trusted). The
- * replay puts every batch acknowledged since the last checkpoint into LMDB,
- * so the pending keys are dropped with the old view.
- * `grow_map`: the failure was a full map, open with twice the size.
- * Returns true when storage is usable again.
- */
-static bool recover(commit_t *c, bool grow_map)
-{
-    char err[512];
-    bool was_failed = c->failed;
-
-    settle_job(c);
-    c->last_recover_ms = now_ms(CLOCK_MONOTONIC);
-    pthread_mutex_lock(&c->mu);
-    uint64_t map = c->stats.store_map_size;
-    pthread_mutex_unlock(&c->mu);
-    if (map > c->opts.map_size)
-        c->opts.map_size = map; /* keep the growth already done */
-    if (grow_map)
-        c->opts.map_size = (c->opts.map_size ? c->opts.map_size : 1ull << 30) * 2;
-    if (c->log) {
-        /* Trust nothing past the last successful sync, whatever the page cache shows. */
-        log_info_t li;
-        log_get_info(c->log, &li);
-        c->discard = true;
-        c->discard_from = li.synced_offset;
-    }
-    close_storage(c);
-    if (open_storage(c, err, sizeof(err)) != 0) {
-        if (!was_failed)
-            notify(c, 0, "storage unavailable, answering 503 and retrying every second: %s", err);
-        c->failed = true;
-        return false;
-    }
-    c->failed = false;
-    pthread_mutex_lock(&c->mu);
-    c->stats.recoveries++;
-    if (grow_map)
-        c->stats.map_grows++;
-    pthread_mutex_unlock(&c->mu);
-    log_info_t li;
-    log_get_info(c->log, &li);
-    notify(c, 2, "storage re-established from disk (log next offset %llu)",
-           (unsigned long long)li.next_offset);
-    return true;
-}
-
-/* Result of applying one batch. */
-typedef struct {
-    uint64_t accepted, duplicates, evicted_age, evicted_size;
-    double fsync_ms;
-    bool synced;
-} batch_out_t;
-
-enum apply_result {
-    APPLY_OK,
-    APPLY_FAILED, /* nothing of the batch is durable */
-};
-
-static int ensure_recs(commit_t *c, size_t n)
-{
-    if (n <= c->recs_cap)
-        return 0;
-    size_t cap = c->recs_cap ? c->recs_cap : 1024;
-    while (cap < n)
-        cap *= 2;
-    log_record_t *nr = realloc(c->recs, cap * sizeof(*nr));
-    if (!nr)
-        return -1;
-    c->recs = nr;
-    c->recs_cap = cap;
-    return 0;
-}
-
-/* Marks `ev` accepted at log offset `off` and stages its log record. */
-static void take_event(commit_t *c, commit_event_t *ev, uint64_t off, size_t *nrec)
-{
-    log_record_t *lr = &c->recs[(*nrec)++];
-    ev->result = COMMIT_ACCEPTED;
-    ev->offset = off;
-    lr->received_ms = ev->received_ms;
-    memcpy(lr->key, ev->key, KEYHASH_LEN);
-    lr->data = ev->data;
-    lr->len = ev->len;
-}
-
-/* Appends the staged records and fdatasyncs them, timing the sync. Returns a log status. */
-static int write_log(commit_t *c, size_t nrec, batch_out_t *bo)
-{
-    int lrc = log_append(c->log, c->recs, nrec);
-    if (lrc == LOG_OK) {
-        double t0 = now_msf();
-        lrc = log_sync(c->log);
-        bo->fsync_ms = now_msf() - t0;
-        bo->synced = true;
-    }
-    return lrc;
-}
-
-/*
- * Memory mode's batch: the filter answers each key (and records it), the
- * accepted events go to the log in one append and one fsync. On failure the
- * log is rolled back and recovery rebuilds the filter from the log.
- */
-static int apply_memory(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo)
-{
-    log_info_t li;
-    size_t nrec = 0;
-
-    memset(bo, 0, sizeof(*bo));
-    if (ensure_recs(c, nevents) != 0)
-        return APPLY_FAILED;
-    log_get_info(c->log, &li);
-    for (commit_req_t *q = batch; q; q = q->next) {
-        for (size_t i = 0; i < q->n; i++) {
-            commit_event_t *ev = &q->events[i];
-            if (filter_insert_if_absent(c->filter, ev->key) == FILTER_DUPLICATE) {
-                ev->result = COMMIT_DUPLICATE;
-                bo->duplicates++;
-                continue;
-            }
-            take_event(c, ev, li.next_offset + nrec, &nrec);
-        }
-    }
-    if (nrec > 0 && write_log(c, nrec, bo) != LOG_OK) {
-        log_rollback(c->log);
-        return APPLY_FAILED;
-    }
-    bo->accepted = nrec;
-    return APPLY_OK;
-}
-
-/* ---- the writer's view of the window (LMDB mode) ---- */
-
-/*
- * *dup when `key` is in the window. The newest generation that has the key
- * decides (a key accepted again after it left the window has a newer
- * sequence there); the snapshot only when no generation has it.
- */
-static int view_contains(commit_t *c, const uint8_t key[KEYHASH_LEN], bool *dup)
-{
-    const store_entry_t *it = pending_find(c->cur, key);
-    if (!it && c->flight)
-        it = pending_find(c->flight, key);
-    if (it) {
-        *dup = it->seq >= c->floor;
-        return STORE_OK;
-    }
-    uint64_t seq = 0;
-    bool present = false;
-    int rc = store_reader_find(c->reader, key, &present, &seq);
-    *dup = rc == STORE_OK && present && seq >= c->floor;
-    return rc;
-}
-
-/* The oldest key in the window (the entry at or after the floor): *found, and *e. */
-static int view_oldest(commit_t *c, store_entry_t *e, bool *found)
-{
-    uint64_t from = c->floor;
-    *found = false;
-    if (from < c->snap_end) {
-        int rc = store_reader_first_from(c->reader, from, found, e);
-        if (rc != STORE_OK || (*found && e->seq < c->snap_end))
-            return rc;
-        *found = false;
-        from = c->snap_end;
-    }
-    /* Past the snapshot every sequence up to next_seq is a pending item. */
-    const store_entry_t *it = c->flight ? pending_at_seq(c->flight, from) : NULL;
-    if (!it)
-        it = pending_at_seq(c->cur, from);
-    if (it) {
-        e->seq = it->seq;
-        memcpy(e->key, it->key, KEYHASH_LEN);
-        e->received_ms = it->received_ms;
-        e->offset = it->offset;
-        *found = true;
-    }
-    return STORE_OK;
-}
-
-/*
- * Ages keys out of the view, oldest first, in at most `max_steps`: while the
- * oldest was received before `older_than_ms`, or more than `max_keys` remain
- * (0: no size bound). Only the floor moves; the checkpointer deletes them.
- */
-static int view_evict(commit_t *c, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
-                      uint64_t *evicted_age, uint64_t *evicted_size)
-{
-    for (size_t step = 0; step < max_steps; step++) {
-        store_entry_t e;
-        bool found;
-        int rc = view_oldest(c, &e, &found);
-        if (rc != STORE_OK)
-            return rc;
-        if (!found)
-            break;
-        bool by_age = e.received_ms < older_than_ms;
-        if (!by_age && !(max_keys > 0 && c->live > max_keys))
-            break;
-        c->floor = e.seq + 1;
-        c->live--;
-        (*(by_age ? evicted_age : evicted_size))++;
-    }
-    return STORE_OK;
-}
-
-/*
- * One batch: each key is looked up in the view and, when new, added to the
- * pending generation; the new records go to the log in one append and one
- * fsync, and the batch is acknowledged. LMDB is not written here: the
- * checkpointer does that later, in the background. On failure the log is
- * rolled back and the caller recovers, which rebuilds the view from disk.
- */
-static int apply_batch(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
-                       int *store_rc)
-{
-    log_info_t li;
-    int64_t now = now_ms(CLOCK_REALTIME);
-    size_t nrec = 0;
-    bool dup;
-    int rc;
-
-    memset(bo, 0, sizeof(*bo));
-    *store_rc = STORE_OK;
-    if (ensure_recs(c, nevents) != 0)
-        return APPLY_FAILED;
-    log_get_info(c->log, &li);
-    size_t steps = nevents * 2 > MIN_EVICT_STEPS ? nevents * 2 : MIN_EVICT_STEPS;
-    /* Age out first, so a key past the window is accepted again rather than dropped. */
-    rc = view_evict(c, now - c->opts.window_ms, 0, steps, &bo->evicted_age, &bo->evicted_size);
-    for (commit_req_t *q = batch; rc == STORE_OK && q; q = q->next) {
-        for (size_t i = 0; rc == STORE_OK && i < q->n; i++) {
-            commit_event_t *ev = &q->events[i];
-            uint64_t off = li.next_offset + nrec, seq;
-            rc = view_contains(c, ev->key, &dup);
-            if (rc != STORE_OK)
-                break;
-            if (dup) {
-                ev->result = COMMIT_DUPLICATE;
-                bo->duplicates++;
-                continue;
-            }
-            if (pending_add(c->cur, ev->key, ev->received_ms, off, &seq) != 0) {
-                rc = STORE_NOMEM;
-                break;
-            }
-            c->next_seq = seq + 1;
-            c->live++;
-            take_event(c, ev, off, &nrec);
-        }
-    }
-    /* The size bound after inserting, so it holds when the batch is acknowledged. */
-    if (rc == STORE_OK && c->opts.max_keys > 0)
-        rc = view_evict(c, INT64_MIN, c->opts.max_keys, steps, &bo->evicted_age, &bo->evicted_size);
-    if (rc != STORE_OK) {
-        *store_rc = rc;
-        return APPLY_FAILED;
-    }
-    if (nrec > 0 && write_log(c, nrec, bo) != LOG_OK) {
-        log_rollback(c->log); /* a failure here leaves the log failed: recovery reopens */
-        return APPLY_FAILED;
-    }
-    bo->accepted = nrec;
-    return APPLY_OK;
-}
-
-/* ---- the checkpointer ---- */
-
-#define JOB_CANCELLED 1 /* run_job's result when settle_job stopped it (not a store status) */
-
-static bool job_cancelled(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    bool stop = c->job.cancel;
-    pthread_mutex_unlock(&c->mu);
-    return stop;
-}
-
-/* One LMDB transaction of a checkpoint; counts it for the writer (see take_commits). */
-static int ckpt_commit(commit_t *c, int rc)
-{
-    if (rc == STORE_OK)
-        rc = store_commit(c->store);
-    else
-        store_abort(c->store);
-    if (rc == STORE_OK) {
-        pthread_mutex_lock(&c->mu);
-        c->job.commits++; /* the writer may move its snapshot on */
-        pthread_mutex_unlock(&c->mu);
-    }
-    return rc;
-}
-
-/* The first 32 bits of a key: the order store_key_order sorts by. */
-static uint32_t key_bits(const store_entry_t *e)
-{
-    return (uint32_t)e->key[0] << 24 | (uint32_t)e->key[1] << 16 | (uint32_t)e->key[2] << 8 |
-           e->key[3];
-}
-
-/*
- * Writes a generation into LMDB. First its keys and the keys it evicts (the
- * oldest sequences below the floor, up to the generation's size or
- * EVICT_READ_MIN), merged in key order, OPS_PER_TXN puts and deletions per
- * transaction: each transaction covers its own slice of the key space, so it
- * writes (and syncs) only the pages of that slice, and no page twice over
- * the whole checkpoint. A checkpoint is thus many small syncs, not one of the
- * whole tree, and the log's fsyncs never queue behind more than one of them.
- * Then one transaction with the sequence entries, the cut of the evicted
- * ones, any further deletions below the floor (`ckpt_chunk` at most, halved
- * whenever LMDB runs out of dirty pages) and the applied offset; then
- * transactions of deletions only, until none is left below the floor. A
- * crash before the applied offset is written replays the whole generation
- * from the log, which numbers it the same way; the evictions it had begun
- * are finished first (store_mark_evicting, finish_evictions).
- */
-static int run_job(commit_t *c, const ckpt_job_t *j)
-{
-    const store_entry_t *items = pending_items(j->gen);
-    size_t n = pending_count(j->gen), ng = 0;
-    size_t gmax = n > EVICT_READ_MIN ? n : EVICT_READ_MIN;
-    store_entry_t *gone = malloc(gmax * sizeof(*gone));
-    uint32_t *order = malloc((n + gmax) * sizeof(*order)), *gorder = order ? order + n : NULL;
-    uint64_t cut_below = 0, deleted = 0;
-    int rc = gone && order ? STORE_OK : STORE_NOMEM;
-
-    if (rc == STORE_OK)
-        rc = store_read_front(c->store, j->floor, gone, gmax, &ng);
-    if (rc == STORE_OK && n > 0)
-        rc = store_key_order(items, n, order);
-    if (rc == STORE_OK && ng > 0) {
-        rc = store_key_order(gone, ng, gorder);
-        cut_below = gone[ng - 1].seq + 1;
-    }
-    for (size_t ip = 0, ig = 0; rc == STORE_OK && (ip < n || ig < ng);) {
-        if (job_cancelled(c)) {
-            rc = JOB_CANCELLED;
-            break;
-        }
-        size_t mp = 0, mg = 0; /* this slice: puts and deletions, merged in key order */
-        while (mp + mg < OPS_PER_TXN && (ip + mp < n || ig + mg < ng)) {
-            if (ig + mg == ng || (ip + mp < n && key_bits(&items[order[ip + mp]]) <=
-                                                     key_bits(&gone[gorder[ig + mg]])))
-                mp++;
-            else
-                mg++;
-        }
-        rc = store_begin(c->store);
-        if (rc == STORE_OK && ig == 0 && mg > 0)
-            rc = store_mark_evicting(c->store, cut_below);
-        if (rc == STORE_OK)
-            rc = store_put_keys(c->store, items, order + ip, mp);
-        if (rc == STORE_OK)
-            rc = store_delete_keys(c->store, gone, gorder + ig, mg, &deleted);
-        rc = ckpt_commit(c, rc);
-        ip += mp;
-        ig += mg;
-    }
-    free(order);
-    free(gone);
-
-    bool first = true, evicting = true;
-    while (rc == STORE_OK && (first || evicting)) {
-        if (job_cancelled(c))
-            return JOB_CANCELLED;
-        size_t chunk = c->ckpt_chunk;
-        if (c->ckpt_store_bytes > DIRTY_MAX_BYTES && chunk > CHUNK_BIG_WINDOW)
-            chunk = CHUNK_BIG_WINDOW;
-        uint64_t evicted = 0, cut = 0;
-        rc = store_begin(c->store);
-        if (rc == STORE_OK && first)
-            rc = store_append_seq(c->store, items, n);
-        if (rc == STORE_OK && first && cut_below > 0)
-            rc = store_cut_front(c->store, cut_below, &cut);
-        if (rc == STORE_OK)
-            rc = store_evict_below(c->store, j->floor, chunk, &evicted);
-        if (rc == STORE_OK && first)
-            rc = store_set_applied(c->store, j->applied);
-        rc = ckpt_commit(c, rc);
-        if (rc == STORE_TXN_FULL && chunk > CHUNK_MIN) {
-            c->ckpt_chunk = chunk / 2; /* redo it with fewer deletions */
-            rc = STORE_OK;
-            continue;
-        }
-        first = false;
-        evicting = evicted == chunk;
-        if (rc == STORE_OK && evicting && chunk < CHUNK_MAX)
-            c->ckpt_chunk = chunk * 2;
-    }
-    return rc;
-}
-
-/*
- * The checkpointer thread: runs the jobs the writer hands it, one at a time,
- * and reports each back (JOB_DONE, signalling cv). It never touches the log,
- * the view or the queue; the writer never writes LMDB while a job runs.
- */
-static void *checkpointer(void *arg)
-{
-    commit_t *c = arg;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        while (c->job.state != JOB_QUEUED && !c->job.quit)
-            pthread_cond_wait(&c->ckpt_cv, &c->mu);
-        if (c->job.state != JOB_QUEUED)
-            break;
-        c->job.state = JOB_RUNNING;
-        ckpt_job_t j = c->job;
-        pthread_mutex_unlock(&c->mu);
-
-        double t0 = now_msf();
-        int rc = run_job(c, &j);
-        double ms = now_msf() - t0;
-        store_info_t si;
-        bool info = rc == STORE_OK && store_get_info(c->store, &si) == STORE_OK;
-
-        pthread_mutex_lock(&c->mu);
-        if (rc == STORE_OK) {
-            c->stats.checkpoints++;
-            c->stats.checkpoint_ms_last = ms;
-            c->stats.checkpoint_ms_total += ms;
-            if (ms > c->stats.checkpoint_ms_max)
-                c->stats.checkpoint_ms_max = ms;
-        } else if (rc != JOB_CANCELLED) {
-            c->stats.checkpoint_failures++;
-        }
-        if (info) {
-            c->ckpt_store_bytes = si.used_bytes;
-            c->stats.store_map_size = si.map_size;
-            c->stats.store_used_bytes = si.used_bytes;
-        }
-        c->job.status = rc;
-        c->job.state = JOB_DONE;
-        pthread_cond_broadcast(&c->cv);
-    }
-    pthread_mutex_unlock(&c->mu);
-    return NULL;
-}
-
-/*
- * Takes a finished job's result. Written: the snapshot moves on to include
- * it, and its generation is no longer needed. Failed: every batch in it is
- * durable in the log and acknowledged, so the failure costs no request:
- * storage is re-opened from disk, which replays them.
- */
-static void finish_job(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    int status = c->job.status;
-    c->job.state = JOB_IDLE;
-    pthread_mutex_unlock(&c->mu);
-    if (status == STORE_OK) {
-        store_info_t si;
-        status = store_reader_refresh(c->reader);
-        if (status == STORE_OK)
-            status = store_reader_info(c->reader, &si);
-        /* The checkpoint must have numbered its keys exactly as the view did. */
-        if (status == STORE_OK && si.next_seq != pending_end(c->flight))
-            status = STORE_CORRUPT;
-        if (status == STORE_OK) {
-            c->snap_end = si.next_seq;
-            c->spare = c->flight;
-            c->flight = NULL;
-            return;
-        }
-    }
-    notify(c, 1, "LMDB checkpoint failed: %s (%s); re-establishing storage from the log",
-           store_strerror(status), store_detail(c->store));
-    recover(c, status == STORE_FULL);
-    refresh_stats(c);
-}
-
-/*
- * Doubles LMDB's map once the store fills half of it. A checkpoint that finds
- * the map full fails, and storage is then re-established from the log, which
- * stalls the writer for a second or more; growing ahead costs only address
- * space. Only while the checkpointer is idle: the writer's snapshot is then
- * the one transaction open.
- */
-static void grow_ahead(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    uint64_t used = c->stats.store_used_bytes, map = c->stats.store_map_size;
-    pthread_mutex_unlock(&c->mu);
-    if (map == 0 || used <= map / 2)
-        return;
-    store_info_t si;
-    if (store_reader_grow(c->reader) != STORE_OK || store_reader_info(c->reader, &si) != STORE_OK) {
-        notify(c, 1, "growing the LMDB map failed: %s; re-establishing storage",
-               store_detail(c->store));
-        recover(c, true);
-        return;
-    }
-    pthread_mutex_lock(&c->mu);
-    c->stats.map_grows++;
-    c->stats.store_map_size = si.map_size;
-    pthread_mutex_unlock(&c->mu);
-    notify(c, 2, "LMDB map grown to %llu MiB (the store uses %llu MiB)",
-           (unsigned long long)(si.map_size >> 20), (unsigned long long)(used >> 20));
-}
-
-/*
- * Hands the pending generation to the checkpointer when it is idle and a
- * checkpoint is due (or `force`), taking a finished job's result first.
- */
-static void hand_off(commit_t *c, bool force)
-{
-    pthread_mutex_lock(&c->mu);
-    int state = c->job.state;
-    uint64_t commits = c->job.commits;
-    pthread_mutex_unlock(&c->mu);
-    if (state == JOB_RUNNING && commits != c->seen_commits && c->reader) {
-        /*
-         * A job of several transactions: move the snapshot on after each, so it pins no
-         * pages the next one could reuse (else a big window's file grows by every
-         * transaction's copy-on-write). The flight is still consulted first and agrees
-         * with the snapshot on every key the snapshot now has; snap_end stays at its base.
-         */
-        c->seen_commits = commits;
-        if (store_reader_refresh(c->reader) != STORE_OK) {
-            notify(c, 1, "refreshing the LMDB snapshot failed: %s; re-establishing storage",
-                   store_detail(c->store));
-            recover(c, false);
-            refresh_stats(c);
-            return;
-        }
-    }
-    if (state == JOB_DONE) {
-        finish_job(c);
-        state = JOB_IDLE;
-    }
-    if (state != JOB_IDLE || !c->reader || c->failed)
-        return;
-    grow_ahead(c);
-    if (!c->reader || c->failed)
-        return;
-    size_t n = pending_count(c->cur);
-    if (n == 0 && c->floor == c->handed_floor)
-        return;
-    int64_t t = now_ms(CLOCK_MONOTONIC);
-    if (!force && n < CHECKPOINT_EVENTS && t - c->cur_since_ms < CHECKPOINT_MS)
-        return;
-    log_info_t li;
-    log_get_info(c->log, &li);
-    pending_reset(c->spare, pending_end(c->cur));
-    c->flight = c->cur;
-    c->cur = c->spare;
-    c->spare = NULL;
-    c->handed_floor = c->floor;
-    c->cur_since_ms = t;
-    pthread_mutex_lock(&c->mu);
-    c->job.state = JOB_QUEUED;
-    c->job.gen = c->flight;
-    c->job.floor = c->floor;
-    c->job.applied = li.synced_offset;
-    pthread_cond_signal(&c->ckpt_cv);
-    pthread_mutex_unlock(&c->mu);
-}
-
-/* Waits until the checkpointer is idle or done, and takes its result. */
-static void wait_checkpoint(commit_t *c)
-{
-    pthread_mutex_lock(&c->mu);
-    while (c->job.state == JOB_QUEUED || c->job.state == JOB_RUNNING)
-        pthread_cond_wait(&c->cv, &c->mu);
-    bool done = c->job.state == JOB_DONE;
-    pthread_mutex_unlock(&c->mu);
-    if (done)
-        finish_job(c);
-}
-
-/*
- * The size bound evicted keys the age bound would still have kept: the window
- * is shorter than configured. Operators must hear it (at most once a minute),
- * not only see it in /stats.
- */
-static void warn_short_window(commit_t *c, uint64_t evicted, int64_t oldest_ms)
-{
-    int64_t t = now_ms(CLOCK_MONOTONIC);
-    if (c->last_short_window_ms != 0 && t - c->last_short_window_ms < SHORT_WINDOW_WARN_MS)
-        return;
-    c->last_short_window_ms = t;
-    int64_t effective = oldest_ms > 0 ? now_ms(CLOCK_REALTIME) - oldest_ms : 0;
-    notify(c, 1,
-           "--max-keys %llu evicted %llu keys younger than --window: the effective window is "
-           "%llds, not %llds; raise --max-keys or expect retries older than that to be "
-           "accepted again",
-           (unsigned long long)c->opts.max_keys, (unsigned long long)evicted,
-           (long long)(effective / 1000), (long long)(c->opts.window_ms / 1000));
-}
-
-static void process(commit_t *c, commit_req_t *batch, size_t nevents, size_t nreqs)
-{
-    batch_out_t bo = {0};
-    int status = COMMIT_UNAVAILABLE, store_rc = STORE_OK;
-
-    if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
-        recover(c, false);
-    if (!c->failed) {
-        int ar = c->filter ? apply_memory(c, batch, nevents, &bo)
-                           : apply_batch(c, batch, nevents, &bo, &store_rc);
-        if (ar == APPLY_OK) {
-            status = COMMIT_OK;
-        } else {
-            notify(c, 0, "group commit of %zu events failed: %s; re-establishing storage", nevents,
-                   store_rc != STORE_OK ? store_strerror(store_rc)
-                                        : strerror(c->log ? log_errno(c->log) : EIO));
-            recover(c, false);
-        }
-    }
-    refresh_stats(c);
-    if (status == COMMIT_OK && !c->filter) {
-        pthread_mutex_lock(&c->mu);
-        uint64_t acked = c->stats.committed_offset;
-        pthread_mutex_unlock(&c->mu);
-        write_acked(c, acked);
-    }
-    pthread_mutex_lock(&c->mu);
-    c->stats.batches++;
-    if (status != COMMIT_OK)
-        c->stats.failures++;
-    if (status == COMMIT_OK) {
-        c->stats.accepted += bo.accepted;
-        c->stats.duplicates += bo.duplicates;
-        c->stats.batch_events += nevents;
-        c->stats.last_batch_events = nevents;
-        c->stats.last_batch_requests = nreqs;
-        if (nevents > c->stats.max_batch_events)
-            c->stats.max_batch_events = nevents;
-        histogram_observe(c->opts.batch_events, (double)nevents);
-        c->stats.evicted_age += bo.evicted_age;
-        c->stats.evicted_size += bo.evicted_size;
-        if (bo.synced) {
-            c->stats.fsyncs++;
-            c->stats.fsync_ms_last = bo.fsync_ms;
-            c->stats.fsync_ms_total += bo.fsync_ms;
-            if (bo.fsync_ms > c->stats.fsync_ms_max)
-                c->stats.fsync_ms_max = bo.fsync_ms;
-            histogram_observe(c->opts.fsync_seconds, bo.fsync_ms / 1000.0);
-        }
-    }
-    int64_t oldest_ms = c->stats.oldest_received_ms;
-    pthread_mutex_unlock(&c->mu);
-    if (status == COMMIT_OK && bo.evicted_size > 0)
-        warn_short_window(c, bo.evicted_size, oldest_ms);
-
-    for (commit_req_t *q = batch, *next; q; q = next) {
-        next = q->next; /* done() may free q */
-        q->next = NULL;
-        q->status = status;
-        q->done(q, q->arg);
-    }
-}
-
 /*
  * Calls the watches whose offset the committed offset has passed, or whose
  * deadline is reached (every one when `all`). Called with mu held; releases
  * it around the callbacks.
  */
-static void fire_watches(commit_t *c, bool all)
+void commit_watch_fire(commit_t *c, bool all)
 {
-    int64_t now = now_ms(CLOCK_MONOTONIC);
+    int64_t now = commit_now_ms(CLOCK_MONOTONIC);
     watch_t *fire = NULL, **pp = &c->watches;
     while (*pp) {
         watch_t *w = *pp;
@@ -1520,175 +121,13 @@ static void fire_watches(commit_t *c, bool all)
     pthread_mutex_lock(&c->mu);
 }
 
-/*
- * Retention, at most once a second: deletes closed segments past the age or
- * size bound, and warns when they held records still inside the dedupe
- * window (their keys are still remembered, but `rebuild` could not restore
- * them).
- */
-static void maybe_retain(commit_t *c)
+/* A commit_t with its defaults, lock and condition variables; NULL without memory. */
+static commit_t *open_alloc(const commit_options_t *opts)
 {
-    log_retain_result_t res;
-    if (!c->log || (c->opts.log_retention_ms <= 0 && c->opts.log_max_bytes == 0))
-        return;
-    int64_t t = now_ms(CLOCK_MONOTONIC);
-    if (t - c->last_retain_ms < RETAIN_EVERY_MS)
-        return;
-    c->last_retain_ms = t;
-    int rc = log_retain(c->log, now_ms(CLOCK_REALTIME), c->opts.log_retention_ms,
-                        c->opts.log_max_bytes, &res);
-    if (rc != LOG_OK)
-        notify(c, 1, "log retention: %s (%s)", log_strerror(rc), strerror(log_errno(c->log)));
-    if (res.segments == 0)
-        return;
-    pthread_mutex_lock(&c->mu);
-    /* Of the records deleted now, [first_offset - records, first_offset), those at or past
-     * the window's oldest key. */
-    uint64_t wfirst = c->stats.window_first_offset;
-    uint64_t from = res.first_offset - res.records;
-    if (wfirst > from)
-        from = wfirst;
-    uint64_t in_window = res.first_offset > from ? res.first_offset - from : 0;
-    c->stats.retention_segments += res.segments;
-    c->stats.retention_records += res.records;
-    c->stats.retention_window_records += in_window;
-    pthread_mutex_unlock(&c->mu);
-    notify(c, 2,
-           "log retention deleted %llu segments (%llu records, %llu bytes); the log now starts at "
-           "offset %llu",
-           (unsigned long long)res.segments, (unsigned long long)res.records,
-           (unsigned long long)res.bytes, (unsigned long long)res.first_offset);
-    if (in_window > 0)
-        notify(c, 1,
-               "log retention deleted %llu records still inside the dedupe window (offsets %llu.."
-               "%llu): their keys are remembered, but `ingestd rebuild` could no longer restore "
-               "them; raise --log-retention / --log-max-bytes or shorten --window",
-               (unsigned long long)in_window, (unsigned long long)from,
-               (unsigned long long)res.first_offset - 1);
-    refresh_stats(c);
-}
-
-/* What the writer does between batches and while idle. */
-static void housekeeping(commit_t *c)
-{
-    if (c->failed && now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
-        recover(c, false);
-        refresh_stats(c);
-    }
-    hand_off(c, false); /* rate-limited inside */
-    maybe_retain(c);    /* rate-limited inside */
-}
-
-/* Called with mu held; returns with it held when there is work or the writer is closing. */
-static void wait_for_work(commit_t *c)
-{
-    while (!c->head && !c->closing) {
-        fire_watches(c, false);
-        if (c->head || c->closing)
-            break;
-        /*
-         * Sleep until work, a finished checkpoint, the next watch deadline,
-         * (storage failed) the next retry, (keys pending) the next checkpoint,
-         * or (a retention bound is set) the next retention pass: age-bound
-         * retention must run while no events arrive too.
-         */
-        int64_t wake = INT64_MAX;
-        if (c->failed)
-            wake = c->last_recover_ms + RECOVER_EVERY_MS;
-        else if (c->opts.log_retention_ms > 0 || c->opts.log_max_bytes > 0)
-            wake = c->last_retain_ms + RETAIN_EVERY_MS;
-        if (c->reader && c->job.state == JOB_IDLE &&
-            (pending_count(c->cur) > 0 || c->floor != c->handed_floor) &&
-            c->cur_since_ms + CHECKPOINT_MS < wake)
-            wake = c->cur_since_ms + CHECKPOINT_MS; /* an idle server checkpoints too */
-        for (watch_t *w = c->watches; w; w = w->next)
-            if (w->deadline_ms < wake)
-                wake = w->deadline_ms;
-        if (c->job.state != JOB_DONE) {
-            if (wake == INT64_MAX) {
-                pthread_cond_wait(&c->cv, &c->mu);
-            } else {
-                struct timespec ts = {.tv_sec = wake / 1000, .tv_nsec = (wake % 1000) * 1000000};
-                pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-            }
-        }
-        if (!c->head && !c->closing) {
-            pthread_mutex_unlock(&c->mu);
-            housekeeping(c);
-            pthread_mutex_lock(&c->mu);
-        }
-    }
-}
-
-static void *writer(void *arg)
-{
-    commit_t *c = arg;
-    pthread_mutex_lock(&c->mu);
-    for (;;) {
-        wait_for_work(c);
-        if (!c->head)
-            break;
-        /* Take every waiting request, up to the batch cap (at least one). */
-        commit_req_t *batch = c->head, *last = c->head;
-        size_t nevents = last->n, nreqs = 1;
-        uint64_t nbytes = last->bytes;
-        while (last->next && nevents + last->next->n <= c->opts.max_batch_events) {
-            last = last->next;
-            nevents += last->n;
-            nbytes += last->bytes;
-            nreqs++;
-        }
-        c->head = last->next;
-        if (!c->head)
-            c->tail = NULL;
-        last->next = NULL;
-        c->queue_events -= nevents;
-        pthread_mutex_unlock(&c->mu);
-
-        if (c->cur && pending_count(c->cur) >= PENDING_MAX) {
-            /* The checkpointer is behind: let it catch up before more keys pile up. */
-            wait_checkpoint(c);
-            hand_off(c, true);
-        }
-        process(c, batch, nevents, nreqs);
-        /* Only now, with every request of the batch answered (and its memory freed by its
-         * submitter), do its bytes stop counting against the bound. */
-        atomic_fetch_sub_explicit(&c->queue_bytes, nbytes, memory_order_relaxed);
-        housekeeping(c);
-
-        int64_t t = now_ms(CLOCK_MONOTONIC);
-        if (c->store && t - c->last_reader_check > READER_CHECK_MS) {
-            /* Readers in processes that died (e.g. a killed `log cat`) would pin old pages. */
-            int cleared;
-            store_reader_check(c->store, &cleared);
-            c->last_reader_check = t;
-        }
-        pthread_mutex_lock(&c->mu);
-        fire_watches(c, false);
-    }
-    fire_watches(c, true); /* closing: every long-poll answers now */
-    pthread_mutex_unlock(&c->mu);
-    /* A clean stop leaves nothing to replay: the job under way, then the rest. */
-    wait_checkpoint(c);
-    hand_off(c, true);
-    wait_checkpoint(c);
-    return NULL;
-}
-
-int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size_t errlen)
-{
-    commit_t *c = NULL;
-    char *path = NULL;
-    int rc = COMMIT_OPEN_FAILED;
-
-    *out = NULL;
-    if (!opts || !opts->data_dir || opts->window_ms <= 0) {
-        errf(errbuf, errlen, "invalid commit options");
-        return COMMIT_INVALID;
-    }
-    c = calloc(1, sizeof(*c));
+    commit_t *c = calloc(1, sizeof(*c));
     if (!c)
-        return COMMIT_NOMEM;
+        return NULL;
+    c->mode = &commit_lmdb_mode; /* unless opts->memory_filter (commit_open) */
     atomic_init(&c->queue_bytes, 0);
     c->ckpt_chunk = CHUNK_MAX;
     c->lockfd = -1;
@@ -1708,63 +147,75 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     pthread_cond_init(&c->ckpt_cv, NULL);
     c->data_dir = strdup(opts->data_dir);
     c->log_dir = c->data_dir ? fsutil_join(c->data_dir, "log") : NULL;
+    c->opts.data_dir = c->data_dir;
+    return c;
+}
+
+/* Creates the data dir and takes DIR/LOCK (unless the caller holds it). 0 or -1. */
+static int open_lock(commit_t *c, char *errbuf, size_t errlen)
+{
+    int rc = -1;
+    if (fsutil_mkdirs(c->data_dir) != 0) {
+        commit_errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
+        return -1;
+    }
+    char *path = fsutil_join(c->data_dir, "LOCK");
+    if (!path)
+        return -1;
+    if (c->opts.lock_held) {
+        rc = 0;
+        goto out;
+    }
+    c->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (c->lockfd < 0) {
+        commit_errf(errbuf, errlen, "%s: %s", path, strerror(errno));
+        goto out;
+    }
+    if (flock(c->lockfd, LOCK_EX | LOCK_NB) != 0) {
+        commit_errf(errbuf, errlen, "data dir %s is in use by another ingestd process",
+                    c->data_dir);
+        goto out;
+    }
+    rc = 0;
+out:
+    free(path);
+    return rc;
+}
+
+int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size_t errlen)
+{
+    commit_t *c = NULL;
+    int rc = COMMIT_OPEN_FAILED;
+
+    *out = NULL;
+    if (!opts || !opts->data_dir || opts->window_ms <= 0) {
+        commit_errf(errbuf, errlen, "invalid commit options");
+        return COMMIT_INVALID;
+    }
+    if (!(c = open_alloc(opts)))
+        return COMMIT_NOMEM;
     if (!c->data_dir || !c->log_dir) {
         rc = COMMIT_NOMEM;
         goto fail;
     }
-    c->opts.data_dir = c->data_dir;
     if (opts->memory_filter) {
-        char ferr[256];
-        if (filter_parse_spec(opts->memory_filter, &c->fspec, ferr, sizeof(ferr)) != FILTER_OK) {
-            errf(errbuf, errlen, "--store memory:%s: %s", opts->memory_filter, ferr);
+        if (commit_memory_init(c, opts->memory_filter, errbuf, errlen) != 0) {
             rc = COMMIT_INVALID;
             goto fail;
         }
         c->opts.memory_filter = NULL; /* borrowed; the parsed spec is what counts from here */
-        c->memory = true;
-        c->stats.memory_store = true;
-        filter_spec_format(&c->fspec, c->stats.filter_spec, sizeof(c->stats.filter_spec));
     }
-    if (fsutil_mkdirs(c->data_dir) != 0) {
-        errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
+    if (open_lock(c, errbuf, errlen) != 0 || commit_recover_open_storage(c, errbuf, errlen) != 0)
         goto fail;
-    }
-    path = fsutil_join(c->data_dir, "LOCK");
-    if (!path)
+    commit_refresh_stats(c);
+    c->last_reader_check = commit_now_ms(CLOCK_MONOTONIC);
+    if (c->mode->start && c->mode->start(c, errbuf, errlen) != 0)
         goto fail;
-    if (opts->lock_held)
-        goto locked;
-    c->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (c->lockfd < 0) {
-        errf(errbuf, errlen, "%s: %s", path, strerror(errno));
+    if (commit_writer_start(c, errbuf, errlen) != 0)
         goto fail;
-    }
-    if (flock(c->lockfd, LOCK_EX | LOCK_NB) != 0) {
-        errf(errbuf, errlen, "data dir %s is in use by another ingestd process", c->data_dir);
-        goto fail;
-    }
-locked:
-    if (open_storage(c, errbuf, errlen) != 0)
-        goto fail;
-    refresh_stats(c);
-    c->last_reader_check = now_ms(CLOCK_MONOTONIC);
-    if (!c->memory) {
-        if (pthread_create(&c->ckpt_thread, NULL, checkpointer, c) != 0) {
-            errf(errbuf, errlen, "starting the checkpointer thread: %s", strerror(errno));
-            goto fail;
-        }
-        c->ckpt_started = true;
-    }
-    if (pthread_create(&c->thread, NULL, writer, c) != 0) {
-        errf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
-        goto fail;
-    }
-    c->thread_started = true;
-    free(path);
     *out = c;
     return COMMIT_OK;
 fail:
-    free(path);
     commit_close(c);
     return rc;
 }
@@ -1837,24 +288,9 @@ void commit_close(commit_t *c)
         pthread_mutex_unlock(&c->mu);
         pthread_join(c->thread, NULL);
     }
-    if (c->ckpt_started) {
-        settle_job(c); /* only when the writer never ran: it leaves none behind */
-        pthread_mutex_lock(&c->mu);
-        c->job.quit = true;
-        pthread_cond_signal(&c->ckpt_cv);
-        pthread_mutex_unlock(&c->mu);
-        pthread_join(c->ckpt_thread, NULL);
-    }
-    if (c->opts.store_sync == STORE_SYNC_NONE && c->store && !c->failed) {
-        /* Lazy mode: a synced store needs no rebuild, whatever happens to the machine next. */
-        char *dir = fsutil_join(c->data_dir, "store");
-        char *marker = dir ? fsutil_join(dir, UNSYNCED_MARKER) : NULL;
-        if (marker && store_flush(c->store) == STORE_OK && unlink(marker) == 0)
-            fsutil_sync_dir(dir);
-        free(marker);
-        free(dir);
-    }
-    close_storage(c);
+    if (c->mode->stop)
+        c->mode->stop(c);
+    commit_recover_close_storage(c);
     if (c->lockfd >= 0)
         close(c->lockfd); /* releases the flock */
     pthread_mutex_destroy(&c->mu);
@@ -1864,46 +300,6 @@ void commit_close(commit_t *c)
     free(c->data_dir);
     free(c->log_dir);
     free(c);
-}
-
-int commit_write_acked_file(const char *data_dir, uint64_t offset)
-{
-    char *dir = fsutil_join(data_dir, "store");
-    char *path = dir ? fsutil_join(dir, ACKED_FILE) : NULL;
-    char buf[32];
-    int n = format_acked(buf, offset), rc = -1;
-    if (path && fsutil_write_atomic(path, buf, (size_t)n, 0644) == 0)
-        rc = 0;
-    free(path);
-    free(dir);
-    return rc;
-}
-
-int commit_read_acked(const char *data_dir, uint64_t *offset)
-{
-    char *dir = fsutil_join(data_dir, "store");
-    char *path = dir ? fsutil_join(dir, ACKED_FILE) : NULL;
-    char buf[32];
-    int rc = -1;
-    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
-    if (fd >= 0) {
-        ssize_t n = pread(fd, buf, sizeof(buf) - 1, 0);
-        /* Exactly what write_acked writes: 20 digits and a newline. */
-        if (n == 21 && buf[20] == '\n') {
-            uint64_t v = 0;
-            int i = 0;
-            for (; i < 20 && buf[i] >= '0' && buf[i] <= '9'; i++)
-                v = v * 10 + (uint64_t)(buf[i] - '0');
-            if (i == 20) {
-                *offset = v;
-                rc = 0;
-            }
-        }
-        close(fd);
-    }
-    free(path);
-    free(dir);
-    return rc;
 }
 
 const char *commit_log_dir(const commit_t *c)

@@ -685,11 +685,11 @@ int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uin
 /*
  * Deletes entries from the front of `seq` (and the `keys` entry each names),
  * at most `max_steps`, while `more` says the oldest one must go. It is given
- * the entry and the number of keys left, and says which counter to add to.
+ * the entry and the number of keys left, and says which counter to add to
+ * (enum window_verdict: WINDOW_KEEP ends the eviction).
  */
-typedef enum { EVICT_STOP, EVICT_AGE, EVICT_SIZE } evict_why_t;
 #define EVICT_ROUND 65536 /* entries read, then deleted, at a time */
-typedef evict_why_t (*evict_pred_t)(const void *arg, const store_entry_t *r, uint64_t keys_left);
+typedef int (*evict_pred_t)(const void *arg, const store_entry_t *r, uint64_t keys_left);
 
 int store_delete_keys(store_t *st, const store_entry_t *gone, const uint32_t *order, size_t n,
                       uint64_t *deleted)
@@ -758,10 +758,10 @@ static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const v
             if ((rc = seq_decode(st, &k, &v, r)))
                 break;
             /* Each entry ahead of this one takes its key with it. */
-            evict_why_t why = more(arg, r, count - n);
-            if (why == EVICT_STOP)
+            int why = more(arg, r, count - n);
+            if (why == WINDOW_KEEP)
                 break;
-            (*(why == EVICT_AGE ? evicted_age : evicted_size))++;
+            (*(why == WINDOW_AGE ? evicted_age : evicted_size))++;
             n++;
         }
         if (rc == STORE_OK && mrc && mrc != MDB_NOTFOUND)
@@ -778,30 +778,28 @@ static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const v
     return rc;
 }
 
-typedef struct {
-    int64_t older_than_ms;
-    uint64_t max_keys;
-} window_bound_t;
-
-static evict_why_t past_window(const void *arg, const store_entry_t *r, uint64_t keys_left)
+static int past_window(const void *arg, const store_entry_t *r, uint64_t keys_left)
 {
-    const window_bound_t *b = arg;
-    if (r->received_ms < b->older_than_ms)
-        return EVICT_AGE;
-    return b->max_keys > 0 && keys_left > b->max_keys ? EVICT_SIZE : EVICT_STOP;
+    return window_judge(arg, r->received_ms, keys_left);
 }
 
 int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
                 uint64_t *evicted_age, uint64_t *evicted_size)
 {
-    window_bound_t b = {.older_than_ms = older_than_ms, .max_keys = max_keys};
-    return evict_front(st, max_steps, past_window, &b, evicted_age, evicted_size);
+    window_pass_t p = {
+        .older_than_ms = older_than_ms, .max_keys = max_keys, .max_steps = max_steps};
+    return store_evict_pass(st, p, evicted_age, evicted_size);
 }
 
-static evict_why_t below_seq(const void *arg, const store_entry_t *r, uint64_t keys_left)
+int store_evict_pass(store_t *st, window_pass_t pass, uint64_t *evicted_age, uint64_t *evicted_size)
+{
+    return evict_front(st, pass.max_steps, past_window, &pass, evicted_age, evicted_size);
+}
+
+static int below_seq(const void *arg, const store_entry_t *r, uint64_t keys_left)
 {
     (void)keys_left;
-    return r->seq < *(const uint64_t *)arg ? EVICT_AGE : EVICT_STOP;
+    return r->seq < *(const uint64_t *)arg ? WINDOW_AGE : WINDOW_KEEP;
 }
 
 int store_evict_below(store_t *st, uint64_t floor_seq, size_t max_steps, uint64_t *evicted)

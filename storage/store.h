@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "storage/keyhash.h"
+#include "storage/window.h"
 
 /*
  * Three named LMDB databases in one environment (DIR/data.mdb):
@@ -126,11 +127,14 @@ int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present);
 /*
  * Ages keys out, oldest first, in at most `max_steps` deletions: while the
  * oldest key was received before `older_than_ms`, or more than `max_keys`
- * keys remain (0: no size bound). *evicted_age / *evicted_size count the
- * deletions by reason.
+ * keys remain (0: no size bound): window_judge's rule. *evicted_age /
+ * *evicted_size count the deletions by reason. store_evict_pass takes the
+ * bounds as one window pass (window.h: window_before_batch, ...).
  */
 int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t max_steps,
                 uint64_t *evicted_age, uint64_t *evicted_size);
+int store_evict_pass(store_t *st, window_pass_t pass, uint64_t *evicted_age,
+                     uint64_t *evicted_size);
 
 /*
  * Deletes, oldest first and at most `max_steps`, the sequence entries below

@@ -1,0 +1,272 @@
+/*
+ * commit_internal.h: the private header of the group commit (storage/commit*.c):
+ * struct commit, and one section of prototypes per file. Nothing outside
+ * storage/commit*.c includes it; commit.h is the contract.
+ */
+#ifndef INGESTD_COMMIT_INTERNAL_H
+#define INGESTD_COMMIT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#include "storage/commit.h"
+#include "storage/filter/filter.h"
+#include "storage/log.h"
+#include "storage/pending.h"
+#include "storage/store.h"
+
+#define DEFAULT_MAX_BATCH 50000
+#define MAX_GROW_RETRIES  16
+/* The checkpointer's (commit_checkpoint.c has the design). */
+#define CHUNK_MAX        262144
+#define CHUNK_BIG_WINDOW 131072
+
+/* What the checkpointer is doing; under mu. */
+enum job_state {
+    JOB_IDLE,    /* nothing handed over */
+    JOB_QUEUED,  /* handed over, not yet started */
+    JOB_RUNNING, /* being written */
+    JOB_DONE,    /* written (or failed, or cancelled): the writer has not yet taken the result */
+};
+
+/* One checkpoint: a frozen generation and the window floor, into LMDB. */
+typedef struct {
+    int state;            /* enum job_state */
+    uint64_t commits;     /* LMDB transactions committed by checkpoints so far */
+    bool cancel;          /* stop before the next transaction (storage is being re-opened) */
+    bool quit;            /* the checkpointer thread ends */
+    int status;           /* STORE_OK or why it failed */
+    const pending_t *gen; /* the keys, in sequence order */
+    uint64_t floor;       /* evict every sequence below it */
+    uint64_t applied;     /* the log offset after the last record acknowledged when handed over */
+} ckpt_job_t;
+
+/* A long-polling reader waiting for the committed offset to pass `offset`. */
+typedef struct watch {
+    uint64_t offset;
+    int64_t deadline_ms; /* CLOCK_MONOTONIC */
+    commit_watch_fn fn;
+    void *arg;
+    struct watch *next;
+} watch_t;
+
+struct commit {
+    commit_options_t opts;
+    char *data_dir;
+    char *log_dir;
+    int lockfd;
+    const struct commit_mode *mode; /* LMDB or memory, chosen once at open */
+    store_t *store;                 /* LMDB, or NULL in memory mode */
+    filter_t *filter;               /* memory mode: the bounded-memory filter, while open */
+    filter_spec_t fspec;
+    log_t *log;
+    uint8_t secret[KEYHASH_SECRET_LEN];
+
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    commit_req_t *head, *tail; /* queue, under mu */
+    size_t queue_events;
+    /* Event bytes submitted and not yet answered (opts.queue_max_bytes bounds it): added under mu
+     * (so check and add are one step), subtracted by the writer, read lock-free by commit_busy. */
+    _Atomic uint64_t queue_bytes;
+    uint64_t busy_requests, busy_events; /* under mu */
+    bool closing;
+    commit_stats_t stats; /* under mu */
+    watch_t *watches;     /* under mu */
+
+    /* Writer-thread only (and commit_open/commit_close before/after it runs). */
+    log_record_t *recs;
+    size_t recs_cap;
+    int64_t last_reader_check;
+    bool failed;                  /* store/log are closed or unusable: being re-established */
+    bool discard;                 /* re-open the log cutting off everything from discard_from: */
+    uint64_t discard_from;        /* the end of its last successful sync */
+    int64_t last_recover_ms;      /* monotonic time of the last re-establishing attempt */
+    int64_t last_retain_ms;       /* monotonic time retention last ran */
+    int acked_fd;                 /* DIR/store/ACKED, or -1 */
+    int64_t last_short_window_ms; /* monotonic time of the last "window shortened" warning */
+
+    /*
+     * The writer's view of the window (LMDB mode, writer-thread only): a read
+     * snapshot (sequences below snap_end), the generation handed to the
+     * checkpointer (`flight`, until its commit is in the snapshot) and the
+     * one being filled (`cur`). Sequences below `floor` are evicted, whether
+     * or not LMDB has deleted them yet; every sequence in [floor, next_seq)
+     * that exists names a key in the window, `live` of them.
+     */
+    store_reader_t *reader;
+    pending_t *cur, *flight, *spare;
+    int64_t cur_since_ms; /* monotonic time of the last hand-over (or open) */
+    uint64_t snap_end, next_seq, floor, live;
+    uint64_t handed_floor; /* the floor the last hand-over carried */
+    uint64_t seen_commits; /* job.commits when the snapshot last moved on */
+
+    /* The checkpointer thread (LMDB mode). */
+    pthread_t ckpt_thread;
+    bool ckpt_started;
+    pthread_cond_t ckpt_cv;    /* wakes the checkpointer; the writer waits on cv */
+    ckpt_job_t job;            /* under mu */
+    size_t ckpt_chunk;         /* checkpointer-only: deletions per LMDB transaction (CHUNK_MAX) */
+    uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
+};
+
+/* Result of applying one batch. */
+typedef struct {
+    uint64_t accepted, duplicates, evicted_age, evicted_size;
+    double fsync_ms;
+    bool synced;
+} batch_out_t;
+
+enum apply_result {
+    APPLY_OK,
+    APPLY_FAILED, /* nothing of the batch is durable */
+};
+
+/* The mode's part of /stats (commit_refresh_stats), computed off the lock. */
+typedef struct commit_window {
+    bool have_keys; /* keys and oldest_received_ms are known */
+    uint64_t keys;
+    int64_t oldest_received_ms;
+    bool have_offsets; /* committed_offset and window_first_offset are known */
+    uint64_t committed_offset, window_first_offset;
+} commit_window_t;
+
+/*
+ * How a commit de-duplicates: against LMDB (commit_lmdb_mode, commit_lmdb.c)
+ * or with a bounded-memory filter (commit_memory_mode, commit_memory.c).
+ * Chosen once in commit_open; the writer calls through it and never asks
+ * which. Every member is called on the writer thread unless it says
+ * otherwise. A NULL member: the mode has nothing to do there.
+ */
+typedef struct commit_mode {
+    const char *name;
+    /* Opens store (or filter) and log from disk, as at start; on failure closes all again. */
+    int (*open)(commit_t *c, char *errbuf, size_t errlen);
+    /* Closes what open opened, the log aside (commit_recover_close_storage closes that). */
+    void (*close)(commit_t *c);
+    /* Background threads: after the first open (commit_open's thread); at close, after the
+     * writer thread ended (commit_close's thread). */
+    int (*start)(commit_t *c, char *errbuf, size_t errlen);
+    void (*stop)(commit_t *c);
+    /* One group commit: APPLY_OK, or APPLY_FAILED (*store_rc: why, when the store failed). */
+    int (*apply)(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo, int *store_rc);
+    /* Fills *w from the open state (nothing when not open); c->log is open. */
+    void (*window)(commit_t *c, const log_info_t *li, commit_window_t *w);
+    /* A batch was applied and is durable: before its requests are answered. */
+    void (*acked)(commit_t *c);
+    /* Background work due between batches and while idle (rate-limited by the mode). */
+    void (*tick)(commit_t *c);
+    /* Under mu: the monotonic time tick is next due; INT64_MAX none, INT64_MIN now. */
+    int64_t (*due)(commit_t *c);
+    /* Before a batch is applied, and after it was answered. */
+    void (*before_batch)(commit_t *c);
+    void (*after_batch)(commit_t *c);
+    /* The writer's last act before it ends: leave nothing to redo at the next open. */
+    void (*drain)(commit_t *c);
+} commit_mode_t;
+
+extern const commit_mode_t commit_lmdb_mode;
+extern const commit_mode_t commit_memory_mode;
+
+/* ---- commit.c: the public API, and the helpers every file uses ---- */
+
+int64_t commit_now_ms(clockid_t clk);
+double commit_now_msf(void); /* CLOCK_MONOTONIC, fractional ms: for durations */
+void commit_errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An operator notice through opts.notify (storage never logs itself); level as commit_notify_fn. */
+void commit_notify(commit_t *c, int level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Brings c->stats up to date with the writer's view and the log (writer thread). */
+void commit_refresh_stats(commit_t *c);
+
+/* Calls the watches whose offset the committed offset passed, or whose deadline came (every
+ * one when `all`). Called with mu held; releases it around the callbacks. */
+void commit_watch_fire(commit_t *c, bool all);
+
+/* ---- commit_writer.c: the writer thread (queue and group commit) ---- */
+
+int commit_writer_start(commit_t *c, char *errbuf, size_t errlen);
+/* Writer helpers for a mode's batch: room for n log records, stage one accepted event as the
+ * next record (at log offset off), append and fdatasync the staged ones (a log status). */
+int commit_writer_reserve(commit_t *c, size_t n);
+void commit_writer_take(commit_t *c, commit_event_t *ev, uint64_t off, size_t *nrec);
+int commit_writer_write_log(commit_t *c, size_t nrec, batch_out_t *bo);
+
+/* ---- commit_recover.c: opening from disk, at start and after a failure ---- */
+
+/* Opens store (or filter) and log as at start; on failure all is closed again, errbuf says why. */
+int commit_recover_open_storage(commit_t *c, char *errbuf, size_t errlen);
+/* LMDB mode's open: store, log, replay, view. */
+int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen);
+/* Closes what open_storage opened. The checkpointer must be idle (commit_ckpt_settle). */
+void commit_recover_close_storage(commit_t *c);
+/*
+ * Closes and re-opens store and log from disk after a failure (grow_map: the
+ * failure was a full map; open with twice the size). True when usable again.
+ */
+bool commit_recover(commit_t *c, bool grow_map);
+/* Proves the log's file system takes a write and its fsync. 0 or -1. */
+int commit_recover_probe_write(const char *logdir);
+
+/* ---- commit_lmdb.c: LMDB mode (commit_lmdb_mode, above) ---- */
+
+/* ---- commit_memory.c: memory mode (a filter instead of LMDB) ---- */
+
+/* Parses the filter spec and chooses memory mode (commit_open, before anything is open). */
+int commit_memory_init(commit_t *c, const char *spec, char *errbuf, size_t errlen);
+
+/* ---- commit_view.c: the writer's read view of the window (LMDB mode) ---- */
+
+/* The view of a freshly opened (and replayed) store: its snapshot, nothing pending. */
+int commit_view_open(commit_t *c, char *errbuf, size_t errlen);
+/* The oldest key in the window (the entry at or after the floor): *found, and *e. */
+int commit_view_oldest(commit_t *c, store_entry_t *e, bool *found);
+/*
+ * LMDB mode's batch: each key looked up in the view and, when new, added to
+ * the pending generation; the new records appended to the log with one fsync.
+ * APPLY_OK, or APPLY_FAILED with *store_rc when the view failed.
+ */
+int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
+                      int *store_rc);
+
+/* ---- commit_files.c: DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED ---- */
+
+/* Loads (or creates) the hash secret into c->secret, checked against `store`'s (NULL: none). */
+int commit_files_load_secret(commit_t *c, store_t *store, char *errbuf, size_t errlen);
+/* ACKED, open while the store is (c->acked_fd): rewritten after every acknowledged batch. */
+void commit_files_open_acked(commit_t *c, const char *storedir, uint64_t offset);
+void commit_files_write_acked(commit_t *c, uint64_t offset);
+void commit_files_close_acked(commit_t *c);
+/* DIR/store/UNSYNCED, malloc'ed (NULL: no memory). */
+char *commit_files_unsynced_path(const commit_t *c);
+/* 1: the machine restarted while LMDB had unsynced commits (rebuild it), 0: not, -1: error. */
+int commit_files_unsynced_crash(const commit_t *c, const char *marker, char *errbuf, size_t errlen);
+/* Writes this boot's id into the marker before LMDB's first unsynced commit. 0 or -1. */
+int commit_files_mark_unsynced(const commit_t *c, const char *marker, char *errbuf, size_t errlen);
+/* Syncs c->store and removes the marker (only_if_present: not even the sync without one). */
+void commit_files_clear_unsynced(commit_t *c, bool only_if_present);
+
+/* ---- commit_checkpoint.c: the checkpointer thread (LMDB mode) ---- */
+
+int commit_ckpt_start(commit_t *c, char *errbuf, size_t errlen);
+/* Ends the thread (after the writer has): cancels a job under way. Safe when never started. */
+void commit_ckpt_stop(commit_t *c);
+/* Waits for the job under way to end, cancelling what is left of it, and drops it. */
+void commit_ckpt_settle(commit_t *c);
+/* Hands the pending keys over when a checkpoint is due (or `force`), taking the last result. */
+void commit_ckpt_hand_off(commit_t *c, bool force);
+/* Waits until the checkpointer is idle or done, and takes its result. */
+void commit_ckpt_wait(commit_t *c);
+/* LMDB mode's before_batch, drain and due (commit_mode_t). */
+void commit_ckpt_throttle(commit_t *c);
+void commit_ckpt_drain(commit_t *c);
+int64_t commit_ckpt_due(commit_t *c);
+
+#endif
