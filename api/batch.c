@@ -36,13 +36,24 @@ int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
         return BATCH_BAD_REQUEST;
     }
     /* JSON_DECODE_ANY only so a bare string or number gets the clearer "must be a JSON object".
-     * No JSON_DISABLE_EOF_CHECK: trailing bytes after the value are an error. No
-     * JSON_ALLOW_NUL: a NUL inside a string could truncate it for C consumers of the log. */
+     * No JSON_DISABLE_EOF_CHECK: trailing bytes after the value are an error. JSON_ALLOW_NUL:
+     * JSON.stringify writes "\u0000" for a NUL and Segment takes it; the log writes it escaped
+     * again (put_str), so no consumer ever sees a raw NUL (docs/log-format.md). */
     json_t *j = jsonparse(body, len);
     /* jsonparse builds the same tree for the bodies it takes (nearly all); json_loadb decides the
-     * rest, and words the error when there is one. */
-    if (!j)
-        j = json_loadb(body, len, JSON_DECODE_ANY, &jerr);
+     * rest, on the repaired text (lone surrogates, bytes that are not UTF-8: U+FFFD), so that
+     * one cut emoji does not cost every event of the batch, and words the error when there is
+     * one. */
+    if (!j) {
+        char *fixed = NULL;
+        size_t flen = len;
+        if (jsonparse_repair(body, len, &fixed, &flen) != 0) {
+            seterr(err, "out of memory");
+            return BATCH_NOMEM;
+        }
+        j = json_loadb(fixed ? fixed : body, flen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        free(fixed);
+    }
     if (!j) {
         /* jansson's text ends with " near '<input>'": the client's bytes, maybe not even UTF-8,
          * so cut them off instead of echoing them into the response. */
@@ -112,14 +123,17 @@ static const char *check_event(const json_t *ev, const char *single_type)
     const json_t *t = json_object_get(ev, "type");
     const char *type = NULL;
     if (single_type) {
-        if (t && !(json_is_string(t) && strcmp(json_string_value(t), single_type) == 0))
+        if (t && !(json_is_string(t) && json_string_length(t) == strlen(single_type) &&
+                   strcmp(json_string_value(t), single_type) == 0))
             return "type does not match the endpoint";
         type = single_type;
     } else {
         if (!t)
             return "type is required";
+        /* Lengths compared too: a string may hold a NUL ("track\u0000x" is no track). */
         for (size_t i = 0; json_is_string(t) && i < sizeof(TYPES) / sizeof(TYPES[0]); i++)
-            if (strcmp(json_string_value(t), TYPES[i]) == 0)
+            if (json_string_length(t) == strlen(TYPES[i]) &&
+                strcmp(json_string_value(t), TYPES[i]) == 0)
                 type = TYPES[i];
         if (!type)
             return "type must be one of track, identify, page, screen, group, alias";
@@ -178,8 +192,9 @@ static const char *check_event(const json_t *ev, const char *single_type)
  * That was a third of the CPU per event. Now the tree stays as parsed and the normalised event is
  * written straight from it into one buffer per request, with the server's fields laid over the
  * client's as the edits would have left them. The bytes are exactly json_dumps' with
- * JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p) of the edited tree (the data
- * cases in tests/data/batch/ pin the normalised events).
+ * JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p) of the edited tree, except that
+ * C1 controls and U+2028/U+2029 are escaped too (put_str) (the data cases in tests/data/batch/
+ * pin the normalised events).
  */
 typedef struct out {
     char *p;
@@ -223,9 +238,6 @@ static int put_ch(out_t *o, char c)
     return 0;
 }
 
-/* jansson's dump_string without JSON_ENSURE_ASCII / JSON_ESCAPE_SLASH: only '"', '\\' and
- * control characters are escaped (\b \f \n \r \t, else \u00XX in uppercase hex); the parser
- * already guaranteed valid UTF-8 without NUL. */
 /* Word-at-a-time byte tests (bit hacks from Sean Anderson's collection): non-zero when some
  * byte of w is below n (n <= 128), or equals c. */
 #define SWAR_ONES       0x0101010101010101ULL
@@ -233,67 +245,98 @@ static int put_ch(out_t *o, char c)
 #define SWAR_LESS(w, n) (((w)-SWAR_ONES * (n)) & ~(w)&SWAR_HIGHS)
 #define SWAR_HAS(w, c)  SWAR_LESS((w) ^ (SWAR_ONES * (unsigned char)(c)), 1)
 
-static int put_str(out_t *o, const char *s, size_t n)
+/*
+ * How many bytes at s[0..n) (n >= 1) put_str writes escaped, and the code point they are;
+ * 0 when s[0] goes out as it is. jansson's dump_string without JSON_ENSURE_ASCII escapes '"',
+ * '\\' and control characters; the log also escapes U+0085, the other C1 controls
+ * (U+0080..U+009F) and U+2028/U+2029, which line splitters (Python's str.splitlines, Unicode
+ * readers) take as line ends and would cut an NDJSON record at (docs/log-format.md).
+ */
+static size_t escaped(const unsigned char *s, size_t n, unsigned *cp)
+{
+    if (s[0] < 0x20 || s[0] == '"' || s[0] == '\\') {
+        *cp = s[0];
+        return 1;
+    }
+    if (s[0] == 0xC2 && n >= 2 && s[1] >= 0x80 && s[1] <= 0x9F) {
+        *cp = s[1];
+        return 2;
+    }
+    if (s[0] == 0xE2 && n >= 3 && s[1] == 0x80 && (s[2] == 0xA8 || s[2] == 0xA9)) {
+        *cp = 0x2000u | (s[2] - 0x80u);
+        return 3;
+    }
+    return 0;
+}
+
+static int put_str(out_t *o, const char *str, size_t n)
 {
     static const char HEX[] = "0123456789ABCDEF";
-    size_t from = 0;
+    const unsigned char *s = (const unsigned char *)str;
+    size_t from = 0, i = 0;
 
     if (reserve(o, n + 2) != 0)
         return -1;
     o->p[o->len++] = '"';
-    for (size_t i = 0; i < n; i++) {
-        /* Eight bytes at a time while none of them needs an escape (the common case), then byte
-         * by byte up to the one that does. */
+    while (i < n) {
+        /* Eight bytes at a time while none of them can need an escape (the common case), then
+         * byte by byte up to the one that may. */
         while (n - i >= 8) {
             uint64_t w;
             memcpy(&w, s + i, 8);
-            if (SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\'))
+            if (SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\') | SWAR_HAS(w, 0xC2) |
+                SWAR_HAS(w, 0xE2))
                 break;
             i += 8;
         }
-        while (i < n && (unsigned char)s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
+        while (i < n && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\' && s[i] != 0xC2 && s[i] != 0xE2)
             i++;
         if (i >= n)
             break;
-        unsigned char c = (unsigned char)s[i];
-        char esc[6] = {'\\', 0, 0, 0, 0, 0};
-        size_t elen = 2;
-        switch (c) {
+        unsigned cp;
+        size_t taken = escaped(s + i, n - i, &cp);
+        if (taken == 0) {
+            i++;
+            continue;
+        }
+        char esc[6] = {'\\',        'u', HEX[cp >> 12], HEX[(cp >> 8) & 15], HEX[(cp >> 4) & 15],
+                       HEX[cp & 15]};
+        size_t elen = 6;
+        switch (cp) {
         case '"':
-            esc[1] = '"';
-            break;
         case '\\':
-            esc[1] = '\\';
+            esc[1] = (char)cp;
+            elen = 2;
             break;
         case '\b':
             esc[1] = 'b';
+            elen = 2;
             break;
         case '\f':
             esc[1] = 'f';
+            elen = 2;
             break;
         case '\n':
             esc[1] = 'n';
+            elen = 2;
             break;
         case '\r':
             esc[1] = 'r';
+            elen = 2;
             break;
         case '\t':
             esc[1] = 't';
+            elen = 2;
             break;
         default:
-            esc[1] = 'u';
-            esc[2] = '0';
-            esc[3] = '0';
-            esc[4] = HEX[c >> 4];
-            esc[5] = HEX[c & 15];
-            elen = 6;
             break;
         }
-        if (put(o, s + from, i - from) != 0 || put(o, esc, elen) != 0)
+        if (put(o, str + from, i - from) != 0 || put(o, esc, elen) != 0)
             return -1;
-        from = i + 1;
+        i += taken;
+        from = i;
     }
-    if (put(o, s + from, n - from) != 0)
+    if (put(o, str + from, n - from) != 0)
         return -1;
     return put_ch(o, '"');
 }

@@ -69,9 +69,11 @@ typedef struct batch_error {
 } batch_error_t;
 
 /*
- * Parses body[0..len) as one JSON value (no trailing garbage, no \u0000 in
- * strings, valid UTF-8) that must be an object. Returns BATCH_OK with *root
- * (caller owns, json_decref), or BATCH_BAD_REQUEST with err->text.
+ * Parses body[0..len) as one JSON value (no trailing garbage) that must be an
+ * object. Lone surrogate escapes and bytes that are not UTF-8 read as U+FFFD,
+ * \u0000 as a NUL in a string value and as U+FFFD in a key (jsonparse_repair).
+ * Returns BATCH_OK with *root (caller owns, json_decref), BATCH_BAD_REQUEST
+ * with err->text, or BATCH_NOMEM.
  */
 int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err);
 

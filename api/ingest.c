@@ -380,7 +380,12 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         goto out;
     if (early_limits(api, limit, resp) != 0)
         goto out;
-    if (batch_parse(req->body, req->body_len, &root, &err) != BATCH_OK) {
+    int prc = batch_parse(req->body, req->body_len, &root, &err);
+    if (prc == BATCH_NOMEM) {
+        api_error_commit(resp, COMMIT_NOMEM);
+        goto out;
+    }
+    if (prc != BATCH_OK) {
         api_error(resp, 400, err.text);
         goto out;
     }
