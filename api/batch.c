@@ -498,7 +498,9 @@ typedef struct build {
     char now[TIMESTAMP_BUF_LEN];       /* receivedAt, formatted once per request */
     bool now_ok;
     bool source_ok; /* json_string() takes the source (valid UTF-8) */
-    out_t out;      /* every accepted event, each followed by a NUL */
+    bool hsent_ok;  /* o->sent_at_header parsed, into hsent_ms */
+    int64_t hsent_ms;
+    out_t out; /* every accepted event, each followed by a NUL */
 } build_t;
 
 /*
@@ -594,6 +596,39 @@ static int put_event(build_t *b, const json_t *ev, const char *mid, size_t mid_l
     return put_ch(w, '}');
 }
 
+static bool sane(int64_t t, int64_t now_ms)
+{
+    return t >= BATCH_TIMESTAMP_MIN_MS && t <= now_ms + BATCH_TIMESTAMP_AHEAD_MS;
+}
+
+/*
+ * The logged `timestamp` of an event whose client `timestamp` is `orig`. Segment's clock-skew
+ * correction: the client's clock is off by (sentAt - receivedAt), so its timestamp is shifted by
+ * that; sentAt is the event's, else the batch's, else the request's SentAt header. A result
+ * outside BATCH_TIMESTAMP_MIN_MS..receivedAt + BATCH_TIMESTAMP_AHEAD_MS (a client clock or
+ * sentAt gone wild: year 0000 breaks ordinary consumers) falls back to the client's own
+ * timestamp when that is in the range, else to receivedAt. originalTimestamp keeps the
+ * client's value either way.
+ */
+static int64_t corrected(const build_t *b, const json_t *ev, int64_t orig)
+{
+    const batch_options_t *o = b->o;
+    const json_t *sent = json_object_get(ev, "sentAt");
+    int64_t sent_ms = b->hsent_ms;
+
+    if (!sent)
+        sent = b->bsent;
+    if (sent)
+        timestamp_parse(json_string_value(sent), json_string_length(sent), &sent_ms);
+    if (sent || b->hsent_ok) {
+        /* Both parsed within years 0000..9999: no overflow. */
+        int64_t t = o->now_ms - (sent_ms - orig);
+        if (sane(t, o->now_ms))
+            return t;
+    }
+    return sane(orig, o->now_ms) ? orig : o->now_ms;
+}
+
 /*
  * Normalises an event that passed check_event into b->out (followed by a NUL) and sets
  * out->len and out->key; a rejection sets *why instead and leaves b->out as it was.
@@ -629,22 +664,11 @@ static int normalise(build_t *b, const json_t *ev, batch_event_t *out, const cha
     const json_t *tsv = json_object_get(ev, "timestamp");
     out->timestamp_ms = INT64_MAX;
     if (tsv) {
-        const json_t *sent = json_object_get(ev, "sentAt");
-        int64_t orig = 0, sent_ms = 0, t;
-        if (!sent)
-            sent = b->bsent;
+        int64_t orig = 0;
         timestamp_parse(json_string_value(tsv), json_string_length(tsv), &orig);
         out->timestamp_ms = orig;
-        /* Segment's clock-skew correction: the client's clock is off by (sentAt - now), so
-         * shift its timestamp by that; without sentAt the client's clock is taken as is. */
-        if (sent) {
-            timestamp_parse(json_string_value(sent), json_string_length(sent), &sent_ms);
-            t = o->now_ms - (sent_ms - orig);
-        } else {
-            t = orig;
-        }
-        if (timestamp_format(t, ts) != 0) {
-            *why = "timestamp out of range";
+        if (timestamp_format(corrected(b, ev, orig), ts) != 0) {
+            *why = "timestamp out of range"; /* only in the last day of year 9999 */
             return 0;
         }
     }
@@ -742,6 +766,8 @@ int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_erro
         .bint = bint,
     };
     b.now_ok = timestamp_format(o->now_ms, b.now) == 0;
+    b.hsent_ok = o->sent_at_header &&
+                 timestamp_parse(o->sent_at_header, strlen(o->sent_at_header), &b.hsent_ms) == 0;
     json_t *src = json_string(o->source);
     b.source_ok = src != NULL;
     json_decref(src);

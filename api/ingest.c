@@ -411,6 +411,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         .source = wk->source,
         .secret = api->commit ? commit_secret(api->commit) : NULL, /* edge: no dedupe key */
         .now_ms = req->now_ms,
+        .sent_at_header = req->sent_at,
         .size_hint = req->body_len,
     };
     int brc = batch_build(root, &o, &b, &err);

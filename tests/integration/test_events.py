@@ -229,6 +229,46 @@ class Events(ServerTestCase):
         self.assertEqual(e["properties"]["text"], "line1\nline2")
 
 
+    def test_timestamp_kept_in_sane_range(self):
+        """A correction that lands outside 2000-01-01..receivedAt + 1 day is not logged: every
+        timestamp stays one that ordinary consumers read (Python's fromisoformat among them),
+        and the client's value is kept in originalTimestamp."""
+        wild = new_id("wild")
+        sent_wild = new_id("sent-wild")
+        future = new_id("future")
+        client_ts = iso_ms(now() - datetime.timedelta(minutes=5))
+        self.send([track(mid=wild, timestamp="0000-01-01T00:00:00Z", sentAt="9999-12-31T23:59:59Z"),
+                   track(mid=sent_wild, timestamp=client_ts, sentAt="1970-01-01T00:00:00Z"),
+                   track(mid=future, timestamp="2999-01-01T00:00:00Z")])
+        for mid in (wild, sent_wild, future):
+            e = self.logged(mid)
+            got = datetime.datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00"))
+            self.assertGreaterEqual(got.year, 2000, e)
+            self.assertLessEqual(got, parse_iso(e["receivedAt"]) + datetime.timedelta(days=1), e)
+        self.assertEqual(self.logged(wild)["timestamp"], self.logged(wild)["receivedAt"])
+        self.assertEqual(self.logged(wild)["originalTimestamp"], "0000-01-01T00:00:00Z")
+        self.assertEqual(self.logged(sent_wild)["timestamp"], client_ts)
+        self.assertEqual(self.logged(future)["timestamp"], self.logged(future)["receivedAt"])
+        self.assertEqual(self.logged(future)["originalTimestamp"], "2999-01-01T00:00:00Z")
+
+    def test_sent_at_header_corrects(self):
+        """RudderStack's JS SDK sends its clock as a SentAt header: without a sentAt in the body
+        it corrects the timestamp as one would."""
+        skew = datetime.timedelta(hours=1)
+        age = datetime.timedelta(seconds=5)
+        client_now = now() + skew
+        ts = iso_ms(client_now - age)
+        mid = new_id("hdr")
+        r = self.srv.post("/v1/track", track(mid=mid, timestamp=ts), key=self.key,
+                          headers={"SentAt": iso_ms(client_now)})
+        self.assertEqual(r.status, 200, r)
+        e = self.logged(mid)
+        self.assertEqual(e["originalTimestamp"], ts)
+        self.assertNotIn("sentAt", e)
+        want = parse_iso(e["receivedAt"]) - age
+        got = parse_iso(e["timestamp"])
+        self.assertLessEqual(abs((got - want).total_seconds()), 0.002, (e, want))
+
     # ---- strings as browsers and Node write them (docs/log-format.md, "Strings") -----------
 
     # What Node's JSON.stringify writes for a title cut inside an emoji ("Sale 😀".slice(0, 6))

@@ -305,6 +305,49 @@ static void test_assigned_uuid_v4(void **state)
     assert_uuid_v4(direct);
 }
 
+/* The logged timestamp of the only event of `body` (a single track) built with `header`. */
+static void timestamp_with_header(const char *body, const char *header, const char *want)
+{
+    json_t *root = NULL;
+    batch_t b;
+    batch_error_t err = {{0}};
+    assert_int_equal(batch_parse(body, strlen(body), &root, &err), BATCH_OK);
+    batch_options_t o = {
+        .single_type = "track",
+        .source = "default",
+        .secret = SECRET,
+        .now_ms = NOW_MS,
+        .sent_at_header = header,
+    };
+    assert_int_equal(batch_build(root, &o, &b, &err), BATCH_OK);
+    assert_int_equal(b.nevents, 1);
+    json_t *j = check_event_bytes(&b.events[0], "default");
+    assert_string_equal(json_string_value(json_object_get(j, "timestamp")), want);
+    json_decref(j);
+    json_decref(root);
+    batch_clear(&b);
+}
+
+/* A client clock sent as a header (RudderStack's JS SDK: SentAt) corrects like a body sentAt,
+ * but only for an event whose body has none. */
+static void test_sent_at_header(void **state)
+{
+    (void)state;
+    /* The client's clock is 10 s ahead: its timestamp moves 10 s back. */
+    const char *plain =
+        "{\"userId\":\"u\",\"event\":\"e\",\"timestamp\":\"2026-11-22T07:32:00.123Z\"}";
+    timestamp_with_header(plain, "2026-11-22T07:32:12.123Z", "2026-11-22T07:31:50.123Z");
+    timestamp_with_header(plain, NULL, "2026-11-22T07:32:00.123Z");
+    timestamp_with_header(plain, "yesterday", "2026-11-22T07:32:00.123Z"); /* only a hint */
+    /* A sentAt in the body wins over the header. */
+    const char *with_sent = "{\"userId\":\"u\",\"event\":\"e\",\"timestamp\":"
+                            "\"2026-11-22T07:32:00.123Z\",\"sentAt\":\"2026-11-22T07:32:02.123Z\"}";
+    timestamp_with_header(with_sent, "2026-11-22T07:32:12.123Z", "2026-11-22T07:32:00.123Z");
+    /* A header clock gone wild: the correction would leave the sane range, the client's
+     * timestamp is kept as it is. */
+    timestamp_with_header(plain, "0001-01-01T00:00:00Z", "2026-11-22T07:32:00.123Z");
+}
+
 static void test_numbers_kept(void **state)
 {
     batch_t b;
@@ -539,6 +582,7 @@ int main(void)
         cmocka_unit_test(test_assigned_uuid_v4),  cmocka_unit_test(test_numbers_kept),
         cmocka_unit_test(test_invalid_utf8),      cmocka_unit_test(test_write_key),
         cmocka_unit_test(test_stringify_escapes), cmocka_unit_test(test_line_separators_escaped),
+        cmocka_unit_test(test_sent_at_header),
     };
     int failed = cmocka_run_group_tests_name("batch limits", tests, NULL, NULL);
     failed += _cmocka_run_group_tests("batch data cases", data_tests, n, NULL, NULL);
