@@ -297,10 +297,8 @@ static json_t *number(parser_t *p)
     }
     p->s = t;
 
-    if (!real) {
-        /* 18 digits always fit in json_int_t; longer ones go to strtoll's range check. */
-        if (int_digits > 18)
-            return NULL;
+    if (!real && int_digits <= 18) {
+        /* 18 digits always fit in json_int_t. */
         json_int_t v = 0;
         for (const unsigned char *c = s + neg; c < t; c++)
             v = v * 10 + (*c - '0');
@@ -313,6 +311,14 @@ static json_t *number(parser_t *p)
     memcpy(buf, s, n);
     buf[n] = '\0';
     errno = 0;
+    if (!real) {
+        /* Past 64 bits an integer reads as a real, as jsonparse_repair makes jansson read it
+         * (JSON.stringify(1e20) writes 100000000000000000000; JavaScript and Go read doubles). */
+        long long v = strtoll(buf, &e, 10);
+        if (errno != ERANGE)
+            return json_integer((json_int_t)v);
+        errno = 0;
+    }
     double d = strtod(buf, &e);
     if (e != buf + n || ((d == HUGE_VAL || d == -HUGE_VAL) && errno == ERANGE))
         return NULL; /* jansson: "real number overflow" */
@@ -478,6 +484,35 @@ static bool is_key(const unsigned char *s, const unsigned char *end)
     return s < end && *s == ':';
 }
 
+/* Length of the number-ish token at s: the bytes a JSON number may hold. */
+static size_t number_len(const unsigned char *s, const unsigned char *end)
+{
+    size_t n = 0;
+    while (s + n < end && (is_digit(s[n]) || s[n] == '-' || s[n] == '+' || s[n] == '.' ||
+                           s[n] == 'e' || s[n] == 'E'))
+        n++;
+    return n;
+}
+
+/* Whether s[0..len) is an integer literal (-?digits) outside jansson's 64-bit range. */
+static bool int_overflows(const unsigned char *s, size_t len)
+{
+    static const char MAX[] = "9223372036854775807", MIN[] = "9223372036854775808";
+    bool neg = len > 0 && s[0] == '-';
+    size_t d = neg ? 1 : 0;
+    if (len == d)
+        return false;
+    for (size_t i = d; i < len; i++)
+        if (!is_digit(s[i]))
+            return false;
+    while (d + 1 < len && s[d] == '0') /* leading zeros: invalid JSON anyway, but no bigger */
+        d++;
+    size_t digits = len - d;
+    if (digits != sizeof(MAX) - 1)
+        return digits > sizeof(MAX) - 1;
+    return memcmp(s + d, neg ? MIN : MAX, digits) > 0;
+}
+
 /* One pass of jsonparse_repair: writes into d when it is not NULL; returns the output length
  * and counts the changes in *changes. */
 static size_t repair(const unsigned char *s, const unsigned char *end, char *d, size_t *changes)
@@ -502,6 +537,16 @@ static size_t repair(const unsigned char *s, const unsigned char *end, char *d, 
                 len = 1;
             } else {
                 EMIT(s, len);
+            }
+            s += len;
+            continue;
+        }
+        if (!in_string && (c == '-' || (c >= '0' && c <= '9'))) {
+            size_t len = number_len(s, end);
+            EMIT(s, len);
+            if (int_overflows(s, len)) { /* a real, as Go's encoding/json and JavaScript read it */
+                EMIT(".0", 2);
+                (*changes)++;
             }
             s += len;
             continue;

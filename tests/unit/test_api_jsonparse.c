@@ -192,9 +192,52 @@ static void test_outside_the_subset_falls_back(void **state)
     for (int i = 0; i < JSONPARSE_MAX_DEPTH + 10; i++)
         deep[n++] = ']';
     assert_int_equal(agree(deep, n), 0);
-    /* 19-digit integers are left to jansson (overflow rules). */
-    assert_int_equal(agree("9223372036854775807", 19), 0);
-    assert_int_equal(agree("92233720368547758070", 20), 0);
+    /* A 400-digit integer: beyond a double as well, left to jansson (which refuses it). */
+    char huge[401];
+    memset(huge, '9', 400);
+    huge[400] = '\0';
+    assert_int_equal(agree(huge, 400), 0);
+}
+
+/* Integers beyond 64 bits (JSON.stringify(1e20) writes 100000000000000000000) read as the
+ * nearest double, as JavaScript and Go read them; within 64 bits they stay integers. */
+static void test_big_integers_read_as_reals(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *doc;
+        int integer; /* 1: stays an integer */
+        double value;
+    } cases[] = {
+        {"9223372036854775807", 1, 9223372036854775807.0},
+        {"-9223372036854775808", 1, -9223372036854775808.0},
+        {"9223372036854775808", 0, 9223372036854775808.0},
+        {"-9223372036854775809", 0, -9223372036854775809.0},
+        {"100000000000000000000", 0, 1e20},
+        {"18446744073709552000", 0, 18446744073709552000.0},
+        {"[12345678901234567890123]", 0, 12345678901234567890123.0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        const char *doc = cases[i].doc;
+        assert_int_equal(agree(doc, strlen(doc)), 1);
+        json_t *j = jsonparse(doc, strlen(doc));
+        json_t *v = json_is_array(j) ? json_array_get(j, 0) : j;
+        assert_int_equal(json_is_integer(v), cases[i].integer);
+        assert_true(json_number_value(v) == cases[i].value);
+        json_decref(j);
+    }
+    /* The repair adds ".0" only to such integers, never inside strings or to reals. */
+    char *out = NULL;
+    size_t n = 0;
+    const char *doc = "{\"a\":100000000000000000000,\"b\":\"100000000000000000000\","
+                      "\"c\":1e30,\"d\":-99999999999999999999,\"e\":[1,-0]}";
+    assert_int_equal(jsonparse_repair(doc, strlen(doc), &out, &n), 0);
+    assert_string_equal(out, "{\"a\":100000000000000000000.0,\"b\":\"100000000000000000000\","
+                             "\"c\":1e30,\"d\":-99999999999999999999.0,\"e\":[1,-0]}");
+    free(out);
+    /* Leading zeros stay invalid: the repair never makes bad JSON good. */
+    assert_int_equal(agree("000000000000000000000001", 24), 0);
+    assert_null(jsonparse("000000000000000000000001", 24));
 }
 
 /* Seeded random mutations of valid documents: flips, deletions, insertions of JSON-ish bytes. */
@@ -250,6 +293,7 @@ int main(void)
         cmocka_unit_test(test_valid_documents),
         cmocka_unit_test(test_invalid_documents),
         cmocka_unit_test(test_stringify_escapes),
+        cmocka_unit_test(test_big_integers_read_as_reals),
         cmocka_unit_test(test_outside_the_subset_falls_back),
         cmocka_unit_test(test_mutations_agree),
     };
