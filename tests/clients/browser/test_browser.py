@@ -329,10 +329,13 @@ class RudderStackTest(BrowserTest):
                                           library=RUDDER_LIBRARY)
             # Batched: a full batch of three, then the other two on the flush interval.
             self.assertEqual(self.posts(srv)[5:], ["/v1/batch", "/v1/batch"])
-            # The SDK's clock came as sentAt (body and SentAt header): a timestamp was derived.
+            # The SDK's own time fields are kept as sent (it sends no `timestamp`, so the logged
+            # one is receivedAt; its clock also came as the SentAt header, allowed by the
+            # preflight).
             for e in events:
                 self.assertIn("sentAt", e)
                 self.assertIn("originalTimestamp", e)
+                self.assertEqual(e["timestamp"], e["receivedAt"])
             self.assertEqual(self.preflights(srv, 403), 0)
 
     def test_listed_origin(self):
