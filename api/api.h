@@ -114,6 +114,9 @@ typedef struct api_req {
     const char *origin;
     const char *acr_method;
     const char *acr_headers;
+    /* The SentAt header (RudderStack's JS SDK: the client's clock when it sent the request), the
+     * sentAt of events whose body has none; NULL when absent. */
+    const char *sent_at;
     const char *body; /* decompressed body (may be NULL when body_len is 0) */
     size_t body_len;
     int64_t now_ms; /* receivedAt: when the request arrived (ms since epoch) */

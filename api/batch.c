@@ -36,13 +36,24 @@ int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
         return BATCH_BAD_REQUEST;
     }
     /* JSON_DECODE_ANY only so a bare string or number gets the clearer "must be a JSON object".
-     * No JSON_DISABLE_EOF_CHECK: trailing bytes after the value are an error. No
-     * JSON_ALLOW_NUL: a NUL inside a string could truncate it for C consumers of the log. */
+     * No JSON_DISABLE_EOF_CHECK: trailing bytes after the value are an error. JSON_ALLOW_NUL:
+     * JSON.stringify writes "\u0000" for a NUL and Segment takes it; the log writes it escaped
+     * again (put_str), so no consumer ever sees a raw NUL (docs/log-format.md). */
     json_t *j = jsonparse(body, len);
     /* jsonparse builds the same tree for the bodies it takes (nearly all); json_loadb decides the
-     * rest, and words the error when there is one. */
-    if (!j)
-        j = json_loadb(body, len, JSON_DECODE_ANY, &jerr);
+     * rest, on the repaired text (lone surrogates, bytes that are not UTF-8: U+FFFD), so that
+     * one cut emoji does not cost every event of the batch, and words the error when there is
+     * one. */
+    if (!j) {
+        char *fixed = NULL;
+        size_t flen = len;
+        if (jsonparse_repair(body, len, &fixed, &flen) != 0) {
+            seterr(err, "out of memory");
+            return BATCH_NOMEM;
+        }
+        j = json_loadb(fixed ? fixed : body, flen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        free(fixed);
+    }
     if (!j) {
         /* jansson's text ends with " near '<input>'": the client's bytes, maybe not even UTF-8,
          * so cut them off instead of echoing them into the response. */
@@ -112,14 +123,17 @@ static const char *check_event(const json_t *ev, const char *single_type)
     const json_t *t = json_object_get(ev, "type");
     const char *type = NULL;
     if (single_type) {
-        if (t && !(json_is_string(t) && strcmp(json_string_value(t), single_type) == 0))
+        if (t && !(json_is_string(t) && json_string_length(t) == strlen(single_type) &&
+                   strcmp(json_string_value(t), single_type) == 0))
             return "type does not match the endpoint";
         type = single_type;
     } else {
         if (!t)
             return "type is required";
+        /* Lengths compared too: a string may hold a NUL ("track\u0000x" is no track). */
         for (size_t i = 0; json_is_string(t) && i < sizeof(TYPES) / sizeof(TYPES[0]); i++)
-            if (strcmp(json_string_value(t), TYPES[i]) == 0)
+            if (json_string_length(t) == strlen(TYPES[i]) &&
+                strcmp(json_string_value(t), TYPES[i]) == 0)
                 type = TYPES[i];
         if (!type)
             return "type must be one of track, identify, page, screen, group, alias";
@@ -178,8 +192,9 @@ static const char *check_event(const json_t *ev, const char *single_type)
  * That was a third of the CPU per event. Now the tree stays as parsed and the normalised event is
  * written straight from it into one buffer per request, with the server's fields laid over the
  * client's as the edits would have left them. The bytes are exactly json_dumps' with
- * JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p) of the edited tree (the data
- * cases in tests/data/batch/ pin the normalised events).
+ * JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(p) of the edited tree, except that
+ * C1 controls and U+2028/U+2029 are escaped too (put_str) (the data cases in tests/data/batch/
+ * pin the normalised events).
  */
 typedef struct out {
     char *p;
@@ -223,9 +238,6 @@ static int put_ch(out_t *o, char c)
     return 0;
 }
 
-/* jansson's dump_string without JSON_ENSURE_ASCII / JSON_ESCAPE_SLASH: only '"', '\\' and
- * control characters are escaped (\b \f \n \r \t, else \u00XX in uppercase hex); the parser
- * already guaranteed valid UTF-8 without NUL. */
 /* Word-at-a-time byte tests (bit hacks from Sean Anderson's collection): non-zero when some
  * byte of w is below n (n <= 128), or equals c. */
 #define SWAR_ONES       0x0101010101010101ULL
@@ -233,67 +245,98 @@ static int put_ch(out_t *o, char c)
 #define SWAR_LESS(w, n) (((w)-SWAR_ONES * (n)) & ~(w)&SWAR_HIGHS)
 #define SWAR_HAS(w, c)  SWAR_LESS((w) ^ (SWAR_ONES * (unsigned char)(c)), 1)
 
-static int put_str(out_t *o, const char *s, size_t n)
+/*
+ * How many bytes at s[0..n) (n >= 1) put_str writes escaped, and the code point they are;
+ * 0 when s[0] goes out as it is. jansson's dump_string without JSON_ENSURE_ASCII escapes '"',
+ * '\\' and control characters; the log also escapes U+0085, the other C1 controls
+ * (U+0080..U+009F) and U+2028/U+2029, which line splitters (Python's str.splitlines, Unicode
+ * readers) take as line ends and would cut an NDJSON record at (docs/log-format.md).
+ */
+static size_t escaped(const unsigned char *s, size_t n, unsigned *cp)
+{
+    if (s[0] < 0x20 || s[0] == '"' || s[0] == '\\') {
+        *cp = s[0];
+        return 1;
+    }
+    if (s[0] == 0xC2 && n >= 2 && s[1] >= 0x80 && s[1] <= 0x9F) {
+        *cp = s[1];
+        return 2;
+    }
+    if (s[0] == 0xE2 && n >= 3 && s[1] == 0x80 && (s[2] == 0xA8 || s[2] == 0xA9)) {
+        *cp = 0x2000u | (s[2] - 0x80u);
+        return 3;
+    }
+    return 0;
+}
+
+static int put_str(out_t *o, const char *str, size_t n)
 {
     static const char HEX[] = "0123456789ABCDEF";
-    size_t from = 0;
+    const unsigned char *s = (const unsigned char *)str;
+    size_t from = 0, i = 0;
 
     if (reserve(o, n + 2) != 0)
         return -1;
     o->p[o->len++] = '"';
-    for (size_t i = 0; i < n; i++) {
-        /* Eight bytes at a time while none of them needs an escape (the common case), then byte
-         * by byte up to the one that does. */
+    while (i < n) {
+        /* Eight bytes at a time while none of them can need an escape (the common case), then
+         * byte by byte up to the one that may. */
         while (n - i >= 8) {
             uint64_t w;
             memcpy(&w, s + i, 8);
-            if (SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\'))
+            if (SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\') | SWAR_HAS(w, 0xC2) |
+                SWAR_HAS(w, 0xE2))
                 break;
             i += 8;
         }
-        while (i < n && (unsigned char)s[i] >= 0x20 && s[i] != '"' && s[i] != '\\')
+        while (i < n && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\' && s[i] != 0xC2 && s[i] != 0xE2)
             i++;
         if (i >= n)
             break;
-        unsigned char c = (unsigned char)s[i];
-        char esc[6] = {'\\', 0, 0, 0, 0, 0};
-        size_t elen = 2;
-        switch (c) {
+        unsigned cp;
+        size_t taken = escaped(s + i, n - i, &cp);
+        if (taken == 0) {
+            i++;
+            continue;
+        }
+        char esc[6] = {'\\',        'u', HEX[cp >> 12], HEX[(cp >> 8) & 15], HEX[(cp >> 4) & 15],
+                       HEX[cp & 15]};
+        size_t elen = 6;
+        switch (cp) {
         case '"':
-            esc[1] = '"';
-            break;
         case '\\':
-            esc[1] = '\\';
+            esc[1] = (char)cp;
+            elen = 2;
             break;
         case '\b':
             esc[1] = 'b';
+            elen = 2;
             break;
         case '\f':
             esc[1] = 'f';
+            elen = 2;
             break;
         case '\n':
             esc[1] = 'n';
+            elen = 2;
             break;
         case '\r':
             esc[1] = 'r';
+            elen = 2;
             break;
         case '\t':
             esc[1] = 't';
+            elen = 2;
             break;
         default:
-            esc[1] = 'u';
-            esc[2] = '0';
-            esc[3] = '0';
-            esc[4] = HEX[c >> 4];
-            esc[5] = HEX[c & 15];
-            elen = 6;
             break;
         }
-        if (put(o, s + from, i - from) != 0 || put(o, esc, elen) != 0)
+        if (put(o, str + from, i - from) != 0 || put(o, esc, elen) != 0)
             return -1;
-        from = i + 1;
+        i += taken;
+        from = i;
     }
-    if (put(o, s + from, n - from) != 0)
+    if (put(o, str + from, n - from) != 0)
         return -1;
     return put_ch(o, '"');
 }
@@ -455,7 +498,9 @@ typedef struct build {
     char now[TIMESTAMP_BUF_LEN];       /* receivedAt, formatted once per request */
     bool now_ok;
     bool source_ok; /* json_string() takes the source (valid UTF-8) */
-    out_t out;      /* every accepted event, each followed by a NUL */
+    bool hsent_ok;  /* o->sent_at_header parsed, into hsent_ms */
+    int64_t hsent_ms;
+    out_t out; /* every accepted event, each followed by a NUL */
 } build_t;
 
 /*
@@ -551,6 +596,39 @@ static int put_event(build_t *b, const json_t *ev, const char *mid, size_t mid_l
     return put_ch(w, '}');
 }
 
+static bool sane(int64_t t, int64_t now_ms)
+{
+    return t >= BATCH_TIMESTAMP_MIN_MS && t <= now_ms + BATCH_TIMESTAMP_AHEAD_MS;
+}
+
+/*
+ * The logged `timestamp` of an event whose client `timestamp` is `orig`. Segment's clock-skew
+ * correction: the client's clock is off by (sentAt - receivedAt), so its timestamp is shifted by
+ * that; sentAt is the event's, else the batch's, else the request's SentAt header. A result
+ * outside BATCH_TIMESTAMP_MIN_MS..receivedAt + BATCH_TIMESTAMP_AHEAD_MS (a client clock or
+ * sentAt gone wild: year 0000 breaks ordinary consumers) falls back to the client's own
+ * timestamp when that is in the range, else to receivedAt. originalTimestamp keeps the
+ * client's value either way.
+ */
+static int64_t corrected(const build_t *b, const json_t *ev, int64_t orig)
+{
+    const batch_options_t *o = b->o;
+    const json_t *sent = json_object_get(ev, "sentAt");
+    int64_t sent_ms = b->hsent_ms;
+
+    if (!sent)
+        sent = b->bsent;
+    if (sent)
+        timestamp_parse(json_string_value(sent), json_string_length(sent), &sent_ms);
+    if (sent || b->hsent_ok) {
+        /* Both parsed within years 0000..9999: no overflow. */
+        int64_t t = o->now_ms - (sent_ms - orig);
+        if (sane(t, o->now_ms))
+            return t;
+    }
+    return sane(orig, o->now_ms) ? orig : o->now_ms;
+}
+
 /*
  * Normalises an event that passed check_event into b->out (followed by a NUL) and sets
  * out->len and out->key; a rejection sets *why instead and leaves b->out as it was.
@@ -586,22 +664,11 @@ static int normalise(build_t *b, const json_t *ev, batch_event_t *out, const cha
     const json_t *tsv = json_object_get(ev, "timestamp");
     out->timestamp_ms = INT64_MAX;
     if (tsv) {
-        const json_t *sent = json_object_get(ev, "sentAt");
-        int64_t orig = 0, sent_ms = 0, t;
-        if (!sent)
-            sent = b->bsent;
+        int64_t orig = 0;
         timestamp_parse(json_string_value(tsv), json_string_length(tsv), &orig);
         out->timestamp_ms = orig;
-        /* Segment's clock-skew correction: the client's clock is off by (sentAt - now), so
-         * shift its timestamp by that; without sentAt the client's clock is taken as is. */
-        if (sent) {
-            timestamp_parse(json_string_value(sent), json_string_length(sent), &sent_ms);
-            t = o->now_ms - (sent_ms - orig);
-        } else {
-            t = orig;
-        }
-        if (timestamp_format(t, ts) != 0) {
-            *why = "timestamp out of range";
+        if (timestamp_format(corrected(b, ev, orig), ts) != 0) {
+            *why = "timestamp out of range"; /* only in the last day of year 9999 */
             return 0;
         }
     }
@@ -699,6 +766,8 @@ int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_erro
         .bint = bint,
     };
     b.now_ok = timestamp_format(o->now_ms, b.now) == 0;
+    b.hsent_ok = o->sent_at_header &&
+                 timestamp_parse(o->sent_at_header, strlen(o->sent_at_header), &b.hsent_ms) == 0;
     json_t *src = json_string(o->source);
     b.source_ok = src != NULL;
     json_decref(src);

@@ -23,6 +23,11 @@ typedef void (*batch_uuid_fn)(char out[BATCH_UUID_LEN + 1], void *arg);
 /* The default: a random lowercase UUID v4 from libuuid. Thread-safe. */
 void batch_uuid_v4(char out[BATCH_UUID_LEN + 1], void *arg);
 
+/* The range a logged `timestamp` is kept in: from 2000-01-01T00:00:00Z to one day past
+ * receivedAt (batch_build says what happens outside it). */
+#define BATCH_TIMESTAMP_MIN_MS   946684800000LL
+#define BATCH_TIMESTAMP_AHEAD_MS (24LL * 3600 * 1000)
+
 typedef struct batch_options {
     const char *single_type; /* NULL for /v1/batch and /v1/import; else the route's event type */
     const char *source;      /* the write key's source, stamped on every event */
@@ -30,7 +35,11 @@ typedef struct batch_options {
                                 computed (left zero), as for the edge role, whose workers
                                 de-duplicate downstream */
     int64_t now_ms;          /* receivedAt */
-    batch_uuid_fn uuid;      /* NULL: batch_uuid_v4 */
+    /* The client clock a request header carries (RudderStack's JS SDK sends `SentAt`, an
+     * ISO-8601 time), used as sentAt for the timestamp correction of events with none in the
+     * body; NULL: none. One that does not parse is ignored (it is only a hint). */
+    const char *sent_at_header;
+    batch_uuid_fn uuid; /* NULL: batch_uuid_v4 */
     void *uuid_arg;
     size_t size_hint; /* the body's length, to size the events' buffer once; 0: unknown */
 } batch_options_t;
@@ -69,9 +78,11 @@ typedef struct batch_error {
 } batch_error_t;
 
 /*
- * Parses body[0..len) as one JSON value (no trailing garbage, no \u0000 in
- * strings, valid UTF-8) that must be an object. Returns BATCH_OK with *root
- * (caller owns, json_decref), or BATCH_BAD_REQUEST with err->text.
+ * Parses body[0..len) as one JSON value (no trailing garbage) that must be an
+ * object. Lone surrogate escapes and bytes that are not UTF-8 read as U+FFFD,
+ * \u0000 as a NUL in a string value and as U+FFFD in a key (jsonparse_repair).
+ * Returns BATCH_OK with *root (caller owns, json_decref), BATCH_BAD_REQUEST
+ * with err->text, or BATCH_NOMEM.
  */
 int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err);
 
@@ -85,7 +96,11 @@ const char *batch_write_key(const json_t *root, size_t *len);
 /*
  * Validates and normalises every event of `root` (see the brief: types, ids,
  * messageId assignment, receivedAt, source, sentAt, timestamp correction,
- * context/integrations merge, writeKey stripped, 32 KB cap). Leaves `root`
+ * context/integrations merge, writeKey stripped, 32 KB cap). The corrected
+ * timestamp is receivedAt - (sentAt - timestamp); when that falls outside
+ * BATCH_TIMESTAMP_MIN_MS..now_ms + BATCH_TIMESTAMP_AHEAD_MS, the client's
+ * timestamp is logged instead if it is inside, else receivedAt; the client's
+ * value always stays in originalTimestamp. Leaves `root`
  * as it is: the events are written from it directly into out->arena.
  * Per-event problems land in out->rejected; whole-request problems (batch
  * not an array, empty, more than API_MAX_BATCH_EVENTS, bad batch-level

@@ -15,12 +15,11 @@ struct cors {
     char **origins; /* lower case, without a trailing "/" */
 };
 
-/* The names in CORS_ALLOWED_HEADERS, one per entry, for matching a request's list. */
-static const char *const ALLOWED[] = {
-    "content-type", "authorization", "content-encoding", "x-retry-count",
-    "x-request-id", "anonymousid",   "accept",
+/* Headers a trusted proxy sets to say who the client is (server/http.c reads them): a page's
+ * script has no business sending them, so a preflight never allows them. */
+static const char *const NEVER[] = {
+    "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
 };
-#define NALLOWED (sizeof(ALLOWED) / sizeof(ALLOWED[0]))
 
 /* Quote at most 80 bytes of an offending entry: enough to find it, bounded for the log. */
 #define QUOTED(len) ((int)((len) > 80 ? 80 : (len)))
@@ -188,17 +187,55 @@ bool cors_allowed(const cors_t *c, const char *origin)
     return false;
 }
 
+/* RFC 9110 tchar: what a header field name is made of. */
+static bool is_tchar(unsigned char c)
+{
+    return isalnum(c) || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static bool is_token(const char *s, size_t len)
+{
+    if (len == 0)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!is_tchar((unsigned char)s[i]))
+            return false;
+    return true;
+}
+
+/* Whether the name s[0..len) is already in the ", "-separated list out[0..used). */
+static bool listed(const char *out, size_t used, const char *s, size_t len)
+{
+    const char *p = out, *end = out + used;
+    while (p < end) {
+        const char *q = memchr(p, ',', (size_t)(end - p));
+        if (!q)
+            q = end;
+        if ((size_t)(q - p) == len && strncasecmp(p, s, len) == 0)
+            return true;
+        p = q + (q < end ? 2 : 0);
+    }
+    return false;
+}
+
+static bool never_allowed(const char *s, size_t len)
+{
+    for (size_t i = 0; i < sizeof(NEVER) / sizeof(NEVER[0]); i++)
+        if (strlen(NEVER[i]) == len && strncasecmp(NEVER[i], s, len) == 0)
+            return true;
+    return false;
+}
+
 size_t cors_allow_headers(const char *requested, char *out, size_t outlen)
 {
-    unsigned seen = 0; /* bit i: ALLOWED[i] written already, so a repeated name costs no room */
     size_t n = 0, used = 0;
 
     if (outlen > 0)
         out[0] = '\0';
-    if (!requested)
+    if (!requested || outlen == 0)
         return 0;
     const char *p = requested;
-    while (*p) {
+    while (*p && n < CORS_MAX_ALLOW_HEADERS) {
         size_t len = strcspn(p, ",");
         const char *s = p;
         p += len;
@@ -210,21 +247,18 @@ size_t cors_allow_headers(const char *requested, char *out, size_t outlen)
         }
         while (len > 0 && is_blank(s[len - 1]))
             len--;
-        for (size_t i = 0; i < NALLOWED; i++) {
-            if (strlen(ALLOWED[i]) != len || strncasecmp(ALLOWED[i], s, len) != 0 ||
-                (seen & (1u << i)))
-                continue;
-            int w = snprintf(out + used, outlen - used, "%s%s", n ? ", " : "", ALLOWED[i]);
-            if (w < 0 || (size_t)w >= outlen - used) {
-                /* Cannot happen with an out of CORS_ALLOWED_HEADERS' size; keep it whole. */
-                out[used] = '\0';
-                return n;
-            }
-            used += (size_t)w;
-            seen |= 1u << i;
-            n++;
-            break;
-        }
+        /* Not a header name (the browser never asks for one), or one already written: skip. */
+        if (!is_token(s, len) || never_allowed(s, len) || listed(out, used, s, len))
+            continue;
+        size_t sep = n ? 2 : 0;
+        if (used + sep + len >= outlen)
+            break; /* whole names only: the browser fails the preflight for the rest */
+        memcpy(out + used, ", ", sep);
+        for (size_t i = 0; i < len; i++)
+            out[used + sep + i] = (char)tolower((unsigned char)s[i]);
+        used += sep + len;
+        out[used] = '\0';
+        n++;
     }
     return n;
 }
@@ -255,24 +289,30 @@ void cors_apply(const cors_headers_t *h, api_resp_t *resp)
         resp->headers[resp->nheaders++] = h->h[i];
 }
 
+int cors_refuse(const cors_t *c, const char *origin, api_resp_t *resp)
+{
+    cors_headers_t h;
+
+    if (!origin || !*origin || cors_allowed(c, origin))
+        return 0;
+    /* A 403 rather than a bare 204 to a preflight: the browser fails either way, but a person
+     * with curl or the network panel sees why. */
+    memset(&h, 0, sizeof(h));
+    api_error(resp, 403, "origin not allowed by --cors-origin");
+    add(&h, "Vary", "Origin"); /* c is a list: "*" allows every origin */
+    cors_apply(&h, resp);
+    return 1;
+}
+
 int cors_preflight(const cors_t *c, const char *origin, const char *acr_headers, api_resp_t *resp)
 {
     cors_headers_t h;
-    char allow[sizeof(CORS_ALLOWED_HEADERS)];
+    char allow[CORS_ALLOW_HEADERS_LEN + 1];
     char age[16];
 
     memset(&h, 0, sizeof(h));
-    if (origin && *origin && !cors_allowed(c, origin)) {
-        /* A 403 rather than a bare 204: the browser fails either way, but a person with curl or
-         * the network panel sees why. */
-        api_error(resp, 403, "origin not allowed by --cors-origin");
-        if (resp->status != 403)
-            return -1;
-        if (!c->any)
-            add(&h, "Vary", "Origin");
-        cors_apply(&h, resp);
-        return 0;
-    }
+    if (cors_refuse(c, origin, resp))
+        return resp->status == 403 ? 0 : -1;
     memset(resp, 0, sizeof(*resp));
     resp->status = 204;
     resp->content_type = "text/plain";

@@ -13,10 +13,11 @@
 /* Access-Control-Max-Age of a preflight answer: Chromium's cap (2 h); Firefox caps at 24 h. */
 #define CORS_MAX_AGE_S 7200
 
-/* Headers a browser may send on an ingest request (Access-Control-Allow-Headers), lower case. */
-#define CORS_ALLOWED_HEADERS                                                                       \
-    "content-type, authorization, content-encoding, x-retry-count, x-request-id, anonymousid, "    \
-    "accept"
+/* A preflight's Access-Control-Allow-Headers echoes the names the browser asks for, at most
+ * this many and this many bytes (it goes into an api_header_t value). Real SDKs ask for a few:
+ * RudderStack's JS SDK up to 9 names in about 150 bytes. */
+#define CORS_MAX_ALLOW_HEADERS 32
+#define CORS_ALLOW_HEADERS_LEN 255
 
 /* Headers a browser script may read from an answer (Access-Control-Expose-Headers). */
 #define CORS_EXPOSE_HEADERS "Retry-After, X-Request-Id"
@@ -56,11 +57,14 @@ bool cors_any(const cors_t *c);
 bool cors_allowed(const cors_t *c, const char *origin);
 
 /*
- * Filters a request's Access-Control-Request-Headers (comma-separated names,
- * any case, NULL allowed) down to those in CORS_ALLOWED_HEADERS, written
- * lower case, comma-separated, each once, into out[0..outlen). A browser
- * that asked for a header we do not take sees it missing and fails the
- * preflight itself. Returns how many names were written.
+ * The Access-Control-Allow-Headers of a preflight: the names of a request's
+ * Access-Control-Request-Headers (comma-separated, any case, NULL allowed)
+ * that are HTTP tokens (RFC 9110 field names), written lower case, each once,
+ * ", "-separated, NUL-terminated, into out[0..outlen). Left out: names that are
+ * not tokens, the client-address headers a proxy sets (Forwarded,
+ * X-Forwarded-*, X-Real-IP), and whatever comes past CORS_MAX_ALLOW_HEADERS
+ * names or past outlen - 1 bytes (whole names only). A browser whose header is
+ * left out fails the preflight itself. Returns how many names were written.
  */
 size_t cors_allow_headers(const char *requested, char *out, size_t outlen);
 
@@ -76,14 +80,25 @@ void cors_actual(const cors_t *c, const char *origin, cors_headers_t *out);
 /*
  * Answers an OPTIONS request on an ingest route into *resp (which it
  * overwrites): a preflight from an allowed origin gets 204 with
- * Access-Control-Allow-Origin/-Methods (POST, OPTIONS)/-Headers (the allowed
- * subset of acr_headers)/-Max-Age; a request from an origin not allowed gets
+ * Access-Control-Allow-Origin/-Methods (POST, OPTIONS)/-Headers (acr_headers as
+ * cors_allow_headers echoes them)/-Max-Age; a request from an origin not allowed gets
  * 403 `{"success":false,"error":"origin not allowed by --cors-origin"}` and no
  * CORS headers; an OPTIONS without Origin (not a browser's CORS request) gets
  * 204 with Allow: POST, OPTIONS. Returns 0, or -1 when the 403 body could not
  * be allocated (then *resp holds the 500 fallback).
  */
 int cors_preflight(const cors_t *c, const char *origin, const char *acr_headers, api_resp_t *resp);
+
+/*
+ * --cors-origin enforced on every request of an ingest route, not only on
+ * preflights: a request whose Origin is present and not allowed gets 403
+ * `{"success":false,"error":"origin not allowed by --cors-origin"}` with
+ * Vary: Origin in *resp (overwritten) and returns 1; else *resp is untouched
+ * and it returns 0. So a page of another site cannot send events even with a
+ * request that needs no preflight (text/plain, key in the body); clients
+ * without Origin (servers, curl, mobile SDKs) are not affected.
+ */
+int cors_refuse(const cors_t *c, const char *origin, api_resp_t *resp);
 
 /* Appends h's headers to resp's, as far as they fit (API_MAX_HEADERS). */
 void cors_apply(const cors_headers_t *h, api_resp_t *resp);

@@ -380,7 +380,12 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         goto out;
     if (early_limits(api, limit, resp) != 0)
         goto out;
-    if (batch_parse(req->body, req->body_len, &root, &err) != BATCH_OK) {
+    int prc = batch_parse(req->body, req->body_len, &root, &err);
+    if (prc == BATCH_NOMEM) {
+        api_error_commit(resp, COMMIT_NOMEM);
+        goto out;
+    }
+    if (prc != BATCH_OK) {
         api_error(resp, 400, err.text);
         goto out;
     }
@@ -406,6 +411,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         .source = wk->source,
         .secret = api->commit ? commit_secret(api->commit) : NULL, /* edge: no dedupe key */
         .now_ms = req->now_ms,
+        .sent_at_header = req->sent_at,
         .size_hint = req->body_len,
     };
     int brc = batch_build(root, &o, &b, &err);

@@ -12,8 +12,9 @@
  * Why: json_loadb reads one byte at a time through a UTF-8 checking stream and copies every
  * string byte by byte into a growing buffer; that was half of the CPU an event costs. This
  * parser scans strings in place and hands jansson whole strings. It must agree with
- * json_loadb exactly, so every rule below is jansson 2.14's (load.c, utf.c); anything it does
- * not handle returns NULL and json_loadb decides instead.
+ * json_loadb on jsonparse_repair's text exactly, so every rule below is jansson 2.14's
+ * (load.c, utf.c) with JSON_ALLOW_NUL, plus the repair's U+FFFD for lone surrogate escapes;
+ * anything it does not handle returns NULL and the repaired json_loadb decides instead.
  */
 
 typedef struct parser {
@@ -127,8 +128,8 @@ static size_t utf8_put(char *d, unsigned v)
 /*
  * The string whose opening quote p->s points at. *out is the text itself when it has no
  * escapes, else decoded into the scratch buffer at p->used (the caller keeps it by advancing
- * p->used). Refuses control characters, bad UTF-8, bad escapes, lone surrogates and \u0000
- * (jansson refuses a NUL without JSON_ALLOW_NUL).
+ * p->used). Refuses control characters, bad UTF-8 and bad escapes; a lone surrogate escape
+ * becomes U+FFFD and \u0000 a NUL byte, as in json_loadb(jsonparse_repair(...), JSON_ALLOW_NUL).
  */
 static int string(parser_t *p, const char **out, size_t *out_len)
 {
@@ -235,16 +236,16 @@ static int string(parser_t *p, const char **out, size_t *out_len)
             if (hex4(s + 1, end, &v) != 0)
                 return -1;
             s += 5;
-            if (v >= 0xD800 && v <= 0xDBFF) {
-                if (end - s < 6 || s[0] != '\\' || s[1] != 'u' || hex4(s + 2, end, &w) != 0 ||
-                    w < 0xDC00 || w > 0xDFFF)
-                    return -1;
+            if (v >= 0xD800 && v <= 0xDBFF && end - s >= 6 && s[0] == '\\' && s[1] == 'u' &&
+                hex4(s + 2, end, &w) == 0 && w >= 0xDC00 && w <= 0xDFFF) {
                 s += 6;
                 v = ((v - 0xD800) << 10) + (w - 0xDC00) + 0x10000;
-            } else if ((v >= 0xDC00 && v <= 0xDFFF) || v == 0) {
-                return -1;
+            } else if (v >= 0xD800 && v <= 0xDFFF) {
+                /* A lone half, as JSON.stringify writes for a string cut inside a pair: U+FFFD,
+                 * as jsonparse_repair writes it (3 bytes for the 6 of the escape). */
+                v = 0xFFFD;
             }
-            d += utf8_put(d, v);
+            d += utf8_put(d, v); /* \u0000 too: a NUL byte, kept (JSON_ALLOW_NUL) */
             break;
         }
         default:
@@ -296,10 +297,8 @@ static json_t *number(parser_t *p)
     }
     p->s = t;
 
-    if (!real) {
-        /* 18 digits always fit in json_int_t; longer ones go to strtoll's range check. */
-        if (int_digits > 18)
-            return NULL;
+    if (!real && int_digits <= 18) {
+        /* 18 digits always fit in json_int_t. */
         json_int_t v = 0;
         for (const unsigned char *c = s + neg; c < t; c++)
             v = v * 10 + (*c - '0');
@@ -312,6 +311,14 @@ static json_t *number(parser_t *p)
     memcpy(buf, s, n);
     buf[n] = '\0';
     errno = 0;
+    if (!real) {
+        /* Past 64 bits an integer reads as a real, as jsonparse_repair makes jansson read it
+         * (JSON.stringify(1e20) writes 100000000000000000000; JavaScript and Go read doubles). */
+        long long v = strtoll(buf, &e, 10);
+        if (errno != ERANGE)
+            return json_integer((json_int_t)v);
+        errno = 0;
+    }
     double d = strtod(buf, &e);
     if (e != buf + n || ((d == HUGE_VAL || d == -HUGE_VAL) && errno == ERANGE))
         return NULL; /* jansson: "real number overflow" */
@@ -342,8 +349,13 @@ static json_t *object(parser_t *p)
         size_t klen, mark = p->used;
         if (p->s >= p->end || *p->s != '"' || string(p, &k, &klen) != 0)
             goto fail;
-        if (p->scratch && k == p->scratch + mark)
+        if (p->scratch && k == p->scratch + mark) {
+            /* jansson refuses a NUL in a key even with JSON_ALLOW_NUL; jsonparse_repair turns
+             * it into U+FFFD first, which is longer than the NUL: left to that path. */
+            if (memchr(k, '\0', klen))
+                goto fail;
             p->used += klen; /* keep the decoded key while its value is parsed */
+        }
         skip_ws(p);
         if (p->s >= p->end || *p->s != ':')
             goto fail;
@@ -456,4 +468,140 @@ json_t *jsonparse(const char *s, size_t len)
     }
     free(p.scratch);
     return v;
+}
+
+/* Whether the string whose opening quote is at s is an object key: followed by ':' after its
+ * closing quote and blanks. Only the repair path asks, so the second scan costs nothing. */
+static bool is_key(const unsigned char *s, const unsigned char *end)
+{
+    for (s++; s < end && *s != '"'; s++)
+        if (*s == '\\')
+            s++;
+    if (s >= end)
+        return false;
+    for (s++; s < end && (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r'); s++)
+        ;
+    return s < end && *s == ':';
+}
+
+/* Length of the number-ish token at s: the bytes a JSON number may hold. */
+static size_t number_len(const unsigned char *s, const unsigned char *end)
+{
+    size_t n = 0;
+    while (s + n < end && (is_digit(s[n]) || s[n] == '-' || s[n] == '+' || s[n] == '.' ||
+                           s[n] == 'e' || s[n] == 'E'))
+        n++;
+    return n;
+}
+
+/* Whether s[0..len) is an integer literal (-?digits) outside jansson's 64-bit range. */
+static bool int_overflows(const unsigned char *s, size_t len)
+{
+    static const char MAX[] = "9223372036854775807", MIN[] = "9223372036854775808";
+    bool neg = len > 0 && s[0] == '-';
+    size_t d = neg ? 1 : 0;
+    if (len == d)
+        return false;
+    for (size_t i = d; i < len; i++)
+        if (!is_digit(s[i]))
+            return false;
+    while (d + 1 < len && s[d] == '0') /* leading zeros: invalid JSON anyway, but no bigger */
+        d++;
+    size_t digits = len - d;
+    if (digits != sizeof(MAX) - 1)
+        return digits > sizeof(MAX) - 1;
+    return memcmp(s + d, neg ? MIN : MAX, digits) > 0;
+}
+
+/* One pass of jsonparse_repair: writes into d when it is not NULL; returns the output length
+ * and counts the changes in *changes. */
+static size_t repair(const unsigned char *s, const unsigned char *end, char *d, size_t *changes)
+{
+    static const char FFFD_ESC[] = "\\ufffd", FFFD_UTF8[] = "\xEF\xBF\xBD";
+    size_t n = 0;
+    bool in_string = false, key = false;
+
+#define EMIT(src, len)                                                                             \
+    do {                                                                                           \
+        if (d)                                                                                     \
+            memcpy(d + n, (src), (len));                                                           \
+        n += (len);                                                                                \
+    } while (0)
+    while (s < end) {
+        unsigned c = *s, v, w;
+        if (c >= 0x80) {
+            size_t len = utf8_len(s, end);
+            if (len == 0) { /* Go's utf8.DecodeRune: one U+FFFD per byte that starts nothing */
+                EMIT(FFFD_UTF8, 3);
+                (*changes)++;
+                len = 1;
+            } else {
+                EMIT(s, len);
+            }
+            s += len;
+            continue;
+        }
+        if (!in_string && (c == '-' || (c >= '0' && c <= '9'))) {
+            size_t len = number_len(s, end);
+            EMIT(s, len);
+            if (int_overflows(s, len)) { /* a real, as Go's encoding/json and JavaScript read it */
+                EMIT(".0", 2);
+                (*changes)++;
+            }
+            s += len;
+            continue;
+        }
+        if (c == '"') {
+            in_string = !in_string;
+            key = in_string && is_key(s, end);
+        }
+        if (c != '\\' || end - s < 2) {
+            EMIT(s, 1);
+            s++;
+            continue;
+        }
+        if (s[1] != 'u' || hex4(s + 2, end, &v) != 0) {
+            EMIT(s, 2); /* a two-byte escape (or a bad one, left for the parser to refuse) */
+            s += 2;
+            continue;
+        }
+        if (v >= 0xD800 && v <= 0xDBFF && end - s >= 12 && s[6] == '\\' && s[7] == 'u' &&
+            hex4(s + 8, end, &w) == 0 && w >= 0xDC00 && w <= 0xDFFF) {
+            EMIT(s, 12); /* a proper pair */
+            s += 12;
+            continue;
+        }
+        if ((v >= 0xD800 && v <= 0xDFFF) || (v == 0 && key && in_string)) {
+            EMIT(FFFD_ESC, 6);
+            (*changes)++;
+        } else {
+            EMIT(s, 6);
+        }
+        s += 6;
+    }
+#undef EMIT
+    return n;
+}
+
+int jsonparse_repair(const char *s, size_t len, char **out, size_t *out_len)
+{
+    const unsigned char *b = (const unsigned char *)s;
+    size_t changes = 0;
+
+    *out = NULL;
+    *out_len = len;
+    if (!s || len == 0)
+        return 0;
+    size_t n = repair(b, b + len, NULL, &changes);
+    if (changes == 0)
+        return 0;
+    char *d = malloc(n + 1);
+    if (!d)
+        return -1;
+    changes = 0;
+    repair(b, b + len, d, &changes);
+    d[n] = '\0';
+    *out = d;
+    *out_len = n;
+    return 0;
 }

@@ -7,17 +7,35 @@
 
 /*
  * Parses s[0..len) as one JSON value followed only by whitespace and returns the same tree
- * json_loadb(s, len, JSON_DECODE_ANY, ...) returns (same values, same member order, a repeated
- * key keeps its first position and its last value); the caller owns it (json_decref).
+ * json_loadb(r, rlen, JSON_DECODE_ANY | JSON_ALLOW_NUL, ...) returns for the text r[0..rlen)
+ * that jsonparse_repair makes of s (same values, same member order, a repeated key keeps its
+ * first position and its last value); the caller owns it (json_decref). So a lone surrogate
+ * escape reads as U+FFFD, \u0000 in a string value as a NUL byte, and an integer beyond 64
+ * bits as a real.
  *
- * It accepts a subset of what json_loadb accepts and never anything json_loadb rejects. NULL
- * means "not decided here": the text is invalid, or outside the subset (nesting deeper than
- * JSONPARSE_MAX_DEPTH, integers of more than 18 digits, reals of more than 63 characters),
- * or memory ran out. The caller then runs json_loadb, which decides and words the error.
- * Thread-safe.
+ * It accepts a subset of what that accepts and never anything it rejects. NULL means "not
+ * decided here": the text is invalid, or outside the subset (nesting deeper than
+ * JSONPARSE_MAX_DEPTH, numbers of more than 63 characters,
+ * bytes that are not UTF-8, \u0000 in a key), or memory ran out. The caller then repairs the
+ * text and runs json_loadb, which decides and words the error. Thread-safe.
  */
 #define JSONPARSE_MAX_DEPTH 256
 
 json_t *jsonparse(const char *s, size_t len);
+
+/*
+ * What Go's encoding/json (and so Segment's API) reads as U+FFFD where jansson refuses the
+ * whole text, rewritten so json_loadb reads it the same way: a lone surrogate escape
+ * (\ud800..\udfff not in a high-low pair, as JSON.stringify writes for a string cut inside an
+ * emoji) becomes \ufffd; each byte that does not start a valid UTF-8 sequence (overlong,
+ * encoded surrogate, truncated, above U+10FFFF) becomes U+FFFD's three bytes; \u0000 in an
+ * object key (jansson has no NUL keys) becomes \ufffd; an integer beyond 64 bits gets ".0",
+ * so it reads as the nearest double (JSON.stringify(1e20) writes 100000000000000000000; Go and
+ * JavaScript read every number as a double). Nothing else changes, so a text that
+ * was invalid JSON stays invalid. Returns 0 with *out NULL and *out_len = len when nothing
+ * needed changing, 0 with *out a malloc'd copy (NUL-terminated; the caller frees) of
+ * *out_len bytes, or -1 when out of memory. Thread-safe.
+ */
+int jsonparse_repair(const char *s, size_t len, char **out, size_t *out_len);
 
 #endif

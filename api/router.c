@@ -187,6 +187,8 @@ static int ingest(api_t *api, const api_req_t *req, const char *type, api_resp_t
         cors_preflight(api->cors, req->origin, req->acr_headers, resp);
         return API_DONE;
     }
+    if (cors_refuse(api->cors, req->origin, resp))
+        return API_DONE;
     cors_actual(api->cors, req->origin, &h);
     if (h.n == 0)
         return api_ingest(api, req, type, resp, done, arg);
@@ -252,6 +254,9 @@ int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
         return API_CONTINUE;
     if (strcmp(req->method, "OPTIONS") == 0) /* a preflight has no body to wait for */
         return ingest(api, req, r->type, resp, NULL, NULL);
+    /* Before the body is read: a page of another site gets nothing in, preflight or not. */
+    if (cors_refuse(api->cors, req->origin, resp))
+        return API_DONE;
     if (!api_content_type_ok(req->content_type)) {
         api_error(resp, 400, "unsupported Content-Type");
         add_cors(api, req, resp);

@@ -126,6 +126,11 @@ static const struct setting settings[] = {
      FIELD(cors_origin), "ORIGINS",
      "browser origins allowed by CORS, comma-separated (https://app.example.com), or * for any "
      "(never with credentials)"},
+    /* The words' positions are enum config_data_mode's values. */
+    {"data-mode", "INGESTD_DATA_MODE", "private", K_CHOICE, 0, 0, FIELD(data_mode), "private|group",
+     "who may read the files ingestd creates in --data (log segments, LMDB, groups): private: "
+     "files 0600, directories 0700; group: 0640 and 0750, for a reader in the service user's "
+     "group. The secret stays 0600. Existing files keep their modes"},
     /* The words' positions are enum store_sync's values (storage/store.h). */
     {"store-sync", "INGESTD_STORE_SYNC", "meta", K_CHOICE, 0, 0, FIELD(store_sync),
      "meta|full|lazy",
@@ -173,6 +178,17 @@ static int choice_index(const char *choices, const char *word)
         w = w[len] == '|' ? w + len + 1 : NULL;
     }
     return -1;
+}
+
+unsigned config_data_umask(int mode)
+{
+    return mode == CONFIG_DATA_GROUP ? 027 : 077;
+}
+
+int config_data_mode_env(const char *value)
+{
+    int i = value ? choice_index("private|group", value) : -1;
+    return i < 0 ? CONFIG_DATA_PRIVATE : i;
 }
 
 static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)

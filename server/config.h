@@ -17,6 +17,20 @@ enum config_role {
     CONFIG_ROLE_EDGE = 1,   /* produce them to Kafka's raw topic (cluster/edge.h) */
 };
 
+/* --data-mode: who may read what ingestd creates in a data dir (the umask it runs under). */
+enum config_data_mode {
+    CONFIG_DATA_PRIVATE = 0, /* files 0600, directories 0700: the service user only */
+    CONFIG_DATA_GROUP = 1,   /* files 0640, directories 0750: also read by the user's group */
+};
+
+/* The umask of `mode` (enum config_data_mode); storage asks for 0644 files, 0755 directories
+ * (the secret 0600), and the umask takes the rest away. */
+unsigned config_data_umask(int mode);
+
+/* The data mode that INGESTD_DATA_MODE names ("private", "group"), for the commands without a
+ * --data-mode flag; private when unset or not one of them. */
+int config_data_mode_env(const char *value);
+
 typedef struct config {
     char listen_host[256]; /* --listen HOST:PORT (INGESTD_LISTEN), default 127.0.0.1:8080 */
     uint16_t listen_port;
@@ -57,6 +71,7 @@ typedef struct config {
     char tls_key[4096];              /* --tls-key (INGESTD_TLS_KEY) PEM path, "": plain HTTP */
     char cors_origin[1024];          /* --cors-origin (INGESTD_CORS_ORIGIN): allowed browser
                                         origins, comma-separated, default "*" */
+    int data_mode; /* --data-mode private|group (INGESTD_DATA_MODE): enum config_data_mode */
     /* Scale-out on Kafka (docs/scale-out.md): the edge role. */
     int role;                    /* --role single|edge (INGESTD_ROLE): enum config_role */
     char kafka_brokers[1024];    /* --kafka-brokers (INGESTD_KAFKA_BROKERS), "": none */

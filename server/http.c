@@ -401,6 +401,7 @@ static void fill_req(const struct req *r, const char *method, api_req_t *areq)
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Method");
     areq->acr_headers =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    areq->sent_at = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "SentAt");
     areq->now_ms = r->now_ms;
     areq->arrived_mono_ms = r->mono_ms;
     areq->param = get_param;

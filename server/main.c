@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "api/api.h"
@@ -174,6 +175,7 @@ static int serve(int argc, char **argv)
         ret = 2;
         goto out;
     }
+    umask((mode_t)config_data_umask(cfg->data_mode)); /* --data-mode wins over the variable */
     /* Checked here so a bad origin exits 2 with its reason, like any bad flag (api_new would
      * only fail). */
     cors_t *cors = NULL;
@@ -320,6 +322,10 @@ out:
 
 int main(int argc, char **argv)
 {
+    /* Everything a command creates in a data dir (log segments, LMDB, consumer groups, backups)
+     * is private to the service user unless INGESTD_DATA_MODE (serve: --data-mode) says group:
+     * events are personal data, and the shell's usual umask 022 made them world-readable. */
+    umask((mode_t)config_data_umask(config_data_mode_env(getenv("INGESTD_DATA_MODE"))));
     if (argc < 2) {
         usage(stderr);
         return 2;

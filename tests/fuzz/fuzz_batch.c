@@ -9,14 +9,16 @@
 
 /*
  * Properties checked on every input:
- * - the fast parser (jsonparse) never accepts what json_loadb rejects, and when it accepts,
- *   builds the same tree: equal values, same member order, same real formatting;
- * - batch_parse accepts exactly the bodies json_loadb reads as an object, and its error text
- *   is printable ASCII (it goes into a JSON error body);
+ * - the fast parser (jsonparse) never accepts what json_loadb rejects on the repaired text
+ *   (jsonparse_repair, JSON_ALLOW_NUL), and when it accepts, builds the same tree: equal
+ *   values, same member order, same real formatting; repairing twice changes nothing;
+ * - batch_parse accepts exactly the bodies json_loadb reads as an object once repaired, and
+ *   its error text is printable ASCII (it goes into a JSON error body);
  * - batch_build on the tree from either parser writes the same bytes (the fast path changes
  *   nothing), every event it writes is one compact JSON object within the event cap with the
- *   server's fields and a dedupe key over its messageId, and every event of the batch is
- *   either accepted or rejected, once, in order.
+ *   server's fields and a dedupe key over its messageId, no raw NUL, C1 control, U+2028 or
+ *   U+2029 (NDJSON framing), and every event of the batch is either accepted or rejected,
+ *   once, in order.
  */
 
 static const uint8_t SECRET[KEYHASH_SECRET_LEN] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
@@ -55,8 +57,14 @@ static void check_event(const batch_event_t *e)
     FUZZ_CHECK(e->data[e->len] == '\0');
     FUZZ_CHECK(strlen(e->data) == e->len);             /* no NUL inside: C consumers of the log */
     FUZZ_CHECK(memchr(e->data, '\n', e->len) == NULL); /* one line of NDJSON */
+    /* Nor anything else a line splitter takes as a line end: C1 controls, U+2028, U+2029. */
+    for (size_t i = 0; i + 1 < e->len; i++) {
+        const unsigned char *u = (const unsigned char *)e->data + i;
+        FUZZ_CHECK(!(u[0] == 0xC2 && u[1] >= 0x80 && u[1] <= 0x9F));
+        FUZZ_CHECK(!(i + 2 < e->len && u[0] == 0xE2 && u[1] == 0x80 && (u[2] & 0xFE) == 0xA8));
+    }
     FUZZ_CHECK(e->len <= API_MAX_EVENT_BYTES);
-    json_t *j = json_loadb(e->data, e->len, 0, &jerr);
+    json_t *j = json_loadb(e->data, e->len, JSON_ALLOW_NUL, &jerr); /* a client's \u0000 */
     FUZZ_CHECK(json_is_object(j));
     const json_t *mid = json_object_get(j, "messageId");
     FUZZ_CHECK(json_is_string(mid));
@@ -141,10 +149,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     batch_error_t err = {{0}};
     json_t *root = NULL;
 
+    /* The reference: jansson on the repaired text (lone surrogate escapes and bytes that are not
+     * UTF-8 as U+FFFD, NUL in keys as U+FFFD), NUL allowed in values. */
+    char *fixed = NULL;
+    size_t flen = size;
+    FUZZ_CHECK(jsonparse_repair(s, size, &fixed, &flen) == 0);
+    if (fixed) {
+        FUZZ_CHECK(flen >= size && flen <= 3 * size); /* escapes keep their length */
+        FUZZ_CHECK(fixed[flen] == '\0');
+    }
     json_t *fast = jsonparse(s, size);
-    json_t *ref = json_loadb(s, size, JSON_DECODE_ANY, &jerr);
+    json_t *ref = json_loadb(fixed ? fixed : s, flen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     if (fast)
         check_same_tree(fast, ref);
+    if (fixed) {
+        /* Repairing is idempotent: a repaired text needs nothing more. */
+        char *again = NULL;
+        size_t alen = 0;
+        FUZZ_CHECK(jsonparse_repair(fixed, flen, &again, &alen) == 0);
+        FUZZ_CHECK(again == NULL && alen == flen);
+        free(fixed);
+    }
 
     int rc = batch_parse(s, size, &root, &err);
     FUZZ_CHECK(rc == BATCH_OK || rc == BATCH_BAD_REQUEST);

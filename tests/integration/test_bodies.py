@@ -199,9 +199,18 @@ class Bodies(ServerTestCase):
                            ("garbage", b"hello"),
                            ("trailing", b'{"batch":[]} x'),
                            ("empty", b""),
-                           ("invalid utf-8", b'{"batch":[{"type":"track","event":"\xff"}]}')):
+                           ("invalid utf-8 outside a string", b'{"batch":[\xff]}')):
             with self.subTest(case=name):
                 self.assertError(self.post_raw(body), 400)
+
+    def test_invalid_utf8_in_string_read_as_fffd(self):
+        """Bytes that are not UTF-8 inside a string read as U+FFFD (as Segment's Go API reads
+        them): the event is kept, not the request refused."""
+        mid = new_id("latin1")
+        r = self.post_raw(('{"batch":[{"type":"track","event":"caf\xe9","userId":"u",'
+                           '"messageId":"%s"}]}' % mid).encode("latin-1"))
+        self.assertOk(r, accepted=1)
+        self.assertIn(mid, self.logged_ids())
 
     def test_not_an_object_400(self):
         for body in (b"[]", b"42", b'"batch"', b"null", b"true"):

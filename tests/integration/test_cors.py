@@ -8,7 +8,7 @@ import shutil
 import tempfile
 import unittest
 
-from harness import ServerTestCase, basic, new_id, run_cli, track
+from harness import ServerTestCase, basic, log_cat, new_id, run_cli, track
 
 INGEST = ("/v1/batch", "/v1/import", "/v1/track", "/v1/identify", "/v1/page", "/v1/screen",
           "/v1/group", "/v1/alias", "/v1/b", "/v1/t", "/v1/i", "/v1/p", "/v1/s", "/v1/g",
@@ -55,12 +55,24 @@ class AnyOrigin(CorsMixin, ServerTestCase):
                 self.assertGreater(int(r.header("Access-Control-Max-Age")), 0)
                 self.assertIsNone(r.header("Access-Control-Allow-Credentials"))
 
-    def test_preflight_echoes_only_allowed_headers(self):
+    def test_preflight_reflects_requested_headers(self):
+        """The requested names come back (lower case, once each): a browser SDK's own headers
+        (RudderStack's SentAt, AnonymousId, Rsa-*) pass, not only a fixed list."""
         r = preflight(self.srv, "/v1/batch", PAGE,
-                      "Content-Encoding, X-Retry-Count, Cookie, X-Evil, content-type")
+                      "Content-Encoding, X-Retry-Count, SentAt, AnonymousId, rsa-retry-attempt, "
+                      "content-type, Content-Type")
         self.assertEqual(r.status, 204, r)
-        allowed = {h.strip() for h in r.header("Access-Control-Allow-Headers").split(",")}
-        self.assertEqual(allowed, {"content-encoding", "x-retry-count", "content-type"})
+        allowed = [h.strip() for h in r.header("Access-Control-Allow-Headers").split(",")]
+        self.assertEqual(allowed, ["content-encoding", "x-retry-count", "sentat", "anonymousid",
+                                   "rsa-retry-attempt", "content-type"])
+        vary = {v.strip() for v in r.header("Vary").split(",")}
+        self.assertIn("Access-Control-Request-Headers", vary)
+        # Not field names, or the client-address headers a trusted proxy sets: left out.
+        r = preflight(self.srv, "/v1/batch", PAGE, "x a, (x), X-Forwarded-For, forwarded, ok")
+        self.assertEqual(r.header("Access-Control-Allow-Headers"), "ok")
+        # Bounded: at most 32 names.
+        r = preflight(self.srv, "/v1/batch", PAGE, ",".join("h%d" % i for i in range(100)))
+        self.assertEqual(len(r.header("Access-Control-Allow-Headers").split(",")), 32)
         # Nothing requested: nothing granted.
         r = preflight(self.srv, "/v1/batch", PAGE, headers=None)
         self.assertEqual(r.status, 204, r)
@@ -132,7 +144,7 @@ class AnyOrigin(CorsMixin, ServerTestCase):
 
 
 class OriginList(CorsMixin, ServerTestCase):
-    """`--cors-origin` with a list: the origin is echoed, others get nothing."""
+    """`--cors-origin` with a list: the origin is echoed, other origins are refused (403)."""
 
     ARGS = ("--cors-origin", " %s/ , %s" % (OTHER, PAGE))
 
@@ -163,17 +175,41 @@ class OriginList(CorsMixin, ServerTestCase):
         r = self.srv.post("/v1/track", track(mid=new_id()), key="nope", headers={"Origin": PAGE})
         self.assertError(r, 401)
         self.assertEqual(r.header("Access-Control-Allow-Origin"), PAGE)
-        # Not listed: served (CORS binds browsers, not servers) but unreadable by the page.
-        r = self.srv.post("/v1/track", track(mid=new_id()), key=self.key,
+        # Not listed: refused, before the body is read; nothing of it is logged.
+        mid = new_id()
+        r = self.srv.post("/v1/track", track(mid=mid), key=self.key,
                           headers={"Origin": "http://127.0.0.1:3001"})
-        self.assertOk(r, accepted=1)
+        self.assertError(r, 403, "origin not allowed by --cors-origin")
         self.assertNoCors(r)
         self.assertEqual(r.header("Vary"), "Origin")
+        self.assertNotIn(mid, [e.get("messageId") for e in log_cat(self.srv.data_dir)])
         # No Origin: a list still varies on it, so no cache hands this answer to a browser.
         r = self.srv.post("/v1/track", track(mid=new_id()), key=self.key)
         self.assertOk(r, accepted=1)
         self.assertNoCors(r)
         self.assertEqual(r.header("Vary"), "Origin")
+
+    def test_simple_request_from_other_origin_refused(self):
+        """A request that needs no preflight (text/plain, the key in the body, as a page could
+        send with fetch(..., {mode: 'no-cors'}) or a form) from an origin not listed: 403, and
+        nothing is logged. Before, it was accepted."""
+        mid = new_id()
+        body = '{"writeKey":"%s","batch":[{"type":"track","event":"E","userId":"u",' \
+               '"messageId":"%s"}]}' % (self.key, mid)
+        for path in ("/v1/batch", "/v1/b"):
+            with self.subTest(path=path):
+                r = self.srv.post(path, body, headers={"Origin": "https://evil.example",
+                                                       "Content-Type": "text/plain"})
+                self.assertError(r, 403, "origin not allowed")
+                self.assertNoCors(r)
+        r = self.srv.post("/v1/batch", body, headers={"Origin": "null",
+                                                      "Content-Type": "text/plain"})
+        self.assertError(r, 403, "origin not allowed")
+        self.assertNotIn(mid, [e.get("messageId") for e in log_cat(self.srv.data_dir)])
+        # The same from a listed origin, and without Origin (servers, curl): accepted.
+        r = self.srv.post("/v1/batch", body, headers={"Origin": PAGE, "Content-Type": "text/plain"})
+        self.assertOk(r, accepted=1)
+        self.assertEqual(r.header("Access-Control-Allow-Origin"), PAGE)
 
 
 class BadOriginList(unittest.TestCase):

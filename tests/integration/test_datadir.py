@@ -3,11 +3,13 @@
 import collections
 import os
 import re
+import shutil
 import socket
 import stat
+import tempfile
 import unittest
 
-from harness import Server, log_cat, new_id, track
+from harness import Server, log_cat, new_id, run_cli, track
 
 SEGMENT_RE = re.compile(r"^\d{20}\.seg$")
 LOG_FILE_RE = re.compile(r"^\d{20}\.(seg|idx)$")  # segments and their sparse indexes
@@ -33,6 +35,58 @@ class Layout(unittest.TestCase):
             srv.restart()
             with open(secret, "rb") as f:
                 self.assertEqual(f.read(), first, "the secret is made once and kept")
+
+    def modes(self, top):
+        """{relative path: permission bits} of everything under `top` (top itself as ".")."""
+        out = {".": stat.S_IMODE(os.stat(top).st_mode)}
+        for root, dirs, files in os.walk(top):
+            for name in dirs + files:
+                path = os.path.join(root, name)
+                out[os.path.relpath(path, top)] = stat.S_IMODE(os.lstat(path).st_mode)
+        return out
+
+    def check_modes(self, top, file_mode, dir_mode):
+        modes = self.modes(top)
+        self.assertTrue(any(re.search(r"log/\d{20}\.seg$", p) for p in modes), modes)
+        for path, mode in modes.items():
+            full = os.path.join(top, path)
+            want = dir_mode if os.path.isdir(full) else file_mode
+            if path == "secret":
+                want = 0o600  # the hash key: never more
+            self.assertEqual(mode, want, "%s is %o, want %o (all: %r)"
+                             % (path, mode, want, {p: oct(m) for p, m in modes.items()}))
+
+    def test_file_modes_private(self):
+        """Everything ingestd creates in a data dir is the service user's alone (0600 files,
+        0700 directories), whatever the umask it was started with: events are personal data.
+        The same for what `log cat --group` and `backup` create."""
+        tmp = tempfile.mkdtemp(prefix="ingestd-it-")
+        old = os.umask(0o022)  # a shell's usual umask, which used to leave it all world-readable
+        try:
+            data, copy = os.path.join(tmp, "data"), os.path.join(tmp, "backup")
+            with Server(keys=("k",), data_dir=data) as srv:
+                self.assertEqual(srv.batch([track(mid=new_id())]).status, 200)
+                log_cat(data, group="reader")
+                p = run_cli(["backup", "--data", data, "--to", copy])
+                self.assertEqual(p.returncode, 0, p.stderr)
+                self.check_modes(data, 0o600, 0o700)
+                self.check_modes(copy, 0o600, 0o700)
+        finally:
+            os.umask(old)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_file_modes_group(self):
+        """--data-mode group: the service user's group may read (0640, 0750), nobody else."""
+        tmp = tempfile.mkdtemp(prefix="ingestd-it-")
+        old = os.umask(0o022)
+        try:
+            data = os.path.join(tmp, "data")
+            with Server(keys=("k",), data_dir=data, args=["--data-mode", "group"]) as srv:
+                self.assertEqual(srv.batch([track(mid=new_id())]).status, 200)
+                self.check_modes(data, 0o640, 0o750)
+        finally:
+            os.umask(old)
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def test_data_dir_created_if_missing(self):
         base = Server(keys=("k",))

@@ -1,10 +1,13 @@
 """Event validation and normalisation: messageId, receivedAt, source, sentAt, timestamp correction."""
 
 import datetime
+import json
+import shutil
+import subprocess
 import unittest
 
-from harness import (ISO_MS_UTC_RE, UUID4_RE, ServerTestCase, iso_ms, log_cat, new_id,
-                     parse_iso, track)
+from harness import (ISO_MS_UTC_RE, UUID4_RE, ServerTestCase, iso_ms, log_cat, log_cat_cmd,
+                     new_id, parse_iso, track)
 
 UTC = datetime.timezone.utc
 
@@ -224,6 +227,114 @@ class Events(ServerTestCase):
         self.send([track(mid=mid, properties={"text": "line1\nline2"})])
         e = self.logged(mid)
         self.assertEqual(e["properties"]["text"], "line1\nline2")
+
+
+    def test_timestamp_kept_in_sane_range(self):
+        """A correction that lands outside 2000-01-01..receivedAt + 1 day is not logged: every
+        timestamp stays one that ordinary consumers read (Python's fromisoformat among them),
+        and the client's value is kept in originalTimestamp."""
+        wild = new_id("wild")
+        sent_wild = new_id("sent-wild")
+        future = new_id("future")
+        client_ts = iso_ms(now() - datetime.timedelta(minutes=5))
+        self.send([track(mid=wild, timestamp="0000-01-01T00:00:00Z", sentAt="9999-12-31T23:59:59Z"),
+                   track(mid=sent_wild, timestamp=client_ts, sentAt="1970-01-01T00:00:00Z"),
+                   track(mid=future, timestamp="2999-01-01T00:00:00Z")])
+        for mid in (wild, sent_wild, future):
+            e = self.logged(mid)
+            got = datetime.datetime.fromisoformat(e["timestamp"].replace("Z", "+00:00"))
+            self.assertGreaterEqual(got.year, 2000, e)
+            self.assertLessEqual(got, parse_iso(e["receivedAt"]) + datetime.timedelta(days=1), e)
+        self.assertEqual(self.logged(wild)["timestamp"], self.logged(wild)["receivedAt"])
+        self.assertEqual(self.logged(wild)["originalTimestamp"], "0000-01-01T00:00:00Z")
+        self.assertEqual(self.logged(sent_wild)["timestamp"], client_ts)
+        self.assertEqual(self.logged(future)["timestamp"], self.logged(future)["receivedAt"])
+        self.assertEqual(self.logged(future)["originalTimestamp"], "2999-01-01T00:00:00Z")
+
+    def test_sent_at_header_corrects(self):
+        """RudderStack's JS SDK sends its clock as a SentAt header: without a sentAt in the body
+        it corrects the timestamp as one would."""
+        skew = datetime.timedelta(hours=1)
+        age = datetime.timedelta(seconds=5)
+        client_now = now() + skew
+        ts = iso_ms(client_now - age)
+        mid = new_id("hdr")
+        r = self.srv.post("/v1/track", track(mid=mid, timestamp=ts), key=self.key,
+                          headers={"SentAt": iso_ms(client_now)})
+        self.assertEqual(r.status, 200, r)
+        e = self.logged(mid)
+        self.assertEqual(e["originalTimestamp"], ts)
+        self.assertNotIn("sentAt", e)
+        want = parse_iso(e["receivedAt"]) - age
+        got = parse_iso(e["timestamp"])
+        self.assertLessEqual(abs((got - want).total_seconds()), 0.002, (e, want))
+
+    # ---- strings as browsers and Node write them (docs/log-format.md, "Strings") -----------
+
+    # What Node's JSON.stringify writes for a title cut inside an emoji ("Sale 😀".slice(0, 6))
+    # and an ordinary event: the cut one ends in a lone surrogate escape.
+    STRINGIFY_SCRIPT = (
+        "const cut = 'Sale \\u{1F600}'.slice(0, 6);"
+        "process.stdout.write(JSON.stringify({batch: ["
+        "{type: 'track', userId: 'u1', event: cut, messageId: process.argv[1]},"
+        "{type: 'track', userId: 'u1', event: 'Plain', messageId: process.argv[2]}]}))")
+
+    def stringify_body(self, mid_cut, mid_plain):
+        body = ('{"batch":[{"type":"track","userId":"u1","event":"Sale \\ud83d","messageId":"%s"},'
+                '{"type":"track","userId":"u1","event":"Plain","messageId":"%s"}]}'
+                % (mid_cut, mid_plain))
+        node = shutil.which("node")
+        if node:  # the literal is what Node really writes (well-formed JSON.stringify, Node >= 12)
+            out = subprocess.run([node, "-e", self.STRINGIFY_SCRIPT, mid_cut, mid_plain],
+                                 capture_output=True, text=True, timeout=30)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(out.stdout, body)
+        return body
+
+    def test_stringify_cut_emoji_batch(self):
+        """A batch from JSON.stringify with one cut emoji and one ordinary event: both logged,
+        the cut one with U+FFFD (as Segment's Go API reads it), each once."""
+        mid_cut, mid_plain = new_id("cut"), new_id("plain")
+        body = self.stringify_body(mid_cut, mid_plain)
+        r = self.srv.post("/v1/batch", body.encode("ascii"), key=self.key,
+                          headers={"Content-Type": "text/plain"})
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual((r.json["accepted"], r.json["rejected"]), (2, []), r.json)
+        self.assertEqual(self.logged(mid_cut)["event"], "Sale \ufffd")
+        self.assertEqual(self.logged(mid_plain)["event"], "Plain")
+
+    def test_nul_kept_escaped(self):
+        """\\u0000 is kept in a value and logged as that escape, never as a raw NUL byte."""
+        mid, other = new_id("nul"), new_id("nul-other")
+        body = ('{"batch":[{"type":"track","userId":"u\\u0000v","event":"e","messageId":"%s"},'
+                '{"type":"track","userId":"u","event":"e","messageId":"%s"}]}' % (mid, other))
+        r = self.srv.post("/v1/batch", body, key=self.key)
+        self.assertEqual((r.status, r.json["accepted"]), (200, 2), r)
+        self.assertEqual(self.logged(mid)["userId"], "u\x00v")
+        self.logged(other)
+        p = subprocess.run(log_cat_cmd(self.srv.data_dir), capture_output=True, timeout=30)
+        line = next(ln for ln in p.stdout.split(b"\n") if mid.encode() in ln)
+        self.assertIn(b'"userId":"u\\u0000v"', line)
+        self.assertNotIn(b"\x00", p.stdout)
+
+    def test_line_separators_escaped_in_log(self):
+        """U+2028, U+2029, U+0085 and the other C1 controls are logged escaped: a reader that
+        splits lines on them (Python's str.splitlines, as log_cat here) still sees one event a
+        line."""
+        mid = new_id("sep")
+        text = "a\u2028b\u2029c\u0085d\u0080\u009fe\u00a0f"
+        r = self.srv.post("/v1/batch", json.dumps(
+            {"batch": [track(mid=mid, properties={"text": text, "k\u2028": 1})]},
+            ensure_ascii=False).encode("utf-8"), key=self.key)
+        self.assertEqual((r.status, r.json["accepted"]), (200, 1), r)
+        e = self.logged(mid)
+        self.assertEqual(e["properties"], {"text": text, "k\u2028": 1})
+        raw = subprocess.run(log_cat_cmd(self.srv.data_dir), capture_output=True,
+                             timeout=30).stdout.decode("utf-8")
+        line = next(ln for ln in raw.split("\n") if mid in ln)
+        self.assertIn("a\\u2028b\\u2029c\\u0085d\\u0080\\u009Fe\u00a0f", line)
+        for ch in ("\u2028", "\u2029", "\u0085", "\u0080", "\u009f"):
+            self.assertNotIn(ch, raw)
 
 
 if __name__ == "__main__":

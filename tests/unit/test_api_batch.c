@@ -67,7 +67,8 @@ static json_t *check_event_bytes(const batch_event_t *e, const char *source)
     assert_int_equal(strlen(e->data), e->len);
     assert_null(memchr(e->data, '\n', e->len));
     assert_true(e->len <= API_MAX_EVENT_BYTES);
-    json_t *j = json_loadb(e->data, e->len, 0, &jerr);
+    /* JSON_ALLOW_NUL: a client's \u0000 is logged as that escape. */
+    json_t *j = json_loadb(e->data, e->len, JSON_ALLOW_NUL, &jerr);
     if (!j)
         fail_msg("event is not JSON: %s", jerr.text);
     json_t *mid = json_object_get(j, "messageId");
@@ -304,6 +305,49 @@ static void test_assigned_uuid_v4(void **state)
     assert_uuid_v4(direct);
 }
 
+/* The logged timestamp of the only event of `body` (a single track) built with `header`. */
+static void timestamp_with_header(const char *body, const char *header, const char *want)
+{
+    json_t *root = NULL;
+    batch_t b;
+    batch_error_t err = {{0}};
+    assert_int_equal(batch_parse(body, strlen(body), &root, &err), BATCH_OK);
+    batch_options_t o = {
+        .single_type = "track",
+        .source = "default",
+        .secret = SECRET,
+        .now_ms = NOW_MS,
+        .sent_at_header = header,
+    };
+    assert_int_equal(batch_build(root, &o, &b, &err), BATCH_OK);
+    assert_int_equal(b.nevents, 1);
+    json_t *j = check_event_bytes(&b.events[0], "default");
+    assert_string_equal(json_string_value(json_object_get(j, "timestamp")), want);
+    json_decref(j);
+    json_decref(root);
+    batch_clear(&b);
+}
+
+/* A client clock sent as a header (RudderStack's JS SDK: SentAt) corrects like a body sentAt,
+ * but only for an event whose body has none. */
+static void test_sent_at_header(void **state)
+{
+    (void)state;
+    /* The client's clock is 10 s ahead: its timestamp moves 10 s back. */
+    const char *plain =
+        "{\"userId\":\"u\",\"event\":\"e\",\"timestamp\":\"2026-11-22T07:32:00.123Z\"}";
+    timestamp_with_header(plain, "2026-11-22T07:32:12.123Z", "2026-11-22T07:31:50.123Z");
+    timestamp_with_header(plain, NULL, "2026-11-22T07:32:00.123Z");
+    timestamp_with_header(plain, "yesterday", "2026-11-22T07:32:00.123Z"); /* only a hint */
+    /* A sentAt in the body wins over the header. */
+    const char *with_sent = "{\"userId\":\"u\",\"event\":\"e\",\"timestamp\":"
+                            "\"2026-11-22T07:32:00.123Z\",\"sentAt\":\"2026-11-22T07:32:02.123Z\"}";
+    timestamp_with_header(with_sent, "2026-11-22T07:32:12.123Z", "2026-11-22T07:32:00.123Z");
+    /* A header clock gone wild: the correction would leave the sane range, the client's
+     * timestamp is kept as it is. */
+    timestamp_with_header(plain, "0001-01-01T00:00:00Z", "2026-11-22T07:32:00.123Z");
+}
+
 static void test_numbers_kept(void **state)
 {
     batch_t b;
@@ -336,17 +380,46 @@ static void test_numbers_kept(void **state)
     batch_clear(&b);
 }
 
+/* The bytes of the first event's "event" member as logged, between its quotes. */
+static const char *logged_event_name(const batch_t *b, size_t i, size_t *len)
+{
+    const char *d = strstr(b->events[i].data, "\"event\":\"");
+    assert_non_null(d);
+    d += 9;
+    const char *e = d;
+    while (*e != '"')
+        e += *e == '\\' ? 2 : 1;
+    *len = (size_t)(e - d);
+    return d;
+}
+
 static void test_invalid_utf8(void **state)
 {
     batch_t b;
     batch_error_t err = {{0}};
+    size_t len;
     (void)state;
-    const char body[] = "{\"batch\":[{\"type\":\"identify\",\"userId\":\"\xff\xfe\"}]}";
+    /* Bytes that are not UTF-8 inside a string read as one U+FFFD each, as Go's encoding/json
+     * (Segment) reads them: the event is kept, and so are the others. */
+    const char body[] =
+        "{\"batch\":[{\"type\":\"identify\",\"userId\":\"\xff\xfe\"},"
+        "{\"type\":\"track\",\"event\":\"a\xc0\xaf\xed\xa0\x80z\",\"userId\":\"u\"}]}";
     assert_int_equal(run("batch", "default", NOW_MS, body, sizeof(body) - 1, &b, &err, NULL),
+                     BATCH_OK);
+    assert_int_equal(b.nevents, 2);
+    assert_non_null(strstr(b.events[0].data, "\"userId\":\"\xef\xbf\xbd\xef\xbf\xbd\""));
+    const char *ev = logged_event_name(&b, 1, &len);
+    assert_int_equal(len, 2 + 5 * 3);
+    assert_memory_equal(ev, "a\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbdz", len);
+    batch_clear(&b);
+    /* Outside a string they stay what they were: not JSON. */
+    const char bad[] = "{\"batch\":[\xff]}";
+    assert_int_equal(run("batch", "default", NOW_MS, bad, sizeof(bad) - 1, &b, &err, NULL),
                      BATCH_BAD_REQUEST);
     assert_true(strncmp(err.text, "invalid JSON", 12) == 0);
     /* The client's bytes are not echoed back. */
     assert_null(strchr(err.text, '\xff'));
+    assert_null(strchr(err.text, '\xef'));
     /* A body with an embedded NUL byte (not \u0000) ends the JSON: trailing garbage. */
     const char nul[] = "{\"batch\":[]}\0{}";
     assert_int_equal(run("batch", "default", NOW_MS, nul, sizeof(nul) - 1, &b, &err, NULL),
@@ -354,6 +427,86 @@ static void test_invalid_utf8(void **state)
     assert_true(strncmp(err.text, "invalid JSON", 12) == 0);
     assert_int_equal(batch_parse(NULL, 0, &(json_t *){NULL}, &err), BATCH_BAD_REQUEST);
     assert_string_equal(err.text, "body is empty");
+}
+
+/*
+ * A batch as Node's JSON.stringify writes it: a string cut inside an emoji leaves a lone
+ * surrogate escape, a NUL is written \u0000. Every event is kept; the cut one with U+FFFD.
+ */
+static void test_stringify_escapes(void **state)
+{
+    batch_t b;
+    batch_error_t err = {{0}};
+    size_t len;
+    (void)state;
+    const char *body =
+        "{\"batch\":["
+        "{\"type\":\"track\",\"event\":\"cut \\ud83d\",\"userId\":\"u\",\"messageId\":\"m1\"},"
+        "{\"type\":\"track\",\"event\":\"whole "
+        "\\ud83d\\ude00\",\"userId\":\"u\",\"messageId\":\"m2\"},"
+        "{\"type\":\"track\",\"event\":\"\\ude00\\ud83d!\",\"userId\":\"u\",\"messageId\":\"m3\"},"
+        "{\"type\":\"track\",\"event\":\"a\\u0000b\",\"userId\":\"u\",\"messageId\":\"m\\u0000x\"},"
+        "{\"type\":\"track\",\"event\":\"k\",\"userId\":\"u\",\"k\\u0000\":1},"
+        "{\"type\":\"track\\u0000\",\"event\":\"t\",\"userId\":\"u\"}]}";
+    assert_int_equal(run("batch", "default", NOW_MS, body, strlen(body), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, 5);
+    const char *ev = logged_event_name(&b, 0, &len);
+    assert_int_equal(len, 7);
+    assert_memory_equal(ev, "cut \xef\xbf\xbd", len);
+    ev = logged_event_name(&b, 1, &len);
+    assert_memory_equal(ev, "whole \xf0\x9f\x98\x80", len);
+    ev = logged_event_name(&b, 2, &len);
+    assert_memory_equal(ev, "\xef\xbf\xbd\xef\xbf\xbd!", len);
+    /* A NUL stays in the string, written escaped: no raw NUL ever reaches the log. */
+    ev = logged_event_name(&b, 3, &len);
+    assert_memory_equal(ev, "a\\u0000b", len);
+    assert_int_equal(b.events[3].message_id_len, 3);
+    assert_memory_equal(b.events[3].message_id, "m\0x", 3);
+    assert_non_null(strstr(b.events[3].data, "\"messageId\":\"m\\u0000x\""));
+    /* jansson has no NUL in keys: the key reads with U+FFFD instead. */
+    assert_non_null(strstr(b.events[4].data, "\"k\xef\xbf\xbd\":1"));
+    /* "track\u0000" is no track: that event alone is rejected. */
+    assert_int_equal(b.nrejected, 1);
+    assert_int_equal(b.rejected[0].index, 5);
+    for (size_t i = 0; i < b.nevents; i++)
+        json_decref(check_event_bytes(&b.events[i], "default"));
+    batch_clear(&b);
+}
+
+/* U+2028, U+2029 and the C1 controls (U+0085 among them) end lines for some line splitters:
+ * written escaped, so an NDJSON record is never cut. Other characters stay as they are. */
+static void test_line_separators_escaped(void **state)
+{
+    batch_t b;
+    batch_error_t err = {{0}};
+    size_t len;
+    (void)state;
+    const char *body = "{\"type\":\"track\",\"userId\":\"u\",\"event\":"
+                       "\"a\xe2\x80\xa8"
+                       "b\xe2\x80\xa9"
+                       "c\xc2\x85"
+                       "d\xc2\x80\xc2\x9f"
+                       "e\xc2\xa0\xe2\x80\xa7\xe2\x80\xaa\xc3\xa9\\u2028\\u0085\","
+                       "\"properties\":{\"k\xe2\x80\xa8\":1}}";
+    assert_int_equal(run("track", "default", NOW_MS, body, strlen(body), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, 1);
+    const char *ev = logged_event_name(&b, 0, &len);
+    const char want[] = "a\\u2028b\\u2029c\\u0085d\\u0080\\u009Fe\xc2\xa0\xe2\x80\xa7\xe2\x80\xaa"
+                        "\xc3\xa9\\u2028\\u0085";
+    assert_int_equal(len, sizeof(want) - 1);
+    assert_memory_equal(ev, want, len);
+    assert_non_null(strstr(b.events[0].data, "\"k\\u2028\":1"));
+    for (const char *p = b.events[0].data; *p; p++)
+        assert_false((unsigned char)p[0] == 0xC2 && (unsigned char)p[1] < 0xA0);
+    json_t *j = check_event_bytes(&b.events[0], "default");
+    assert_string_equal(json_string_value(json_object_get(j, "event")),
+                        "a\xe2\x80\xa8"
+                        "b\xe2\x80\xa9"
+                        "c\xc2\x85"
+                        "d\xc2\x80\xc2\x9f"
+                        "e\xc2\xa0\xe2\x80\xa7\xe2\x80\xaa\xc3\xa9\xe2\x80\xa8\xc2\x85");
+    json_decref(j);
+    batch_clear(&b);
 }
 
 static void test_write_key(void **state)
@@ -425,9 +578,11 @@ int main(void)
     }
 
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batch_cap),        cmocka_unit_test(test_event_cap),
-        cmocka_unit_test(test_assigned_uuid_v4), cmocka_unit_test(test_numbers_kept),
-        cmocka_unit_test(test_invalid_utf8),     cmocka_unit_test(test_write_key),
+        cmocka_unit_test(test_batch_cap),         cmocka_unit_test(test_event_cap),
+        cmocka_unit_test(test_assigned_uuid_v4),  cmocka_unit_test(test_numbers_kept),
+        cmocka_unit_test(test_invalid_utf8),      cmocka_unit_test(test_write_key),
+        cmocka_unit_test(test_stringify_escapes), cmocka_unit_test(test_line_separators_escaped),
+        cmocka_unit_test(test_sent_at_header),
     };
     int failed = cmocka_run_group_tests_name("batch limits", tests, NULL, NULL);
     failed += _cmocka_run_group_tests("batch data cases", data_tests, n, NULL, NULL);

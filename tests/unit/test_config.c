@@ -462,8 +462,9 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 33);
+    assert_int_equal(lines, 34);
     assert_non_null(strstr(log, "admin-token = none"));
+    assert_non_null(strstr(log, "data-mode = private\n"));
     assert_non_null(strstr(log, "store-sync = meta\n"));
     assert_non_null(strstr(log, "store = lmdb\n"));
     assert_non_null(strstr(log, "log-retention = 0\n"));
@@ -566,6 +567,29 @@ static void test_store_sync(void **state)
     assert_int_equal(cfg.store_sync, STORE_SYNC_NONE);
     assert_int_equal(PARSE_ENV(env, "--store-sync", "full"), 0);
     assert_int_equal(cfg.store_sync, STORE_SYNC_FULL);
+}
+
+static void test_data_mode(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k"), 0);
+    assert_int_equal(cfg.data_mode, CONFIG_DATA_PRIVATE);
+    assert_int_equal(config_data_umask(cfg.data_mode), 077);
+    assert_int_equal(PARSE("--write-key", "k", "--data-mode", "group"), 0);
+    assert_int_equal(cfg.data_mode, CONFIG_DATA_GROUP);
+    assert_int_equal(config_data_umask(cfg.data_mode), 027);
+    assert_int_equal(PARSE("--write-key", "k", "--data-mode", "world"), 2);
+    assert_non_null(strstr(err, "private|group"));
+    char *env[] = {"INGESTD_DATA_MODE=group", "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_int_equal(cfg.data_mode, CONFIG_DATA_GROUP);
+    assert_int_equal(PARSE_ENV(env, "--data-mode", "private"), 0);
+    assert_int_equal(cfg.data_mode, CONFIG_DATA_PRIVATE);
+    /* The other commands read only the variable; anything else is private. */
+    assert_int_equal(config_data_mode_env("group"), CONFIG_DATA_GROUP);
+    assert_int_equal(config_data_mode_env("private"), CONFIG_DATA_PRIVATE);
+    assert_int_equal(config_data_mode_env(NULL), CONFIG_DATA_PRIVATE);
+    assert_int_equal(config_data_mode_env("0644"), CONFIG_DATA_PRIVATE);
 }
 
 static void test_store(void **state)
@@ -722,6 +746,7 @@ int main(void)
         cmocka_unit_test(test_admin_token),
         cmocka_unit_test(test_log_retention),
         cmocka_unit_test(test_store_sync),
+        cmocka_unit_test(test_data_mode),
         cmocka_unit_test(test_store),
         cmocka_unit_test(test_config_log_hides_admin_token),
     };

@@ -1,4 +1,5 @@
-"""Segment's analytics.js (analytics-next) in headless Chromium, sending to a real ingestd.
+"""Browser SDKs in headless Chromium, sending to a real ingestd: Segment's analytics.js
+(analytics-next) and RudderStack's JavaScript SDK v3 (@rudderstack/analytics-js).
 
 The page (index.html + page.js, bundled here with esbuild from the locked npm packages: no CDN)
 is served by a small static server on one loopback origin; ingestd listens on another, so every
@@ -11,6 +12,11 @@ from ingestd's log (`ingestd log cat`) that each is there exactly once, from the
 and from ingestd's /stats that the preflights happened; with `--cors-origin` set to a list
 without the page's origin, the browser must deliver nothing.
 
+RudderStackTest does the same with RudderStack's SDK (rudder.html + rudder.js, its `bundled`
+build, source configuration inline): JSON bodies with its own AnonymousId and SentAt headers,
+which the preflight must allow, one XHR per event (/v1/track, /v1/page, /v1/identify) or
+batched (/v1/batch, asserted from ingestd's debug log).
+
 Needs Debian's `chromium`, `nodejs` and `npm` (scripts/install-deps). Python 3 stdlib only.
 """
 
@@ -18,6 +24,7 @@ import contextlib
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,14 +56,16 @@ class BrowserTestError(AssertionError):
 def ensure_node_modules():
     """`npm ci` unless node_modules was installed from this very package.json + lock file.
     Optional dependencies stay: esbuild's binary for this platform is one."""
-    nodedeps.ensure(HERE, packages=("@segment/analytics-next", "esbuild"), npm_args=())
+    nodedeps.ensure(HERE, packages=("@segment/analytics-next", "@rudderstack/analytics-js",
+                                    "esbuild"), npm_args=())
 
 
-def bundle(out_dir):
-    """Bundles page.js with analytics-next into one file with the locked esbuild; returns it."""
-    out = os.path.join(out_dir, "page.bundle.js")
+def bundle(out_dir, entry="page.js"):
+    """Bundles a page script (page.js with analytics-next, rudder.js with RudderStack's SDK)
+    into one file with the locked esbuild; returns it."""
+    out = os.path.join(out_dir, entry.replace(".js", ".bundle.js"))
     esbuild = os.path.join(NODE_MODULES, ".bin", "esbuild")
-    p = subprocess.run([esbuild, os.path.join(HERE, "page.js"), "--bundle", "--format=iife",
+    p = subprocess.run([esbuild, os.path.join(HERE, entry), "--bundle", "--format=iife",
                         "--target=chrome100", "--outfile=" + out, "--log-level=warning"],
                        cwd=HERE, stdin=subprocess.DEVNULL, capture_output=True, text=True,
                        timeout=120)
@@ -68,10 +77,13 @@ def bundle(out_dir):
 # ---- the page's origin: a static server that also takes the page's report -----------------
 
 class PageServer:
-    """Serves index.html and the bundle on 127.0.0.1:0; collects POST /report bodies."""
+    """Serves the pages (index.html at /, rudder.html at /rudder) and their bundles on
+    127.0.0.1:0; collects POST /report bodies."""
 
-    def __init__(self, bundle_path):
-        self.bundle_path = bundle_path
+    PAGES = {"/": "index.html", "/rudder": "rudder.html"}
+
+    def __init__(self, bundles):
+        self.bundles = bundles  # {"/page.bundle.js": path, ...}
         self.reports = []
         self.requests = []  # (method, path) of every request, for failure messages
         self.cond = threading.Condition()
@@ -94,11 +106,11 @@ class PageServer:
                 with owner.cond:
                     owner.requests.append(("GET", self.path))
                     owner.cond.notify_all()
-                if path == "/":
-                    with open(os.path.join(HERE, "index.html"), "rb") as f:
+                if path in owner.PAGES:
+                    with open(os.path.join(HERE, owner.PAGES[path]), "rb") as f:
                         self._send(200, "text/html; charset=utf-8", f.read())
-                elif path == "/page.bundle.js":
-                    with open(owner.bundle_path, "rb") as f:
+                elif path in owner.bundles:
+                    with open(owner.bundles[path], "rb") as f:
                         self._send(200, "text/javascript; charset=utf-8", f.read())
                 elif path == "/bye":
                     self._send(200, "text/html; charset=utf-8", b"<!doctype html><p>bye</p>")
@@ -142,14 +154,24 @@ class PageServer:
 
 # ---- the test -------------------------------------------------------------------------------
 
+def event_run(e):
+    """The page's run tag of a logged event: in properties (track, page) or traits (identify;
+    RudderStack's SDK puts them in context.traits)."""
+    for holder in (e.get("properties"), e.get("traits"), (e.get("context") or {}).get("traits")):
+        if isinstance(holder, dict) and "run" in holder:
+            return holder["run"]
+    return None
+
+
+
 class BrowserTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         ensure_node_modules()
         cls.tmp = tempfile.mkdtemp(prefix="ingestd-browser-")
-        cls.bundle = bundle(cls.tmp)
         cls.chromium = chromium_path()
-        cls.page = PageServer(cls.bundle)
+        cls.page = PageServer({"/page.bundle.js": bundle(cls.tmp, "page.js"),
+                               "/rudder.bundle.js": bundle(cls.tmp, "rudder.js")})
 
     @classmethod
     def tearDownClass(cls):
@@ -157,12 +179,12 @@ class BrowserTest(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     @contextlib.contextmanager
-    def open_page(self, srv, mode, run, then=None):
+    def open_page(self, srv, mode, run, then=None, page="/"):
         """Headless Chromium on the page, until it reported (and requested `then`): yields the
         report, and closes the browser when the block is done (so keepalive requests that
         outlive the page have every chance to arrive)."""
-        url = "%s/?host=127.0.0.1:%d&key=%s&mode=%s&run=%s" % (
-            self.page.origin, srv.port, KEY, mode, run)
+        url = "%s%s?host=127.0.0.1:%d&key=%s&mode=%s&run=%s" % (
+            self.page.origin, page, srv.port, KEY, mode, run)
         profile = tempfile.mkdtemp(prefix="profile-", dir=self.tmp)
         cmd = [self.chromium, "--headless", "--no-sandbox", "--disable-gpu",
                "--disable-dev-shm-usage", "--no-first-run", "--no-default-browser-check",
@@ -195,8 +217,7 @@ class BrowserTest(unittest.TestCase):
     def wait_logged(self, srv, ids, run, timeout=PAGE_TIMEOUT):
         """Polls the log until every id of `ids` is there; returns the run's events."""
         def all_there():
-            events = [e for e in harness.log_cat(srv.data_dir)
-                      if (e.get("properties") or e.get("traits") or {}).get("run") == run]
+            events = [e for e in harness.log_cat(srv.data_dir) if event_run(e) == run]
             have = {e.get("messageId") for e in events}
             return events if set(ids) <= have else None
         return harness.deadline_wait(all_there, timeout, "%d events of run %s in the log"
@@ -205,10 +226,12 @@ class BrowserTest(unittest.TestCase):
     def preflights(self, srv, status):
         return srv.stats()["requests"]["by_status"].get(str(status), 0)
 
-    def check_delivered(self, srv, mode, expect_types):
+    def check_delivered(self, srv, mode, expect_types, page="/", library="analytics.js"):
         run = "%s-%s" % (mode, uuid.uuid4().hex[:12])
-        then = "/bye?run=" + run if mode == "batching" else None
-        with self.open_page(srv, mode, run, then=then) as report:
+        # analytics.js sends the rest of a batch when the page goes away (/bye); RudderStack's
+        # SDK on its flush interval, while the page stays.
+        then = "/bye?run=" + run if mode == "batching" and page == "/" else None
+        with self.open_page(srv, mode, run, then=then, page=page) as report:
             self.assertNotIn("error", report, report)
             self.assertEqual(report["origin"], self.page.origin)
             sent = report["sent"]
@@ -230,7 +253,7 @@ class BrowserTest(unittest.TestCase):
             self.assertEqual(e["type"], s["type"], e)
             self.assertEqual(e["source"], SOURCE, e)
             ctx = e.get("context") or {}
-            self.assertEqual((ctx.get("library") or {}).get("name"), "analytics.js", e)
+            self.assertEqual((ctx.get("library") or {}).get("name"), library, e)
             page_url = (ctx.get("page") or {}).get("url", "")
             self.assertTrue(page_url.startswith(self.page.origin + "/"), e)
         # analytics.js sends Authorization: Basic, so the browser asked first.
@@ -271,6 +294,63 @@ class BrowserTest(unittest.TestCase):
             self.assertEqual(self.preflights(srv, 204), 0)
             self.assertEqual(harness.log_cat(srv.data_dir), [])
             self.assertEqual(srv.stats()["events"]["accepted"], 0)
+
+
+# What RudderStack's JS SDK v3 reports as context.library.name.
+RUDDER_LIBRARY = "RudderLabs JavaScript SDK"
+
+
+class RudderStackTest(BrowserTest):
+    """RudderStack's JavaScript SDK v3 (@rudderstack/analytics-js, bundled build) in the same
+    headless Chromium: it sends AnonymousId and SentAt headers, which the preflight must allow
+    (a fixed list of headers blocked every event), one event per XHR and batched."""
+
+    TYPES = ["identify", "page", "track", "track", "track"]
+
+    def posts(self, srv):
+        """The paths of the POSTs ingestd answered 200 (its debug log: one line each)."""
+        return re.findall(r"http: POST (\S+) -> 200$", srv.log(100000), re.MULTILINE)
+
+    def test_any_origin(self):
+        with harness.Server(keys=["%s:%s" % (KEY, SOURCE)], args=["--log-level", "debug"]) as srv:
+            self.check_delivered(srv, "standard", self.TYPES, page="/rudder",
+                                 library=RUDDER_LIBRARY)
+            # One request per event, on the event's own route.
+            self.assertEqual(sorted(self.posts(srv)),
+                             ["/v1/identify", "/v1/page", "/v1/track", "/v1/track", "/v1/track"])
+            events = self.check_delivered(srv, "batching", self.TYPES, page="/rudder",
+                                          library=RUDDER_LIBRARY)
+            # Batched: a full batch of three, then the other two on the flush interval.
+            self.assertEqual(self.posts(srv)[5:], ["/v1/batch", "/v1/batch"])
+            # The SDK's own time fields are kept as sent (it sends no `timestamp`, so the logged
+            # one is receivedAt; its clock also came as the SentAt header, allowed by the
+            # preflight).
+            for e in events:
+                self.assertIn("sentAt", e)
+                self.assertIn("originalTimestamp", e)
+                self.assertEqual(e["timestamp"], e["receivedAt"])
+            self.assertEqual(self.preflights(srv, 403), 0)
+
+    def test_listed_origin(self):
+        origins = "https://app.example.com,%s" % self.page.origin
+        with harness.Server(keys=["%s:%s" % (KEY, SOURCE)],
+                            args=["--cors-origin", origins]) as srv:
+            self.check_delivered(srv, "standard", self.TYPES, page="/rudder",
+                                 library=RUDDER_LIBRARY)
+            self.check_delivered(srv, "batching", self.TYPES, page="/rudder",
+                                 library=RUDDER_LIBRARY)
+
+    def test_unlisted_origin(self):
+        """A list without the page's origin: nothing is delivered."""
+        with harness.Server(keys=["%s:%s" % (KEY, SOURCE)],
+                            args=["--cors-origin", "https://app.example.com"]) as srv:
+            run = "denied-%s" % uuid.uuid4().hex[:12]
+            with self.open_page(srv, "standard", run, page="/rudder") as report:
+                self.assertEqual(len(report.get("sent") or []), 5, report)
+                harness.deadline_wait(lambda: self.preflights(srv, 403) >= 1, 10,
+                                      "a refused preflight in /stats")
+            self.assertEqual(self.preflights(srv, 204), 0)
+            self.assertEqual(harness.log_cat(srv.data_dir), [])
 
 
 if __name__ == "__main__":
