@@ -184,6 +184,14 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
     /* Which store holds the window; a filter states its error rate, which operators must know. */
     json_t *dd = json_object_get(j, "dedupe");
     json_object_set_new(dd, "store", json_string(s.memory_store ? "memory" : "lmdb"));
+    /* The window's sealed part (docs/window.md): its keys are part of `keys` above. */
+    if (!s.memory_store)
+        json_object_set_new(
+            dd, "generations",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "count", (json_int_t)s.generations, "keys",
+                      (json_int_t)s.generation_keys, "bytes", (json_int_t)s.generation_bytes,
+                      "memory_bytes", (json_int_t)s.generation_memory_bytes, "seals",
+                      (json_int_t)s.seals, "merges", (json_int_t)s.merges));
     if (s.memory_store)
         json_object_set_new(dd, "filter",
                             json_pack("{s:s, s:I, s:f}", "spec", s.filter_spec, "memory_bits",
@@ -352,6 +360,19 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
     free(gs);
     metric(f, "store_map_bytes", "gauge", "LMDB map size.", (double)s.store_map_size);
     metric(f, "store_used_bytes", "gauge", "LMDB bytes in use.", (double)s.store_used_bytes);
+    metric(f, "generations", "gauge", "Sealed generation files of the window.",
+           (double)s.generations);
+    metric(f, "generation_keys", "gauge", "Keys in sealed generations (part of dedupe_keys).",
+           (double)s.generation_keys);
+    metric(f, "generation_bytes", "gauge", "Bytes of the sealed generation files on disk.",
+           (double)s.generation_bytes);
+    metric(f, "generation_memory_bytes", "gauge",
+           "Bytes of the generations' filters and fences in memory.",
+           (double)s.generation_memory_bytes);
+    metric(f, "seals_total", "counter", "Young stores sealed into generation files.",
+           (double)s.seals);
+    metric(f, "generation_merges_total", "counter", "Merges of small generations.",
+           (double)s.merges);
     metric(f, "storage_failed", "gauge",
            "1 while storage is failed and being re-established (every write gets 503).",
            s.storage_failed ? 1.0 : 0.0);

@@ -65,7 +65,13 @@ static const struct setting settings[] = {
      (uint64_t)(365 * MS_PER_DAY), FIELD(window_ms), "DURATION",
      "de-duplication window by age: 90s, 15m, 24h, 28d (1s..365d)"},
     {"max-keys", "INGESTD_MAX_KEYS", "100000000", K_COUNT, 0, UINT64_C(1000000000000),
-     FIELD(max_keys), "N", "de-duplication window by size: keys kept at most; 0: no size bound"},
+     FIELD(max_keys), "N",
+     "de-duplication window by size: at least N keys kept (up to the young store's size, "
+     "exactly N; above it, whole generations go, up to about 1/16 more); 0: no size bound"},
+    {"young-keys", "INGESTD_YOUNG_KEYS", "1048576", K_COUNT, 1, UINT64_C(1) << 32,
+     FIELD(young_keys), "N",
+     "keys the young LMDB store holds before they are sealed into a generation file "
+     "(docs/window.md; 1..2^32)"},
     {"segment-bytes", "INGESTD_SEGMENT_BYTES", "64MiB", K_SIZE, 4 * KIB, 64 * GIB,
      FIELD(segment_bytes), "SIZE",
      "roll the event log to a new segment at this size (4KiB..64GiB)"},

@@ -40,6 +40,7 @@ typedef struct config {
     size_t nwrite_keys;
     int64_t window_ms;      /* --window DURATION (INGESTD_WINDOW), default 24h */
     uint64_t max_keys;      /* --max-keys (INGESTD_MAX_KEYS), default 100000000; 0: no size bound */
+    uint64_t young_keys;    /* --young-keys (INGESTD_YOUNG_KEYS), default 1 Mi */
     uint64_t segment_bytes; /* --segment-bytes (INGESTD_SEGMENT_BYTES), default 64 MiB */
     uint64_t map_size;      /* --map-size (INGESTD_MAP_SIZE), initial LMDB map, default 1 GiB */
     unsigned threads;       /* --threads (INGESTD_THREADS), HTTP threads, default: CPUs */

@@ -231,6 +231,7 @@ static int serve(int argc, char **argv)
         .data_dir = cfg->data_dir,
         .window_ms = cfg->window_ms,
         .max_keys = cfg->max_keys,
+        .young_keys = cfg->young_keys,
         .segment_bytes = cfg->segment_bytes,
         .map_size = cfg->map_size,
         .max_batch_events = cfg->max_batch_events,

@@ -74,6 +74,10 @@ void commit_refresh_stats(commit_t *c)
     if (w.have_keys) {
         c->stats.keys = w.keys;
         c->stats.oldest_received_ms = w.oldest_received_ms;
+        c->stats.generations = w.generations;
+        c->stats.generation_keys = w.generation_keys;
+        c->stats.generation_bytes = w.generation_bytes;
+        c->stats.generation_memory_bytes = w.generation_memory_bytes;
     }
     if (w.have_offsets) {
         c->stats.committed_offset = w.committed_offset;

@@ -79,6 +79,9 @@ typedef struct commit_options {
                                   max_keys do not apply, and a false positive loses a unique
                                   event. The log stays durable as ever */
     bool lock_held;            /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
+    uint64_t young_keys;       /* keys the young LMDB store holds before they are sealed into a
+                                  generation file (docs/window.md); 0: COMMIT_YOUNG_KEYS. With
+                                  max_keys at or under it nothing is ever sealed */
     int64_t log_retention_ms;  /* delete closed log segments older than this (0: keep) */
     uint64_t log_max_bytes;    /* delete the oldest closed segments beyond this size (0: keep) */
     uint64_t queue_max_bytes;  /* bound on event data bytes submitted and not yet answered (queued
@@ -98,6 +101,8 @@ typedef struct commit_options {
     void *replay_progress_arg;
 } commit_options_t;
 
+#define COMMIT_YOUNG_KEYS (1u << 20)
+
 typedef struct commit_stats {
     uint64_t accepted, duplicates;  /* events */
     uint64_t batches, batch_events; /* group commits and their events */
@@ -115,6 +120,10 @@ typedef struct commit_stats {
     int64_t oldest_received_ms;         /* 0 when empty */
     uint64_t log_first_offset, log_next_offset, log_bytes, log_segments;
     uint64_t store_map_size, store_used_bytes;
+    /* Sealed generations (docs/window.md): files, their keys (part of `keys`), bytes on disk
+     * and of filters and fences in memory; seals and merges done. */
+    uint64_t generations, generation_keys, generation_bytes, generation_memory_bytes;
+    uint64_t seals, merges;
     uint64_t replayed_at_open;    /* log records replayed into LMDB at start */
     uint64_t truncated_at_open;   /* torn tail bytes cut off at start */
     size_t queue_events;          /* waiting for the next group commit */

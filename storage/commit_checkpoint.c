@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "storage/commit_internal.h"
+#include "storage/seal.h"
 
 #define CHECKPOINT_MS     3000
 #define CHECKPOINT_EVENTS 524288
@@ -172,6 +173,36 @@ static int ckpt_run(commit_t *c, const ckpt_job_t *j)
     return rc;
 }
 
+/* What ckpt_seal did. */
+typedef struct {
+    uint64_t sealed;        /* keys sealed into a generation (0: no seal) */
+    seal_result_t maintain; /* generations dropped and merged */
+} ckpt_seal_result_t;
+
+/*
+ * After a checkpoint, on the checkpointer thread (the one writer of LMDB):
+ * seals the young store once it holds young_keys, then applies the window's
+ * rule to the generations (docs/window.md). The job has just put every key
+ * it had and deleted every one below its floor, so the young store is
+ * whole. A failure is the checkpoint's: storage is re-established from disk.
+ */
+static int ckpt_seal(commit_t *c, ckpt_seal_result_t *out)
+{
+    if (!c->gens || !commit_view_seals(c))
+        return STORE_OK;
+    uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
+    store_info_t si;
+    int rc = store_get_info(c->store, &si);
+    if (rc == STORE_OK && si.keys >= young) {
+        rc = seal_young(c->store, c->gens, 0, &out->sealed);
+        si.keys = 0;
+    }
+    genset_policy_t p = commit_view_gen_policy(c);
+    if (rc == STORE_OK)
+        rc = seal_maintain(c->gens, &p, commit_now_ms(CLOCK_REALTIME), si.keys, &out->maintain);
+    return rc;
+}
+
 /*
  * The checkpointer thread: runs the jobs the writer hands it, one at a time,
  * and reports each back (JOB_DONE, signalling cv). It never touches the log,
@@ -193,6 +224,9 @@ static void *ckpt_thread(void *arg)
         double t0 = commit_now_msf();
         int rc = ckpt_run(c, &j);
         double ms = commit_now_msf() - t0;
+        ckpt_seal_result_t sr = {0};
+        if (rc == STORE_OK)
+            rc = ckpt_seal(c, &sr);
         store_info_t si;
         bool info = rc == STORE_OK && store_get_info(c->store, &si) == STORE_OK;
 
@@ -211,6 +245,11 @@ static void *ckpt_thread(void *arg)
             c->stats.store_map_size = si.map_size;
             c->stats.store_used_bytes = si.used_bytes;
         }
+        c->stats.seals += sr.sealed > 0;
+        c->stats.merges += sr.maintain.merges;
+        c->stats.evicted_age += sr.maintain.dropped_age;
+        c->stats.evicted_size += sr.maintain.dropped_size;
+        c->job.sealed = sr.sealed;
         c->job.status = rc;
         c->job.state = JOB_DONE;
         pthread_cond_broadcast(&c->cv);
@@ -257,6 +296,18 @@ void commit_ckpt_settle(commit_t *c)
 }
 
 /*
+ * After a seal the young store is empty: every key below the pending
+ * generation is in a generation file now, which `live` does not count. (A
+ * key the writer aged out while the seal ran stays in the generation until
+ * the generation goes: kept longer, never shorter, than the window.)
+ */
+static void ckpt_count_live(commit_t *c)
+{
+    uint64_t base = pending_base(c->cur), n = pending_count(c->cur);
+    c->live = c->floor <= base ? n : c->floor >= base + n ? 0 : base + n - c->floor;
+}
+
+/*
  * Takes a finished job's result. Written: the snapshot moves on to include
  * it, and its generation is no longer needed. Failed: every batch in it is
  * durable in the log and acknowledged, so the failure costs no request:
@@ -266,11 +317,12 @@ static void ckpt_finish(commit_t *c)
 {
     pthread_mutex_lock(&c->mu);
     int status = c->job.status;
+    uint64_t sealed = c->job.sealed;
     c->job.state = JOB_IDLE;
     pthread_mutex_unlock(&c->mu);
     if (status == STORE_OK) {
         store_info_t si;
-        status = store_reader_refresh(c->reader);
+        status = commit_view_refresh(c);
         if (status == STORE_OK)
             status = store_reader_info(c->reader, &si);
         /* The checkpoint must have numbered its keys exactly as the view did. */
@@ -278,6 +330,9 @@ static void ckpt_finish(commit_t *c)
             status = STORE_CORRUPT;
         if (status == STORE_OK) {
             c->snap_end = si.next_seq;
+            if (sealed > 0)
+                ckpt_count_live(c);
+            commit_refresh_stats(c); /* a seal or a drop changes the window while idle too */
             c->spare = c->flight;
             c->flight = NULL;
             return;
@@ -304,7 +359,12 @@ static void ckpt_grow_ahead(commit_t *c)
     if (map == 0 || used <= map / 2)
         return;
     store_info_t si;
-    if (store_reader_grow(c->reader) != STORE_OK || store_reader_info(c->reader, &si) != STORE_OK) {
+    int rc = store_reader_grow(c->reader);
+    if (rc == STORE_OK) {
+        commit_view_take_gens(c); /* the reader moved on */
+        rc = store_reader_info(c->reader, &si);
+    }
+    if (rc != STORE_OK) {
         commit_notify(c, 1, "growing the LMDB map failed: %s; re-establishing storage",
                       store_detail(c->store));
         commit_recover(c, true);
@@ -316,6 +376,22 @@ static void ckpt_grow_ahead(commit_t *c)
     pthread_mutex_unlock(&c->mu);
     commit_notify(c, 2, "LMDB map grown to %llu MiB (the store uses %llu MiB)",
                   (unsigned long long)(si.map_size >> 20), (unsigned long long)(used >> 20));
+}
+
+/*
+ * Whether the generations are due to be dropped (their rule says so) while
+ * nothing else is: an idle server must still let its window age out, and the
+ * checkpointer's job is where generations go.
+ */
+static bool ckpt_gens_due(commit_t *c)
+{
+    if (!c->gview || genset_view_count(c->gview) == 0)
+        return false;
+    genset_policy_t p = commit_view_gen_policy(c);
+    genset_plan_t plan;
+    p.fanin = 0; /* merges wait for the next checkpoint */
+    genset_plan(c->gview, &p, commit_now_ms(CLOCK_REALTIME), c->live, &plan);
+    return plan.drop_age + plan.drop_size > 0;
 }
 
 /*
@@ -336,7 +412,7 @@ void commit_ckpt_hand_off(commit_t *c, bool force)
          * with the snapshot on every key the snapshot now has; snap_end stays at its base.
          */
         c->seen_commits = commits;
-        if (store_reader_refresh(c->reader) != STORE_OK) {
+        if (commit_view_refresh(c) != STORE_OK) {
             commit_notify(c, 1, "refreshing the LMDB snapshot failed: %s; re-establishing storage",
                           store_detail(c->store));
             commit_recover(c, false);
@@ -354,9 +430,12 @@ void commit_ckpt_hand_off(commit_t *c, bool force)
     if (!c->reader || c->failed)
         return;
     size_t n = pending_count(c->cur);
-    if (n == 0 && c->floor == c->handed_floor)
-        return;
     int64_t t = commit_now_ms(CLOCK_MONOTONIC);
+    if (n == 0 && c->floor == c->handed_floor && !ckpt_gens_due(c)) {
+        if (t - c->cur_since_ms >= CHECKPOINT_MS)
+            c->cur_since_ms = t; /* looked: the generations are due again in CHECKPOINT_MS */
+        return;
+    }
     if (!force && n < CHECKPOINT_EVENTS && t - c->cur_since_ms < CHECKPOINT_MS)
         return;
     log_info_t li;
@@ -409,8 +488,10 @@ int64_t commit_ckpt_due(commit_t *c)
 {
     if (c->job.state == JOB_DONE)
         return INT64_MIN; /* a result to take */
+    /* An idle server checkpoints too, and lets its generations age out (ckpt_gens_due). */
     if (c->reader && c->job.state == JOB_IDLE &&
-        (pending_count(c->cur) > 0 || c->floor != c->handed_floor))
-        return c->cur_since_ms + CHECKPOINT_MS; /* an idle server checkpoints too */
+        (pending_count(c->cur) > 0 || c->floor != c->handed_floor ||
+         (c->gview && genset_view_count(c->gview) > 0)))
+        return c->cur_since_ms + CHECKPOINT_MS;
     return INT64_MAX;
 }

@@ -15,6 +15,7 @@
 
 #include "storage/commit.h"
 #include "storage/filter/filter.h"
+#include "storage/genset.h"
 #include "storage/log.h"
 #include "storage/pending.h"
 #include "storage/store.h"
@@ -41,6 +42,7 @@ typedef struct {
     bool quit;            /* the checkpointer thread ends */
     int status;           /* STORE_OK or why it failed */
     const pending_t *gen; /* the keys, in sequence order */
+    uint64_t sealed;      /* out: keys the job sealed into a generation after its checkpoint */
     uint64_t floor;       /* evict every sequence below it */
     uint64_t applied;     /* the log offset after the last record acknowledged when handed over */
 } ckpt_job_t;
@@ -101,6 +103,8 @@ struct commit {
      * that exists names a key in the window, `live` of them.
      */
     store_reader_t *reader;
+    genset_t *gens;       /* the sealed generations (LMDB mode), opened with the store */
+    genset_view_t *gview; /* writer-only: taken after every move of `reader`, never before */
     pending_t *cur, *flight, *spare;
     int64_t cur_since_ms; /* monotonic time of the last hand-over (or open) */
     uint64_t snap_end, next_seq, floor, live;
@@ -135,6 +139,7 @@ typedef struct commit_window {
     int64_t oldest_received_ms;
     bool have_offsets; /* committed_offset and window_first_offset are known */
     uint64_t committed_offset, window_first_offset;
+    uint64_t generations, generation_keys, generation_bytes, generation_memory_bytes;
 } commit_window_t;
 
 /*
@@ -228,6 +233,19 @@ int commit_memory_init(commit_t *c, const char *spec, char *errbuf, size_t errle
 int commit_view_open(commit_t *c, char *errbuf, size_t errlen);
 /* The oldest key in the window (the entry at or after the floor): *found, and *e. */
 int commit_view_oldest(commit_t *c, store_entry_t *e, bool *found);
+/*
+ * Moves the writer's snapshot on (store_reader_refresh) and then takes the
+ * generations' current view: a seal publishes its generation before it
+ * empties the young store, so a snapshot that lacks a sealed key always
+ * comes with a view that has it. A store status.
+ */
+int commit_view_refresh(commit_t *c);
+/* The same after the reader moved by other means (store_reader_grow). */
+void commit_view_take_gens(commit_t *c);
+/* The window's rule for whole generations, from the options (genset_plan's policy). */
+genset_policy_t commit_view_gen_policy(const commit_t *c);
+/* Whether keys are ever sealed: without a size bound, or with one above the young store's. */
+bool commit_view_seals(const commit_t *c);
 /*
  * LMDB mode's batch: each key looked up in the view and, when new, added to
  * the pending generation; the new records appended to the log with one fsync.

@@ -13,6 +13,10 @@ static void lmdb_close(commit_t *c)
 {
     store_reader_close(c->reader);
     c->reader = NULL;
+    genset_view_release(c->gview);
+    c->gview = NULL;
+    genset_close(c->gens);
+    c->gens = NULL;
     pending_free(c->cur);
     pending_free(c->flight);
     pending_free(c->spare);
@@ -44,6 +48,19 @@ static void lmdb_window(commit_t *c, const log_info_t *li, commit_window_t *w)
     w->committed_offset = li->synced_offset;
     w->window_first_offset = have ? oldest.offset : li->synced_offset;
     w->oldest_received_ms = have ? oldest.received_ms : 0;
+    genset_totals_t t = {0};
+    if (c->gview)
+        genset_view_totals(c->gview, &t);
+    if (t.keys > 0) {
+        /* The oldest generation holds the oldest keys: the window starts there. */
+        w->keys += t.keys;
+        w->window_first_offset = t.oldest_offset;
+        w->oldest_received_ms = t.oldest_received_ms;
+    }
+    w->generations = c->gview ? genset_view_count(c->gview) : 0;
+    w->generation_keys = t.keys;
+    w->generation_bytes = t.file_bytes;
+    w->generation_memory_bytes = t.memory_bytes;
 }
 
 /* Tells readers in other processes how far the log is acknowledged (DIR/store/ACKED). */

@@ -30,6 +30,7 @@
 
 #include "storage/commit_internal.h"
 #include "storage/fsutil.h"
+#include "storage/seal.h"
 
 #define REPLAY_CHUNK 10000
 
@@ -65,6 +66,28 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
     if (rc == STORE_OK)
         return store_commit(c->store);
     store_abort(c->store);
+    return rc;
+}
+
+/*
+ * During a long replay (`ingestd rebuild`, or a start after a long run
+ * without checkpoints), seals the young store whenever it holds twice its
+ * share, so it never grows with the window; then the window's rule.
+ */
+static int recover_seal(commit_t *c)
+{
+    uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS, sealed;
+    store_info_t si;
+    if (!c->gens || !commit_view_seals(c))
+        return STORE_OK;
+    int rc = store_get_info(c->store, &si);
+    if (rc != STORE_OK || si.keys < 2 * young)
+        return rc;
+    rc = seal_young(c->store, c->gens, 0, &sealed);
+    genset_policy_t p = commit_view_gen_policy(c);
+    seal_result_t sr;
+    if (rc == STORE_OK)
+        rc = seal_maintain(c->gens, &p, commit_now_ms(CLOCK_REALTIME), 0, &sr);
     return rc;
 }
 
@@ -145,6 +168,8 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
             pos = start;
             continue;
         }
+        if (rc == STORE_OK)
+            rc = recover_seal(c);
         if (rc != STORE_OK)
             break;
         *replayed += pos - start;
@@ -253,6 +278,36 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
     return 0;
 }
 
+/*
+ * Opens the sealed generations (DIR/store/gens), cleaning up after a crash
+ * mid-merge, and finishes a seal cut short between its file and its LMDB
+ * transaction: before the replay, so the young store it fills holds no key a
+ * generation has.
+ */
+static int recover_open_gens(commit_t *c, const char *storedir, char *errbuf, size_t errlen)
+{
+    char *dir = fsutil_join(storedir, "gens");
+    int grc = dir ? genset_open(dir, 0, &c->gens) : GEN_NOMEM;
+    free(dir);
+    if (grc != GEN_OK) {
+        commit_errf(errbuf, errlen,
+                    "opening the sealed generations in %s/gens: %s (run `ingestd "
+                    "rebuild`)",
+                    storedir, gen_strerror(grc));
+        return -1;
+    }
+    int rc = seal_recover(c->store, c->gens);
+    if (rc != STORE_OK) {
+        commit_errf(errbuf, errlen, "finishing a seal: %s (%s)%s", store_strerror(rc),
+                    store_detail(c->store),
+                    rc == STORE_CORRUPT ? "; the generations do not belong to this store: run "
+                                          "`ingestd rebuild`"
+                                        : "");
+        return -1;
+    }
+    return 0;
+}
+
 /* Opens the log, never cutting its tail below LMDB's applied offset. */
 static int recover_open_log(commit_t *c, const char *logdir, char *errbuf, size_t errlen)
 {
@@ -318,6 +373,7 @@ int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen)
     if (!path || !logdir || !marker)
         goto out;
     if (recover_open_store(c, path, logdir, marker, &crashed, &aside, errbuf, errlen) != 0 ||
+        recover_open_gens(c, path, errbuf, errlen) != 0 ||
         recover_open_log(c, logdir, errbuf, errlen) != 0 ||
         commit_files_load_secret(c, c->store, errbuf, errlen) != 0 ||
         recover_catch_up(c, logdir, errbuf, errlen) != 0)

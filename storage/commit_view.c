@@ -12,6 +12,11 @@
  * yet (the checkpointer does, later), and every sequence in [floor,
  * next_seq) that exists names a key in the window, `live` of them. So
  * /stats is exact after every batch.
+ *
+ * Older keys live in sealed generations (docs/window.md): files the
+ * checkpointer writes once the young store holds young_keys, dropped whole by
+ * the window's rule (genset_plan). They are asked last, through a view of the
+ * set taken with every move of the snapshot; `live` counts none of them.
  */
 #include <limits.h>
 #include <string.h>
@@ -37,6 +42,7 @@ int commit_view_open(commit_t *c, char *errbuf, size_t errlen)
                     store_detail(c->store));
         return -1;
     }
+    commit_view_take_gens(c);
     c->next_seq = c->snap_end = si.next_seq;
     c->floor = c->handed_floor = found ? e.seq : si.next_seq;
     c->live = si.keys;
@@ -73,7 +79,43 @@ static int view_contains(commit_t *c, const uint8_t key[KEYHASH_LEN], bool *dup)
     bool present = false;
     int rc = store_reader_find(c->reader, key, &present, &seq);
     *dup = rc == STORE_OK && present && seq >= c->floor;
+    if (rc != STORE_OK || present || !c->gview)
+        return rc;
+    /* Not in the young store: a sealed generation, every key of which is in the window. */
+    int grc = genset_view_find(c->gview, key, dup, NULL);
+    return grc == GEN_OK ? STORE_OK : grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
+}
+
+int commit_view_refresh(commit_t *c)
+{
+    int rc = store_reader_refresh(c->reader);
+    if (rc == STORE_OK)
+        commit_view_take_gens(c);
     return rc;
+}
+
+void commit_view_take_gens(commit_t *c)
+{
+    if (!c->gens)
+        return;
+    genset_view_release(c->gview);
+    c->gview = genset_view(c->gens);
+}
+
+bool commit_view_seals(const commit_t *c)
+{
+    uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
+    return c->opts.max_keys == 0 || c->opts.max_keys > young;
+}
+
+genset_policy_t commit_view_gen_policy(const commit_t *c)
+{
+    uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
+    return (genset_policy_t){.window_ms = c->opts.window_ms,
+                             .max_keys = c->opts.max_keys,
+                             .merge_min_keys = young,
+                             .target_count = 16,
+                             .fanin = 4};
 }
 
 /* The oldest key in the window (the entry at or after the floor): *found, and *e. */
