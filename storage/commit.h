@@ -51,8 +51,8 @@ struct commit_req {
     int status;          /* out: COMMIT_OK, or why every event failed */
     commit_done_fn done; /* called exactly once, from the writer thread */
     void *arg;
-    commit_req_t *next; /* private to commit.c */
-    uint64_t bytes;     /* private to commit.c: the events' data bytes */
+    commit_req_t *next; /* private to storage/commit*.c */
+    uint64_t bytes;     /* private to storage/commit*.c: the events' data bytes */
 };
 
 /* Operator notices from the writer thread (storage never logs itself); `level` 0 error, 1 warning,
