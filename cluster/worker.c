@@ -1,6 +1,7 @@
 /* worker.c: the Kafka worker role: per-partition LMDB dedupe between two topics, exactly once. */
 #include "cluster/worker.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -37,6 +38,7 @@ typedef struct part {
     bool txn_open;        /* an LMDB write txn of the current batch */
     int64_t batch_last;   /* last offset of the current batch in this partition; -1 none */
     bool needs_kafka;     /* the batch has records past repair_until here */
+    uint64_t epoch;       /* which assignment opened it (cluster_worker.epochs) */
 } part_t;
 
 /* What /stats shows of one partition (copied under snap_mu). */
@@ -54,11 +56,14 @@ typedef struct counters {
 struct cluster_worker {
     cluster_worker_options_t o;
     char txn_id[256];
+    char instance_id[250]; /* group.instance.id: txn_id in the characters Kafka allows */
     rd_kafka_t *consumer, *producer;
-    part_t **parts; /* indexed by partition id; NULL when not assigned */
+    rd_kafka_t *mirror; /* --mirror-offsets: where offsets are mirrored (mirror_new) */
+    part_t **parts;     /* indexed by partition id; NULL when not assigned */
     int32_t nparts_cap;
+    uint64_t epochs; /* assignments so far: each part_open takes the next one */
     atomic_bool stop, ready;
-    bool rebalanced; /* set by the rebalance callback: drop what was gathered */
+    bool rebalanced; /* set by the rebalance callback: check what was gathered */
     bool producer_ready;
     counters_t c;
     /* crash hook (tests) */
@@ -162,6 +167,7 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     if (p == NULL)
         return CLUSTER_NOMEM;
     p->id = id;
+    p->epoch = ++w->epochs;
     p->committed = -1;
     p->repair_until = -1;
     p->batch_last = -1;
@@ -211,7 +217,8 @@ static int position(cluster_worker_t *w, rd_kafka_topic_partition_list_t *list)
 {
     for (int i = 0; i < list->cnt; i++)
         list->elems[i].offset = RD_KAFKA_OFFSET_INVALID;
-    rd_kafka_resp_err_t err = rd_kafka_committed(w->consumer, list, COMMITTED_TIMEOUT);
+    rd_kafka_resp_err_t err =
+        rd_kafka_committed(w->mirror ? w->mirror : w->consumer, list, COMMITTED_TIMEOUT);
     if (err) {
         wlog(w, 1, "cannot read the group's committed offsets: %s", rd_kafka_err2str(err));
         return CLUSTER_TIMEOUT;
@@ -247,32 +254,76 @@ static int position(cluster_worker_t *w, rd_kafka_topic_partition_list_t *list)
 
 static void snapshot(cluster_worker_t *w);
 
+/*
+ * The rebalance protocol decides how an assignment changes: EAGER (range,
+ * roundrobin: every partition is revoked, then the whole new assignment comes)
+ * or COOPERATIVE (cooperative-sticky, the default here: only the partitions
+ * that move are revoked or assigned, the others keep being consumed
+ * throughout). Either way exactly the listed partitions' stores are opened or
+ * closed. The callback runs inside rd_kafka_consumer_poll, between batches, so
+ * no LMDB or Kafka transaction is open.
+ */
+static void on_assign(cluster_worker_t *w, rd_kafka_t *rk, rd_kafka_topic_partition_list_t *list,
+                      bool coop)
+{
+    for (int i = 0; i < list->cnt; i++) {
+        part_t *p = NULL;
+        if (part_open(w, list->elems[i].partition, &p) != CLUSTER_OK) {
+            /* Without its store the partition cannot be served: give up the whole worker. */
+            atomic_store(&w->stop, true);
+        }
+    }
+    /* Until the committed offsets can be read, nothing may be consumed. */
+    while (position(w, list) != CLUSTER_OK && !atomic_load(&w->stop))
+        usleep(RETRY_PAUSE_MS * 1000);
+    rd_kafka_error_t *e = NULL;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (coop)
+        e = rd_kafka_incremental_assign(rk, list);
+    else
+        err = rd_kafka_assign(rk, list);
+    if (e != NULL || err) {
+        wlog(w, 0, "assign: %s; stopping", e ? rd_kafka_error_string(e) : rd_kafka_err2str(err));
+        rd_kafka_error_destroy(e);
+        atomic_store(&w->stop, true);
+    }
+    wlog(w, 2, "assigned %d partition(s) of %s%s", list->cnt, w->o.raw_topic,
+         coop ? " (incremental)" : "");
+    atomic_store(&w->ready, w->producer_ready);
+}
+
+static void on_revoke(cluster_worker_t *w, rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *list, bool coop)
+{
+    /* Lost (session timed out, fenced): another worker may own them already. Nothing of ours
+     * is uncommitted here, so closing the stores is all there is to do either way. */
+    bool lost = rd_kafka_assignment_lost(rk) != 0;
+    if (coop) {
+        rd_kafka_error_t *e = rd_kafka_incremental_unassign(rk, list);
+        if (e != NULL) {
+            wlog(w, 1, "incremental unassign: %s", rd_kafka_error_string(e));
+            rd_kafka_error_destroy(e);
+        }
+    } else {
+        rd_kafka_assign(rk, NULL);
+    }
+    for (int i = 0; i < list->cnt; i++)
+        part_close(w, list->elems[i].partition);
+    wlog(w, 2, "revoked %d partition(s) (%s%s%s)", list->cnt,
+         err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS ? "rebalance" : rd_kafka_err2str(err),
+         coop ? ", incremental" : "", lost ? ", lost" : "");
+}
+
 static void on_rebalance(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                          rd_kafka_topic_partition_list_t *list, void *opaque)
 {
     cluster_worker_t *w = opaque;
+    bool coop = strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE") == 0;
     w->rebalanced = true;
-    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        for (int i = 0; i < list->cnt; i++) {
-            part_t *p = NULL;
-            if (part_open(w, list->elems[i].partition, &p) != CLUSTER_OK) {
-                /* Without its store the partition cannot be served: give up the whole worker. */
-                atomic_store(&w->stop, true);
-            }
-        }
-        /* Until the committed offsets can be read, nothing may be consumed. */
-        while (position(w, list) != CLUSTER_OK && !atomic_load(&w->stop))
-            usleep(RETRY_PAUSE_MS * 1000);
-        rd_kafka_assign(rk, list);
-        wlog(w, 2, "assigned %d partition(s) of %s", list->cnt, w->o.raw_topic);
-        atomic_store(&w->ready, w->producer_ready);
-    } else {
-        rd_kafka_assign(rk, NULL);
-        for (int i = 0; i < list->cnt; i++)
-            part_close(w, list->elems[i].partition);
-        wlog(w, 2, "revoked %d partition(s) (%s)", list->cnt,
-             err == RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS ? "rebalance" : rd_kafka_err2str(err));
-    }
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS)
+        on_assign(w, rk, list, coop);
+    else
+        on_revoke(w, rk, err, list, coop);
     snapshot(w);
 }
 
@@ -327,6 +378,26 @@ static int producer_init(cluster_worker_t *w, char *err, size_t errlen)
     return CLUSTER_TIMEOUT;
 }
 
+/*
+ * How the worker joins its group, so that deploys do not stop the pipeline
+ * (docs/scale-out.md, "Rebalances"):
+ *  - cooperative-sticky (KIP-429): a join or leave moves only the partitions
+ *    that must move; every other partition keeps being consumed throughout;
+ *  - static membership (KIP-345): group.instance.id is the transactional id
+ *    (PREFIX-GROUP-WORKERID, WORKERID kept in DATA/worker-id), so a worker
+ *    restarted within session.timeout.ms gets its partitions back without a
+ *    rebalance. A static member does not leave the group when it closes.
+ * Both can be overridden with --kafka-opt (applied after these).
+ */
+static int membership_conf(cluster_worker_t *w, rd_kafka_conf_t *conf, char *err, size_t errlen)
+{
+    int rc =
+        cluster_conf_set(conf, "partition.assignment.strategy", "cooperative-sticky", err, errlen);
+    if (rc == CLUSTER_OK && !w->o.dynamic_membership)
+        rc = cluster_conf_set(conf, "group.instance.id", w->instance_id, err, errlen);
+    return rc;
+}
+
 static int consumer_new(cluster_worker_t *w, char *err, size_t errlen)
 {
     char why[512];
@@ -342,6 +413,7 @@ static int consumer_new(cluster_worker_t *w, char *err, size_t errlen)
         (rc = cluster_conf_set(conf, "isolation.level", "read_committed", err, errlen)) ||
         (rc = cluster_conf_set(conf, "auto.offset.reset", "earliest", err, errlen)) ||
         (rc = cluster_conf_set(conf, "enable.partition.eof", "false", err, errlen)) ||
+        (rc = membership_conf(w, conf, err, errlen)) ||
         (rc = cluster_conf_apply(conf, &w->o.opts, "consumer", err, errlen))) {
         rd_kafka_conf_destroy(conf);
         return rc;
@@ -356,6 +428,40 @@ static int consumer_new(cluster_worker_t *w, char *err, size_t errlen)
         return CLUSTER_KAFKA;
     }
     rd_kafka_poll_set_consumer(w->consumer);
+    return CLUSTER_OK;
+}
+
+/*
+ * --mirror-offsets (the mock cluster keeps no transactional offsets): a
+ * client that is no group member commits each transaction's offsets to group
+ * GROUP.mirror, and positions are read from there. Not through the member
+ * itself: a plain OffsetCommit that races a generation bump during a
+ * cooperative rebalance gets ILLEGAL_GENERATION, and librdkafka (before
+ * 2.10.0, #4908) then drops the whole assignment as lost, which would add a
+ * rebalance round that a real cluster, taking the offsets inside the
+ * transaction, never has.
+ */
+static int mirror_new(cluster_worker_t *w, char *err, size_t errlen)
+{
+    char why[512], group[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    int rc;
+    if (conf == NULL)
+        return CLUSTER_NOMEM;
+    snprintf(group, sizeof group, "%s.mirror", w->o.group);
+    if ((rc = cluster_conf_set(conf, "bootstrap.servers", w->o.brokers, err, errlen)) ||
+        (rc = cluster_conf_set(conf, "group.id", group, err, errlen)) ||
+        (rc = cluster_conf_set(conf, "enable.auto.commit", "false", err, errlen)) ||
+        (rc = cluster_conf_apply(conf, &w->o.opts, "consumer", err, errlen))) {
+        rd_kafka_conf_destroy(conf);
+        return rc;
+    }
+    w->mirror = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
+    if (w->mirror == NULL) {
+        rd_kafka_conf_destroy(conf);
+        snprintf(err, errlen, "kafka mirror client: %s", why);
+        return CLUSTER_KAFKA;
+    }
     return CLUSTER_OK;
 }
 
@@ -433,6 +539,14 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
     atomic_init(&w->ready, false);
     snprintf(w->txn_id, sizeof w->txn_id, "%s-%s-%s",
              o->txn_id_prefix ? o->txn_id_prefix : "ingestd", o->group, id);
+    /* Brokers refuse a group.instance.id outside [A-Za-z0-9._-] or over 249 bytes; a group
+     * name may hold other characters. The worker id at the end keeps it unique. */
+    size_t tl = strlen(w->txn_id), keep = sizeof w->instance_id - 1 - 17;
+    snprintf(w->instance_id, sizeof w->instance_id, "%.*s-%s",
+             (int)(tl - 17 < keep ? tl - 17 : keep), w->txn_id, id);
+    for (char *c = w->instance_id; *c; c++)
+        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '_' && *c != '-')
+            *c = '_';
     const char *crash = getenv(CLUSTER_CRASH_ENV);
     if (crash != NULL && crash[0] != '\0') {
         const char *colon = strchr(crash, ':');
@@ -442,7 +556,8 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
             w->crash_after = colon ? strtol(colon + 1, NULL, 10) : 1;
         }
     }
-    if ((rc = producer_new(w, err, errlen)) || (rc = consumer_new(w, err, errlen))) {
+    if ((rc = producer_new(w, err, errlen)) || (rc = consumer_new(w, err, errlen)) ||
+        (w->o.mirror_offsets && (rc = mirror_new(w, err, errlen)))) {
         cluster_worker_free(w);
         return rc;
     }
@@ -758,7 +873,7 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
         }
         w->c.txn_committed++;
         if (w->o.mirror_offsets) {
-            rd_kafka_resp_err_t ce = rd_kafka_commit(w->consumer, offsets, 0);
+            rd_kafka_resp_err_t ce = rd_kafka_commit(w->mirror, offsets, 0);
             if (ce)
                 wlog(w, 1, "mirror offset commit: %s", rd_kafka_err2str(ce));
         }
@@ -806,13 +921,78 @@ out:
 
 /* ---- the loop ---- */
 
+/*
+ * After a rebalance: drops the gathered records of partitions revoked, or
+ * assigned anew, since they were read (their positions were reset), and keeps
+ * the others: under the cooperative protocol the partitions that stay are not
+ * repositioned, so dropping their records would skip them.
+ */
+static size_t drop_moved(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *epochs, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        part_t *p = part_get(w, msgs[i]->partition);
+        if (p == NULL || p->epoch != epochs[i]) {
+            rd_kafka_message_destroy(msgs[i]);
+            continue;
+        }
+        msgs[k] = msgs[i];
+        epochs[k++] = epochs[i];
+    }
+    return k;
+}
+
+/* Polls one batch: up to max_batch records or batch_ms. Returns how many are in msgs, each
+ * with the epoch of its partition's assignment when it was read in epochs. */
+static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *epochs,
+                     int64_t *last_snap)
+{
+    int64_t deadline = now_ms() + w->o.batch_ms;
+    size_t n = 0;
+    while (n < w->o.max_batch && !atomic_load(&w->stop)) {
+        int64_t left = deadline - now_ms();
+        if (n > 0 && left <= 0)
+            break;
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, n == 0 ? 100 : (int)left);
+        if (w->rebalanced) {
+            n = drop_moved(w, msgs, epochs, n);
+            w->rebalanced = false;
+        }
+        if (m == NULL) {
+            if (n == 0 && now_ms() - *last_snap > 1000) {
+                snapshot(w);
+                *last_snap = now_ms();
+            }
+            continue;
+        }
+        if (m->err) {
+            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                wlog(w, 1, "consume: %s", rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        part_t *p = part_get(w, m->partition);
+        if (p == NULL) {
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        epochs[n] = p->epoch;
+        msgs[n++] = m;
+    }
+    return n;
+}
+
 int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
 {
     rd_kafka_message_t **msgs = calloc(w->o.max_batch, sizeof *msgs);
+    uint64_t *epochs = calloc(w->o.max_batch, sizeof *epochs);
     size_t n = 0;
     int rc = CLUSTER_OK;
-    if (msgs == NULL)
+    if (msgs == NULL || epochs == NULL) {
+        free(msgs);
+        free(epochs);
         return CLUSTER_NOMEM;
+    }
 
     if ((rc = producer_init(w, err, errlen)) != CLUSTER_OK) {
         if (atomic_load(&w->stop))
@@ -833,39 +1013,7 @@ int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
 
     int64_t last_snap = 0;
     while (!atomic_load(&w->stop)) {
-        int64_t deadline = now_ms() + w->o.batch_ms;
-        n = 0;
-        while (n < w->o.max_batch && !atomic_load(&w->stop)) {
-            int64_t left = deadline - now_ms();
-            if (n > 0 && left <= 0)
-                break;
-            rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, n == 0 ? 100 : (int)left);
-            if (w->rebalanced) {
-                /* Positions were reset by the assignment: what was gathered is stale. */
-                for (size_t i = 0; i < n; i++)
-                    rd_kafka_message_destroy(msgs[i]);
-                n = 0;
-                w->rebalanced = false;
-            }
-            if (m == NULL) {
-                if (n == 0 && now_ms() - last_snap > 1000) {
-                    snapshot(w);
-                    last_snap = now_ms();
-                }
-                continue;
-            }
-            if (m->err) {
-                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                    wlog(w, 1, "consume: %s", rd_kafka_message_errstr(m));
-                rd_kafka_message_destroy(m);
-                continue;
-            }
-            if (part_get(w, m->partition) == NULL) {
-                rd_kafka_message_destroy(m);
-                continue;
-            }
-            msgs[n++] = m;
-        }
+        n = gather(w, msgs, epochs, &last_snap);
         if (n == 0)
             continue;
         rc = process(w, msgs, n, err, errlen);
@@ -877,13 +1025,18 @@ int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
         if (rc != CLUSTER_OK)
             goto out;
     }
-    wlog(w, 2, "stopping: leaving the group");
+    wlog(w, 2, "stopping: %s",
+         w->o.dynamic_membership ? "leaving the group"
+                                 : "closing (a static member keeps its partitions until it is "
+                                   "back or the session times out)");
 out:
     for (size_t i = 0; i < n; i++)
         rd_kafka_message_destroy(msgs[i]);
     free(msgs);
+    free(epochs);
     atomic_store(&w->ready, false);
-    /* Leaving the group revokes (closing the stores) so the partitions move on at once. */
+    /* Revokes (closing the stores). A dynamic member also leaves the group, so its partitions
+     * move on at once; a static one keeps them until it is back or session.timeout.ms passed. */
     rd_kafka_consumer_close(w->consumer);
     snapshot(w);
     return rc;
@@ -937,16 +1090,19 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
     pthread_mutex_lock(&w->snap_mu);
     const counters_t *c = &w->snap_c;
     fprintf(f,
-            "{\"role\":\"worker\",\"ready\":%s,\"group\":\"%s\",\"raw_topic\":\"%s\","
+            "{\"role\":\"worker\",\"ready\":%s,\"group\":\"%s\",\"group_instance_id\":%s%s%s,"
+            "\"raw_topic\":\"%s\","
             "\"out_topic\":\"%s\",\"transactional_id\":\"%s\","
             "\"dedupe\":{\"window_seconds\":%" PRId64 ",\"max_keys\":%" PRIu64 "},"
             "\"events\":{\"consumed\":%" PRIu64 ",\"produced\":%" PRIu64 ",\"duplicates\":%" PRIu64
             ",\"owner_replays\":%" PRIu64 ",\"repaired\":%" PRIu64 ",\"malformed\":%" PRIu64 "},"
             "\"transactions\":{\"committed\":%" PRIu64 ",\"aborted\":%" PRIu64
             ",\"producer_restarts\":%" PRIu64 "},\"store_errors\":%" PRIu64 ",\"partitions\":[",
-            atomic_load(&w->ready) ? "true" : "false", w->o.group, w->o.raw_topic, w->o.out_topic,
-            w->txn_id, w->o.window_ms / 1000, w->o.max_keys, c->consumed, c->produced,
-            c->duplicates, c->owners, c->repaired, c->malformed, c->txn_committed, c->txn_aborted,
+            atomic_load(&w->ready) ? "true" : "false", w->o.group,
+            w->o.dynamic_membership ? "" : "\"", w->o.dynamic_membership ? "null" : w->instance_id,
+            w->o.dynamic_membership ? "" : "\"", w->o.raw_topic, w->o.out_topic, w->txn_id,
+            w->o.window_ms / 1000, w->o.max_keys, c->consumed, c->produced, c->duplicates,
+            c->owners, c->repaired, c->malformed, c->txn_committed, c->txn_aborted,
             c->producer_restarts, c->store_errors);
     for (size_t i = 0; i < w->nsnap; i++) {
         const part_snap_t *s = &w->snap[i];
@@ -1045,6 +1201,8 @@ void cluster_worker_free(cluster_worker_t *w)
         return;
     if (w->consumer != NULL)
         rd_kafka_destroy(w->consumer);
+    if (w->mirror != NULL)
+        rd_kafka_destroy(w->mirror);
     if (w->producer != NULL)
         rd_kafka_destroy(w->producer);
     for (int32_t i = 0; i < w->nparts_cap; i++)

@@ -55,6 +55,10 @@ typedef struct cluster_worker_options {
     uint32_t max_batch;        /* records per transaction; 0: 1000 */
     int batch_ms;              /* how long a batch collects records; 0: 50 */
     bool mirror_offsets;       /* also commit offsets outside the txn (see cli_worker) */
+    /* Join without group.instance.id: a stopped worker leaves the group at once, but every
+     * restart rebalances. Default (false): static membership, group.instance.id = the
+     * transactional id. */
+    bool dynamic_membership;
     cluster_kafka_opts_t opts; /* pass-through librdkafka settings */
     /* Optional log sink (the worker thread or librdkafka's threads): level 0 error .. 3 debug. */
     void (*log)(void *arg, int level, const char *msg);

@@ -24,21 +24,80 @@
 #define FLUSH_BYTES   (64u * 1024) /* write stdout once this much is buffered */
 #define DEFAULT_DATA  "./data"
 #define OPEN_ATTEMPTS 5 /* a reader open can race retention deleting its segment */
+#define DEFAULT_STOP  "2s"
+#define STOP_MAX_MS   (3600 * 1000)
+#define REKICK_MS     100 /* after the stop timeout, how often a blocked write is interrupted */
 
-/* SIGINT/SIGTERM received so far: 1 stops at the next record, 2 also abandons a blocked write. */
-static volatile sig_atomic_t signals;
+/*
+ * Stopping while the reader stalls: SIGINT/SIGTERM stops reading at the next
+ * record, and arms `stop_timer` (timer_settime is async-signal-safe). While it
+ * runs, a blocked write(2) may still drain; when it fires, SIGALRM sets
+ * `abandon`, interrupts the write (no SA_RESTART), and out_flush gives up what
+ * is left. The timer keeps firing every REKICK_MS after that: a SIGALRM that
+ * lands between out_flush's check of `abandon` and its next write() would
+ * otherwise leave that write blocked for good. A second SIGINT/SIGTERM abandons
+ * at once.
+ */
+static volatile sig_atomic_t signals; /* SIGINT/SIGTERM received so far (at most 2) */
+static volatile sig_atomic_t abandon; /* stop writing: the stop timeout passed */
+static timer_t stop_timer;
+static bool have_timer;
+static int64_t stop_timeout_ms;
 
 static void on_stop(int sig)
 {
     (void)sig;
     if (signals < 2)
         signals = signals + 1;
+    if (signals > 1 || stop_timeout_ms == 0 || !have_timer) {
+        abandon = 1;
+        return;
+    }
+    if (signals == 1) {
+        struct itimerspec its = {
+            .it_value = {(time_t)(stop_timeout_ms / 1000),
+                         (long)(stop_timeout_ms % 1000) * 1000000L},
+            .it_interval = {0, REKICK_MS * 1000000L},
+        };
+        timer_settime(stop_timer, 0, &its, NULL);
+    }
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    abandon = 1;
+}
+
+/* Installs the handlers above; the timer is created here, armed by the first signal. */
+static void install_stop(int64_t timeout_ms)
+{
+    struct sigaction sa;
+    struct sigevent sev;
+
+    stop_timeout_ms = timeout_ms;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_alarm; /* no SA_RESTART: the poll nap and a blocked write must end */
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    memset(&sev, 0, sizeof sev);
+    sev.sigev_notify = SIGEV_SIGNAL;
+    sev.sigev_signo = SIGALRM;
+    /* Without a timer (no resources) a stop abandons at once rather than block forever. */
+    have_timer = timer_create(CLOCK_MONOTONIC, &sev, &stop_timer) == 0;
+    sa.sa_handler = on_stop;
+    sigaddset(&sa.sa_mask, SIGINT); /* the two stop signals never nest in on_stop */
+    sigaddset(&sa.sa_mask, SIGTERM);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 static void usage_cat(FILE *out)
 {
     fprintf(out,
             "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
+            "                       [--stop-timeout DURATION]\n"
             "\n"
             "Prints every acknowledged event (applied to the store) as one JSON line on\n"
             "stdout, in log order; works while the server runs. Messages go to stderr.\n"
@@ -54,6 +113,13 @@ static void usage_cat(FILE *out)
             "                   while following and on exit (SIGINT/SIGTERM, end of log,\n"
             "                   closed stdout). Records deleted by retention before the group\n"
             "                   read them are skipped with a warning.\n"
+            "  --stop-timeout DURATION\n"
+            "                   on SIGINT/SIGTERM, how long a write to a stalled reader (a\n"
+            "                   full pipe) may still go on before it is abandoned: 0, 2s, 1m\n"
+            "                   (up to 1h; default " DEFAULT_STOP "). Then the group commits the\n"
+            "                   events that got out whole (a cut-off last line is read again\n"
+            "                   by the next run) and the exit is 0. A second signal abandons\n"
+            "                   at once.\n"
             "Exit 0: done (also when stdout was closed); 1: error; 2: usage.\n");
 }
 
@@ -73,6 +139,7 @@ static void usage_groups(FILE *out)
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
+                 "                       [--stop-timeout DURATION]\n"
                  "       ingestd log groups [--data DIR] [--json]\n"
                  "\n"
                  "  cat      print acknowledged events as NDJSON, in log order\n"
@@ -174,7 +241,8 @@ typedef struct out {
     size_t *ends;   /* end of each buffered record (with its newline) in buf */
     uint64_t *next; /* offset after each buffered record */
     size_t n, ncap;
-    uint64_t done; /* offset after the last record written to stdout completely */
+    uint64_t done;    /* offset after the last record written to stdout completely */
+    size_t abandoned; /* bytes given up by a stop (see out_flush) */
 } out_t;
 
 static void out_free(out_t *o)
@@ -221,9 +289,10 @@ static int out_add(out_t *o, const log_record_t *rec)
 
 /*
  * Writes the buffer out. Returns 0 when all of it was written, 1 when the
- * reader went away (EPIPE) or a second SIGINT/SIGTERM abandoned a blocked
- * write, -1 on another error (errno kept). o->done advances record by record,
- * so it names exactly what got out whole, whatever happens.
+ * reader went away (EPIPE) or a stop abandoned the write (the stop timeout
+ * passed, or a second SIGINT/SIGTERM), -1 on another error (errno kept).
+ * o->done advances record by record, so it names exactly what got out whole,
+ * whatever happens; o->abandoned counts the bytes given up.
  */
 static int out_flush(out_t *o)
 {
@@ -231,13 +300,18 @@ static int out_flush(out_t *o)
     int ret = 0;
 
     while (w < o->len) {
+        /* A signal only stops reading: what is buffered still goes out, until the stop
+         * timeout says a stalled reader has had its chance. */
+        if (abandon) {
+            o->abandoned += o->len - w;
+            ret = 1;
+            break;
+        }
         ssize_t n = write(STDOUT_FILENO, o->buf + w, o->len - w);
         if (n < 0) {
-            /* The first signal only stops reading: what is buffered still goes out unless
-             * the consumer stalls and a second signal insists. */
-            if (errno == EINTR && signals < 2)
+            if (errno == EINTR)
                 continue;
-            ret = errno == EPIPE || errno == EINTR ? 1 : -1;
+            ret = errno == EPIPE ? 1 : -1;
             break;
         }
         w += (size_t)n;
@@ -324,6 +398,24 @@ static int open_reader(cat_t *c, uint64_t *pos, bool may_skip, log_reader_t **r)
     return rc;
 }
 
+/* Says what a stop gave up, so an operator can tell a stalled reader from a clean stop. */
+static void report_abandon(const cat_t *c)
+{
+    if (c->out.abandoned == 0)
+        return;
+    if (c->group != NULL)
+        fprintf(stderr,
+                "ingestd log cat: stopped with the reader stalled: %zu bytes not written "
+                "within --stop-timeout; group %s committed at offset %" PRIu64 "\n",
+                c->out.abandoned, c->group, c->out.done);
+    else
+        fprintf(stderr,
+                "ingestd log cat: stopped with the reader stalled: %zu bytes not written "
+                "within --stop-timeout; the first event not written whole is at offset %" PRIu64
+                "\n",
+                c->out.abandoned, c->out.done);
+}
+
 /* Handles the end of a flush: 0 go on, 1 stop quietly (reader gone), -1 error (reported). */
 static int flushed(int w)
 {
@@ -335,7 +427,8 @@ static int flushed(int w)
 static int cat(int argc, char **argv)
 {
     cat_t c = {.data = default_data()};
-    const char *from_s = NULL;
+    const char *from_s = NULL, *stop_s = DEFAULT_STOP;
+    int64_t stop_ms = 0;
     bool follow = false, have_from;
     store_t *st = NULL;
     log_reader_t *r = NULL;
@@ -344,10 +437,9 @@ static int cat(int argc, char **argv)
     bool may_skip = true;   /* only an explicit --from out of range is an error */
     int ret = 1, rc;
     struct flag flags[] = {
-        {"--data", NULL, &c.data, NULL},
-        {"--from", NULL, &from_s, NULL},
-        {"--group", NULL, &c.group, NULL},
-        {"--follow", "-f", NULL, &follow},
+        {"--data", NULL, &c.data, NULL},         {"--from", NULL, &from_s, NULL},
+        {"--group", NULL, &c.group, NULL},       {"--follow", "-f", NULL, &follow},
+        {"--stop-timeout", NULL, &stop_s, NULL},
     };
 
     switch (parse_flags("cat", argc, argv, flags, sizeof flags / sizeof flags[0])) {
@@ -363,6 +455,11 @@ static int cat(int argc, char **argv)
     have_from = from_s != NULL;
     if (have_from && config_parse_count(from_s, &pos) != 0) {
         fprintf(stderr, "ingestd log cat: --from needs a record offset (0, 1, 2, ...)\n");
+        return 2;
+    }
+    if (config_parse_duration(stop_s, &stop_ms) != 0 || stop_ms > STOP_MAX_MS) {
+        fprintf(stderr, "ingestd log cat: --stop-timeout needs a duration from 0 to 1h, e.g. "
+                        "2s\n");
         return 2;
     }
     if (c.group != NULL && !groups_valid_name(c.group)) {
@@ -407,13 +504,7 @@ static int cat(int argc, char **argv)
         }
     }
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop; /* no SA_RESTART: the poll nap and a blocked write must end */
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    install_stop(stop_ms);
 
     c.committed_at = now_ms();
     c.out.done = pos; /* a new group with no log yet commits 0 */
@@ -511,6 +602,7 @@ static int cat(int argc, char **argv)
             ret = w > 0 ? 0 : 1;
             if (commit_group(&c) != 0)
                 ret = 1;
+            report_abandon(&c);
             goto out;
         }
         if (follow && now_ms() - c.committed_at >= COMMIT_MS && commit_group(&c) != 0)
@@ -524,6 +616,9 @@ static int cat(int argc, char **argv)
     ret = commit_group(&c) == 0 ? 0 : 1;
 
 out:
+    if (have_timer)
+        timer_delete(stop_timer);
+    have_timer = false;
     log_reader_close(r);
     store_close(st);
     out_free(&c.out);

@@ -80,9 +80,16 @@ static void usage(FILE *out)
             "  --max-batch N          raw records per transaction (INGESTD_MAX_BATCH; default\n"
             "                         " DEFAULT_MAX_BATCH ")\n"
             "  --mirror-offsets       after each transaction also commit the same offsets\n"
-            "                         outside it (INGESTD_MIRROR_OFFSETS=1). Redundant on a real\n"
-            "                         cluster; librdkafka's mock cluster keeps no transactional\n"
-            "                         offsets, so the tests need it\n"
+            "                         outside it, to group GROUP.mirror, and read positions\n"
+            "                         from there (INGESTD_MIRROR_OFFSETS=1). Only for\n"
+            "                         librdkafka's mock cluster, which keeps no transactional\n"
+            "                         offsets; never on a real cluster\n"
+            "  --dynamic-membership   join without group.instance.id\n"
+            "                         (INGESTD_DYNAMIC_MEMBERSHIP=1): a stopped worker leaves\n"
+            "                         the group at once, but every restart rebalances. Default:\n"
+            "                         static membership (group.instance.id = the transactional\n"
+            "                         id), a restart within session.timeout.ms keeps the\n"
+            "                         partitions; partitions are assigned cooperative-sticky\n"
             "  --log-level LEVEL      error|warn|info|debug (INGESTD_LOG_LEVEL; default info)\n"
             "  --help                 this text\n"
             "Exit 0: stopped cleanly; 1: failed; 2: usage.\n");
@@ -91,7 +98,7 @@ static void usage(FILE *out)
 struct args {
     const char *brokers, *raw, *out, *group, *data, *window, *max_keys, *listen, *prefix, *batch,
         *level;
-    bool mirror;
+    bool mirror, dynamic;
     const char *opts[MAX_KAFKA_OPTS];
     size_t nopts;
     char *env_opts; /* a writable copy of INGESTD_KAFKA_OPTS, split in place */
@@ -135,6 +142,8 @@ static int parse(int argc, char **argv, struct args *a)
     a->batch = env("INGESTD_MAX_BATCH") ? env("INGESTD_MAX_BATCH") : DEFAULT_MAX_BATCH;
     a->level = env("INGESTD_LOG_LEVEL") ? env("INGESTD_LOG_LEVEL") : "info";
     a->mirror = env("INGESTD_MIRROR_OFFSETS") && strcmp(env("INGESTD_MIRROR_OFFSETS"), "0") != 0;
+    a->dynamic =
+        env("INGESTD_DYNAMIC_MEMBERSHIP") && strcmp(env("INGESTD_DYNAMIC_MEMBERSHIP"), "0") != 0;
     if (env("INGESTD_KAFKA_OPTS")) {
         a->env_opts = strdup(env("INGESTD_KAFKA_OPTS"));
         if (a->env_opts == NULL)
@@ -157,6 +166,10 @@ static int parse(int argc, char **argv, struct args *a)
         }
         if (strcmp(arg, "--mirror-offsets") == 0) {
             a->mirror = true;
+            continue;
+        }
+        if (strcmp(arg, "--dynamic-membership") == 0) {
+            a->dynamic = true;
             continue;
         }
         const char *eq = strchr(arg, '=');
@@ -387,6 +400,7 @@ int cli_worker_main(int argc, char **argv)
         .store_sync = STORE_SYNC_META,
         .max_batch = (uint32_t)batch,
         .mirror_offsets = a.mirror,
+        .dynamic_membership = a.dynamic,
         .opts = {.kv = a.opts, .n = a.nopts},
         .log = on_worker_log,
     };
@@ -401,9 +415,10 @@ int cli_worker_main(int argc, char **argv)
         goto out;
     }
     LOG_INFO("ingestd %s worker: brokers %s, %s -> %s, group %s, data %s, window %" PRId64
-             "s, max-keys %" PRIu64 ", max-batch %" PRIu64 ", %zu kafka option(s)%s",
+             "s, max-keys %" PRIu64 ", max-batch %" PRIu64 ", %s membership, %zu kafka option(s)%s",
              INGESTD_VERSION, a.brokers, a.raw, a.out, a.group, a.data, window_ms / 1000, max_keys,
-             batch, a.nopts, a.mirror ? ", mirrored offsets" : "");
+             batch, a.dynamic ? "dynamic" : "static", a.nopts,
+             a.mirror ? ", mirrored offsets" : "");
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

@@ -25,6 +25,8 @@
  *                            move a transaction or group coordinator
  *   leader TOPIC PARTITION BROKER
  *                            move a partition's leader
+ * KAFKA_MOCK_DEBUG=mock (librdkafka's `debug` setting) logs the mock's own
+ * decisions, e.g. its consumer group states, on stderr.
  * librdkafka's mock keeps no transactional offsets (TxnOffsetCommit is
  * acknowledged, not stored) and shows aborted records to read_committed
  * consumers: see docs/scale-out.md, "Testing on the mock cluster".
@@ -152,6 +154,8 @@ int main(int argc, char **argv)
     }
     /* The mock cluster lives inside a client instance; this one is never used otherwise. */
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (getenv("KAFKA_MOCK_DEBUG") != NULL)
+        rd_kafka_conf_set(conf, "debug", getenv("KAFKA_MOCK_DEBUG"), errstr, sizeof errstr);
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
     if (rk == NULL) {
         fprintf(stderr, "mockcluster: %s\n", errstr);

@@ -50,8 +50,11 @@ class Mock:
         args = [MOCK]
         for t in topics:
             args += ["--topic", t]
+        # KAFKA_MOCK_LOG=FILE (with KAFKA_MOCK_DEBUG=mock, mockcluster.c): the mock's own log.
+        log = os.environ.get("KAFKA_MOCK_LOG")
         self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+                                     stderr=open(log, "a") if log else subprocess.DEVNULL,
+                                     text=True, bufsize=1)
         line = self.proc.stdout.readline()
         if not line.startswith("BOOTSTRAP "):
             raise AssertionError("mockcluster did not start: %r" % line)
