@@ -407,6 +407,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         .secret = api->commit ? commit_secret(api->commit) : NULL, /* edge: no dedupe key */
         .now_ms = req->now_ms,
         .size_hint = req->body_len,
+        .client_ip = req->client_ip,
     };
     int brc = batch_build(root, &o, &b, &err);
     if (brc == BATCH_BAD_REQUEST) {
