@@ -25,15 +25,30 @@
 
 #include "server/gzip.h"
 #include "server/logging.h"
+#include "server/proxy.h"
 
 /*
- * Once a chunked upload passes the cap we stop buffering but keep reading:
- * libmicrohttpd 0.9.75 only lets a response be queued on the first call
- * (before the body) or the final one (after it), never in between. This
- * bounds how much we are willing to read and throw away before we simply
- * close the connection instead.
+ * Lingering close. A refusal decided before the body is read (too large by Content-Length,
+ * unknown key, ...) is not sent at once: libmicrohttpd 0.9.75 would send it and close with the
+ * body still arriving, and the kernel answers those bytes with a reset that destroys the answer
+ * in the client's buffers before a client that writes first and reads after can read it (most
+ * SDKs' HTTP stacks). So the body is read and dropped and the refusal sent after it, as nginx's
+ * lingering close does; MHD only lets a response be queued on the first call (before the body)
+ * or the final one (after it), never in between. These bound what one refused request may cost:
+ * a body announced larger than LINGER_MAX_BYTES is refused at once, a chunked one is cut there,
+ * and the rest of the body must arrive within LINGER_MAX_MS (past it the watchdog answers). With
+ * `Expect: 100-continue` the client waits to be invited, so it is refused at once, unread.
  */
-#define DISCARD_MAX ((size_t)8 * API_MAX_REQUEST_BYTES)
+#define LINGER_MAX_BYTES ((size_t)8 * API_MAX_REQUEST_BYTES)
+#define LINGER_MAX_MS    10000
+
+/* When this share of --max-connections is open (1/SHED_RESERVE_DIV is kept free), connections
+ * that have not sent a complete request head are closed, oldest first, as new ones arrive. */
+#define SHED_RESERVE_DIV 8
+
+/* The header values joined for the client address (X-Forwarded-For may repeat); longer ones keep
+ * their right end, the hops our own proxies added. */
+#define FORWARDED_MAX 2048
 
 /* How long http_stop waits for parked requests to be answered before giving up. */
 #define STOP_WAIT_MS 5000
@@ -60,12 +75,19 @@
  * deadline decides whether the watchdog or the handler answers, never both.
  */
 struct conn {
-    struct conn *prev, *next; /* http.conns, under http.wd_mu */
+    struct conn *prev, *next; /* http.conns (newest first), under http.wd_mu */
     MHD_socket fd;
-    _Atomic int64_t deadline_ms;     /* CLOCK_MONOTONIC ms, or DEADLINE_OFF / DEADLINE_EXPIRED */
-    char rid[REQID_MAX + 1];         /* id of the request on it, "" before its headers are in */
-    bool reused;                     /* a response was sent on it already (under wd_mu) */
-    char peer[INET6_ADDRSTRLEN + 8]; /* client address, for log lines */
+    _Atomic int64_t deadline_ms; /* CLOCK_MONOTONIC ms, or DEADLINE_OFF / DEADLINE_EXPIRED */
+    int64_t start_ms;            /* when its current request could start (MHD's thread only) */
+    _Atomic int64_t head_ms;     /* when the current request's head was complete; 0: not yet */
+    _Atomic uint64_t body_bytes; /* body bytes of the current request so far */
+    char rid[REQID_MAX + 1];     /* id of the request on it, "" before its headers are in */
+    bool reused;                 /* a response was sent on it already (under wd_mu) */
+    bool shed;                   /* closed to make room (under wd_mu) */
+    bool nul_in_path;            /* its current request's raw path holds %00 (MHD's thread) */
+    int early_status;            /* a lingering refusal's status, 0: none (under wd_mu) */
+    char early_body[256];        /* and its JSON body, for the watchdog to send (under wd_mu) */
+    char peer[INET6_ADDRSTRLEN + 64]; /* client address, for log lines */
 };
 
 struct http {
@@ -85,7 +107,13 @@ struct http {
     unsigned suspended; /* parked connections whose answer has not arrived yet */
 
     int64_t request_timeout_ms;
+    int64_t header_timeout_ms;
+    uint64_t min_body_rate; /* bytes/s; 0: off */
     size_t max_header_bytes;
+    proxy_list_t proxies;       /* --trusted-proxies */
+    bool context_ip;            /* hand the client address to the api for context.ip */
+    uint64_t body_budget;       /* --max-body-memory */
+    _Atomic uint64_t body_used; /* bytes of request bodies buffered now */
     bool tls;
     char *tls_cert, *tls_key;  /* PEM text, kept while the daemon runs */
     _Atomic uint64_t rid_next; /* request ids: a counter from a random start, mixed */
@@ -96,14 +124,16 @@ struct http {
     bool wd_stop;
     bool wd_running;
     pthread_t wd_thread;
-    struct conn *conns;
+    struct conn *conns, *conns_tail; /* newest first; the tail is the oldest */
+    unsigned nconns, nshed;          /* open, and of those closed to make room (under wd_mu) */
+    unsigned shed_at;                /* open and not shed: shed one as the next arrives; 0: never */
 };
 
 enum encoding { ENC_IDENTITY, ENC_GZIP };
 
 enum phase {
     PH_BODY,     /* reading the body */
-    PH_DISCARD,  /* body over the cap: reading and dropping the rest */
+    PH_DISCARD,  /* body over the cap, or refused early: reading and dropping the rest */
     PH_PENDING,  /* api_handle returned API_PENDING; waiting for on_done */
     PH_ANSWERED, /* a response is queued */
 };
@@ -114,6 +144,7 @@ struct req {
     struct MHD_Connection *conn;
     struct conn *c; /* the connection's state; NULL if it could not be allocated */
     const char *method;
+    const char *version;     /* "HTTP/1.1", ... (MHD's, valid while the request lives) */
     char rid[REQID_MAX + 1]; /* X-Request-Id */
     enum phase phase;
     enum encoding enc;
@@ -123,7 +154,12 @@ struct req {
     char *path_copy;
     char *body; /* raw (maybe compressed) body, NUL-terminated */
     size_t len, cap;
+    size_t reserved; /* bytes of h->body_budget this request holds (its buffer) */
     size_t discarded;
+    bool has_early;   /* `early` is the answer once the body is read (lingering close) */
+    api_resp_t early; /* owns its body */
+    bool must_close;  /* answer with Connection: close (Content-Length with chunked) */
+    char client_ip[PROXY_ADDR_LEN]; /* "" when unknown */
 
     pthread_mutex_t mu; /* orders on_done (writer thread) against suspending */
     bool done;          /* on_done has run; resp holds the answer */
@@ -228,9 +264,50 @@ static void deadline_arm(http_t *h, struct conn *c)
     if (c == NULL)
         return;
     int64_t d = atomic_load(&c->deadline_ms);
-    int64_t next = clock_ms(CLOCK_MONOTONIC) + h->request_timeout_ms;
+    c->start_ms = clock_ms(CLOCK_MONOTONIC);
+    atomic_store(&c->head_ms, 0);
+    atomic_store(&c->body_bytes, 0);
+    int64_t next = c->start_ms + h->request_timeout_ms;
     while (d != DEADLINE_EXPIRED && !atomic_compare_exchange_weak(&c->deadline_ms, &d, next))
         ;
+}
+
+/* Moves an armed deadline to `until` (never back from expired or disarmed). */
+static void deadline_move(struct conn *c, int64_t until, bool only_earlier)
+{
+    int64_t d = atomic_load(&c->deadline_ms);
+    while (d > 0 && (!only_earlier || until < d) &&
+           !atomic_compare_exchange_weak(&c->deadline_ms, &d, until))
+        ;
+}
+
+/*
+ * The head is complete: from the --header-timeout deadline of a new connection to the
+ * --request-timeout one of the whole request (counted from the same start), and the body's rate
+ * is measured from now.
+ */
+static void deadline_head(http_t *h, struct conn *c)
+{
+    if (c == NULL)
+        return;
+    atomic_store(&c->head_ms, clock_ms(CLOCK_MONOTONIC));
+    deadline_move(c, c->start_ms + h->request_timeout_ms, false);
+}
+
+/* Bodies held in memory come out of one budget (--max-body-memory). False: it is spent. */
+static bool budget_take(http_t *h, size_t n)
+{
+    uint64_t before = atomic_fetch_add(&h->body_used, n);
+    if (before + n <= h->body_budget)
+        return true;
+    atomic_fetch_sub(&h->body_used, n);
+    return false;
+}
+
+static void budget_give(http_t *h, struct req *r)
+{
+    atomic_fetch_sub(&h->body_used, r->reserved);
+    r->reserved = 0;
 }
 
 static void too_large(api_resp_t *resp)
@@ -284,9 +361,13 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     if (resp->allow != NULL)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, resp->allow);
     MHD_add_response_header(mr, "X-Request-Id", r->rid);
+    if (r->must_close) {
+        /* RFC 9112 6.1: whatever followed a request framed two ways is not read as another. */
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
     for (size_t i = 0; i < resp->nheaders && i < API_MAX_HEADERS; i++)
         MHD_add_response_header(mr, resp->headers[i].name, resp->headers[i].value);
-    if (atomic_load(&h->quiesced)) {
+    if (atomic_load(&h->quiesced) && !r->must_close) {
         /* Shutting down: tell keep-alive clients to take their next request elsewhere. */
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
     }
@@ -296,14 +377,15 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
         api_count_response(h->api, resp->status);
         r->phase = PH_ANSWERED;
         /* The path, never the body: event data stays out of the logs. */
-        LOG_DEBUG("http: %s %.200s -> %d", r->method, r->path, resp->status);
+        LOG_DEBUG("http: %s %.200s -> %d (from %s)", r->method, r->path, resp->status,
+                  r->client_ip[0] ? r->client_ip : "?");
     }
     return ret;
 }
 
 /* An answer the transport made itself: the api adds its per-route headers (CORS on the ingest
  * routes, so a page's script can read why it was refused), then it is queued. */
-static enum MHD_Result answer_transport(struct req *r, api_resp_t *resp)
+static void transport_headers(struct req *r, api_resp_t *resp)
 {
     api_req_t areq;
 
@@ -311,6 +393,11 @@ static enum MHD_Result answer_transport(struct req *r, api_resp_t *resp)
     areq.path = r->path;
     areq.origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
     api_transport_headers(r->h->api, &areq, resp);
+}
+
+static enum MHD_Result answer_transport(struct req *r, api_resp_t *resp)
+{
+    transport_headers(r, resp);
     return answer(r, resp);
 }
 
@@ -329,6 +416,97 @@ static enum MHD_Result answer_too_large(struct req *r)
 
     too_large(&resp);
     return answer_transport(r, &resp);
+}
+
+/* `Expect: 100-continue` on HTTP/1.1, as libmicrohttpd decides whether to invite the body. */
+static bool expects_continue(const struct req *r)
+{
+    const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+
+    return v != NULL && strcasecmp(v, "100-continue") == 0 && r->version != NULL &&
+           strcmp(r->version, MHD_HTTP_VERSION_1_1) == 0;
+}
+
+static enum MHD_Result linger(struct req *r, api_resp_t *resp);
+
+/* Whether a refusal may wait for the body (see LINGER_MAX_BYTES): one comes, within the bound,
+ * and the client does not wait for an invitation. */
+static bool may_linger(struct req *r)
+{
+    struct MHD_Connection *conn = r->conn;
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+
+    if (r->c == NULL || expects_continue(r))
+        return false;
+    if (te != NULL)
+        return true; /* chunked (others got 501): cut at LINGER_MAX_BYTES in body_chunk */
+    if (cl == NULL)
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(cl, &end, 10);
+    return errno == 0 && end != cl && n > 0 && n <= LINGER_MAX_BYTES;
+}
+
+/* The watchdog answers a lingering refusal itself when the rest of the body is too slow. */
+static void linger_start(http_t *h, struct req *r)
+{
+    struct conn *c = r->c;
+
+    pthread_mutex_lock(&h->wd_mu);
+    c->early_status = 0;
+    if (r->early.body != NULL && r->early.body_len < sizeof c->early_body) {
+        memcpy(c->early_body, r->early.body, r->early.body_len);
+        c->early_body[r->early.body_len] = '\0';
+        c->early_status = r->early.status;
+    }
+    pthread_mutex_unlock(&h->wd_mu);
+    deadline_move(c, clock_ms(CLOCK_MONOTONIC) + LINGER_MAX_MS, true);
+}
+
+/*
+ * A refusal decided on the first call (headers only): answered after the body is read and
+ * dropped when that is possible (lingering close, see LINGER_MAX_BYTES), else at once. Takes
+ * resp's body either way.
+ */
+static enum MHD_Result refuse(struct req *r, api_resp_t *resp)
+{
+    if (!may_linger(r))
+        return answer(r, resp);
+    return linger(r, resp);
+}
+
+/* Keeps resp (taking its body) as the answer to send once the body has been read and dropped. */
+static enum MHD_Result linger(struct req *r, api_resp_t *resp)
+{
+    if (r->c == NULL) {
+        free(resp->body);
+        resp->body = NULL;
+        return MHD_NO;
+    }
+    free(r->body);
+    r->body = NULL;
+    budget_give(r->h, r);
+    r->len = r->cap = 0;
+    r->early = *resp;
+    resp->body = NULL;
+    r->has_early = true;
+    r->phase = PH_DISCARD;
+    linger_start(r->h, r);
+    return MHD_YES;
+}
+
+static enum MHD_Result refuse_error(struct req *r, int status, const char *msg)
+{
+    api_resp_t resp;
+
+    memset(&resp, 0, sizeof resp);
+    api_error(&resp, status, msg);
+    transport_headers(r, &resp);
+    return refuse(r, &resp);
 }
 
 /* Runs once per pending request, on the commit writer thread. */
@@ -403,6 +581,7 @@ static void fill_req(const struct req *r, const char *method, api_req_t *areq)
     areq->arrived_mono_ms = r->mono_ms;
     areq->param = get_param;
     areq->transport = r->conn;
+    areq->client_ip = r->h->context_ip && r->client_ip[0] != '\0' ? r->client_ip : NULL;
 }
 
 /* MHD_get_connection_values iterator: adds up the bytes of a request's headers. */
@@ -475,22 +654,166 @@ static bool content_lengths_disagree(struct MHD_Connection *conn)
     return sc.disagree;
 }
 
-/* First call: headers only. Early answers here make MHD skip the body and close. */
-static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const char *url,
-                                  const char *method, void **con_cls)
-{
-    struct req *r;
-    api_req_t areq;
-    api_resp_t resp;
-    const char *q;
-    bool enc_ok;
+/* MHD_get_connection_values iterator: joins every value of one header with ", " (RFC 9110 5.3),
+ * keeping the right end when they are too long. */
+struct join {
+    const char *name;
+    char buf[FORWARDED_MAX];
+    size_t len;
+};
 
-    r = calloc(1, sizeof *r);
-    if (r == NULL)
+static enum MHD_Result join_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    struct join *j = cls;
+    (void)kind;
+    if (key == NULL || value == NULL || strcasecmp(key, j->name) != 0)
+        return MHD_YES;
+    size_t sep = j->len > 0 ? 2 : 0;
+    size_t n = strlen(value);
+    if (n + sep >= sizeof j->buf) {
+        value += n - (sizeof j->buf - 1); /* this value alone fills it: its right end */
+        n = sizeof j->buf - 1;
+        j->len = sep = 0;
+    } else if (j->len + sep + n >= sizeof j->buf) {
+        size_t drop = j->len + sep + n - (sizeof j->buf - 1);
+        memmove(j->buf, j->buf + drop, j->len - drop);
+        j->len -= drop;
+    }
+    memcpy(j->buf + j->len, ", ", sep);
+    memcpy(j->buf + j->len + sep, value, n);
+    j->len += sep + n;
+    j->buf[j->len] = '\0';
+    return MHD_YES;
+}
+
+/* The socket peer's address or, behind a trusted proxy, the client's it forwarded; log lines of
+ * the connection name both then. */
+static void resolve_client(http_t *h, struct req *r)
+{
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;
+    struct join fwd = {"Forwarded", "", 0}, xff = {"X-Forwarded-For", "", 0};
+    char client[PROXY_ADDR_LEN];
+
+    r->client_ip[0] = '\0';
+    if (sa == NULL)
+        return;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->client_ip,
+                  sizeof r->client_ip);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->client_ip,
+                  sizeof r->client_ip);
+    if (h->proxies.n == 0 || !proxy_trusted_sa(&h->proxies, sa))
+        return;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &fwd);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &xff);
+    if (proxy_client(&h->proxies, fwd.len > 0 ? fwd.buf : NULL, xff.len > 0 ? xff.buf : NULL,
+                     client) != 0)
+        return;
+    if (r->c != NULL) {
+        pthread_mutex_lock(&h->wd_mu);
+        snprintf(r->c->peer, sizeof r->c->peer, "%s (via %s)", client, r->client_ip);
+        pthread_mutex_unlock(&h->wd_mu);
+    }
+    memcpy(r->client_ip, client, sizeof client);
+}
+
+/*
+ * Whether libmicrohttpd 0.9.75 unfolded this header from obs-folded lines. It parses headers in
+ * place in its read buffer: the colon becomes a NUL and the value follows the name after blanks.
+ * A continuation line (one starting with a blank) it appends to the *name*, which it copies to a
+ * fresh block of its memory pool for that, so the name no longer sits right before its value.
+ * Other versions store headers differently (0.9.76 on reject obs-fold themselves), hence the guard.
+ */
+static bool unfolded(const char *key, const char *value)
+{
+#if MHD_VERSION == 0x00097500
+    size_t klen = strlen(key);
+    const char *p = key + klen + 1;
+
+    if (value == NULL || value < p)
+        return true;
+    while (p < value && (*p == ' ' || *p == '\t'))
+        p++;
+    return p != value;
+#else
+    (void)key;
+    (void)value;
+    return false;
+#endif
+}
+
+/* MHD_get_connection_values iterator: a header line we refuse (RFC 9112 5.1, 5.2): a name that is
+ * not a token (libmicrohttpd 0.9.75 keeps a blank before the colon in the name), or a folded one.
+ */
+static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    bool *bad = cls;
+    (void)kind;
+    if (key == NULL || key[0] == '\0' || unfolded(key, value)) {
+        *bad = true;
         return MHD_NO;
+    }
+    for (const char *p = key; *p != '\0'; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch <= ' ' || ch >= 0x7f || strchr("\"(),/:;<=>?@[\\]{}", ch) != NULL) {
+            *bad = true;
+            return MHD_NO;
+        }
+    }
+    return MHD_YES;
+}
+
+/*
+ * Framing and syntax a proxy in front might read differently from us (request smuggling):
+ * refused, or for Content-Length beside chunked, answered and then closed (RFC 9112 6.1). Returns
+ * MHD_YES to go on with *done false, or what the handler returns with *done true.
+ */
+static enum MHD_Result check_framing(struct req *r, bool *done)
+{
+    struct MHD_Connection *conn = r->conn;
+    const char *te =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    bool bad_name = false;
+
+    *done = true;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, find_bad_name, &bad_name);
+    if (bad_name) {
+        r->must_close = true;
+        return answer_error(r, 400, "malformed header line (blank before the colon, or folded)");
+    }
+    if (content_lengths_disagree(conn))
+        return answer_error(r, 400, "conflicting Content-Length headers");
+    if (te != NULL && strcasecmp(te, "chunked") != 0) {
+        /* libmicrohttpd reads only chunked; any other coding it would wait on forever. */
+        r->must_close = true;
+        return answer_error(r, 501, "unsupported Transfer-Encoding (only chunked is)");
+    }
+    if (te != NULL &&
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        r->must_close = true;
+    if (r->c != NULL && r->c->nul_in_path)
+        return refuse_error(r, 400, "NUL byte (%00) in the path");
+    *done = false;
+    return MHD_YES;
+}
+
+/* Allocates a request's state on the first call; NULL when out of memory. */
+static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *url,
+                           const char *method)
+{
+    struct req *r = calloc(1, sizeof *r);
+    const char *q;
+
+    if (r == NULL)
+        return NULL;
     if (pthread_mutex_init(&r->mu, NULL) != 0) {
         free(r);
-        return MHD_NO;
+        return NULL;
     }
     r->h = h;
     r->conn = conn;
@@ -508,16 +831,36 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         if (r->path_copy == NULL) {
             pthread_mutex_destroy(&r->mu);
             free(r);
-            return MHD_NO;
+            return NULL;
         }
         r->path = r->path_copy;
     }
+    return r;
+}
+
+/* First call: headers only. Early answers here make MHD skip the body and close, so refusals
+ * that can wait for the body do (refuse()). */
+static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, void **con_cls)
+{
+    struct req *r;
+    api_req_t areq;
+    api_resp_t resp;
+    bool enc_ok, done;
+    enum MHD_Result ret;
+
+    r = new_req(h, conn, url, method);
+    if (r == NULL)
+        return MHD_NO;
+    r->version = version;
     *con_cls = r;
     counter_add(h, &h->inflight, +1);
     r->counted = true;
     start_request_id(h, r);
     if (r->c != NULL && atomic_load(&r->c->deadline_ms) == DEADLINE_EXPIRED)
-        return MHD_NO; /* the watchdog answered while MHD was still parsing */
+        return MHD_NO; /* the watchdog answered (or shed it) while MHD was still parsing */
+    deadline_head(h, r->c);
+    resolve_client(h, r);
 
     if (atomic_load(&h->quiesced)) {
         /*
@@ -529,6 +872,9 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         counter_add(h, &h->inflight, -1);
         return answer_error(r, 503, "server is shutting down, retry later");
     }
+    ret = check_framing(r, &done);
+    if (done)
+        return ret;
 
     /* MHD's memory pool only stops headers far past the limit (with its own HTML 431); this
      * is the clear answer for everything between. */
@@ -537,16 +883,14 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         char msg[128];
         snprintf(msg, sizeof msg, "request headers too large (%zu bytes; max %zu)", hb,
                  h->max_header_bytes);
-        return answer_error(r, 431, msg);
+        return refuse_error(r, 431, msg);
     }
 
     fill_req(r, method, &areq);
     memset(&resp, 0, sizeof resp);
     if (api_check_headers(h->api, &areq, &resp) == API_DONE)
-        return answer(r, &resp);
+        return resp.status >= 400 ? refuse(r, &resp) : answer(r, &resp);
 
-    if (content_lengths_disagree(conn))
-        return answer_error(r, 400, "conflicting Content-Length headers");
     const char *cl =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL) {
@@ -555,7 +899,9 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         unsigned long long n = strtoull(cl, &end, 10);
         /* MHD has already rejected a malformed Content-Length; be strict anyway. */
         if (errno != 0 || end == cl || n > API_MAX_REQUEST_BYTES) {
-            return answer_too_large(r);
+            too_large(&resp);
+            transport_headers(r, &resp);
+            return refuse(r, &resp);
         }
         r->cap = (size_t)n; /* a hint for the first allocation */
     }
@@ -564,11 +910,48 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING),
         &enc_ok);
     if (!enc_ok)
-        return answer_error(r, 400, "unsupported Content-Encoding (use gzip or none)");
+        return refuse_error(r, 400, "unsupported Content-Encoding (use gzip or none)");
     return MHD_YES;
 }
 
-/* A piece of the body: buffer it, or drop it once past the cap. */
+/* Grows r's buffer to hold `need` bytes, within --max-body-memory. Returns 0, 1 when the budget
+ * is spent (the request is then refused with 503 after its body), or -1 out of memory. */
+static int grow_body(struct req *r, size_t need)
+{
+    size_t ncap = r->body == NULL && r->cap >= need ? r->cap : 16 * 1024;
+
+    while (ncap < need)
+        ncap *= 2;
+    if (ncap > API_MAX_REQUEST_BYTES)
+        ncap = API_MAX_REQUEST_BYTES;
+    if (ncap + 1 > r->reserved && !budget_take(r->h, ncap + 1 - r->reserved))
+        return 1;
+    if (ncap + 1 > r->reserved)
+        r->reserved = ncap + 1;
+    char *nb = realloc(r->body, ncap + 1);
+    if (nb == NULL)
+        return -1;
+    r->body = nb;
+    r->cap = ncap;
+    return 0;
+}
+
+/* Bodies over --max-body-memory: what a server that has to buffer bodies before it can check
+ * their key answers to a flood of them, instead of growing until the OOM killer comes. */
+static enum MHD_Result over_budget(struct req *r)
+{
+    api_resp_t resp;
+
+    LOG_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
+             " bytes); answering 503",
+             r->h->body_budget);
+    memset(&resp, 0, sizeof resp);
+    api_error(&resp, 503, "server busy (request body memory exhausted), retry later");
+    transport_headers(r, &resp);
+    return linger(r, &resp); /* the body is coming already, invited or not */
+}
+
+/* A piece of the body: buffer it, or drop it once past the cap or refused. */
 static enum MHD_Result body_chunk(struct req *r, const char *data, size_t *size)
 {
     size_t n = *size;
@@ -577,24 +960,22 @@ static enum MHD_Result body_chunk(struct req *r, const char *data, size_t *size)
     if (r->phase == PH_BODY && n > API_MAX_REQUEST_BYTES - r->len) {
         free(r->body);
         r->body = NULL;
+        budget_give(r->h, r);
         r->len = r->cap = 0;
         r->phase = PH_DISCARD;
     }
     if (r->phase == PH_DISCARD) {
         r->discarded += n;
-        return r->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
+        return r->discarded > LINGER_MAX_BYTES ? MHD_NO : MHD_YES;
     }
     if (r->body == NULL || r->len + n > r->cap) {
-        size_t ncap = r->body == NULL && r->cap >= n ? r->cap : 16 * 1024;
-        while (ncap < r->len + n)
-            ncap *= 2;
-        if (ncap > API_MAX_REQUEST_BYTES)
-            ncap = API_MAX_REQUEST_BYTES;
-        char *nb = realloc(r->body, ncap + 1);
-        if (nb == NULL)
+        int rc = grow_body(r, r->len + n);
+        if (rc < 0)
             return MHD_NO;
-        r->body = nb;
-        r->cap = ncap;
+        if (rc > 0) {
+            r->discarded = n;
+            return over_budget(r);
+        }
     }
     memcpy(r->body + r->len, data, n);
     r->len += n;
@@ -682,6 +1063,10 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     if (!deadline_disarm(r->c))
         return MHD_NO;
     if (r->phase == PH_DISCARD) {
+        if (r->has_early) {
+            r->has_early = false;
+            return answer(r, &r->early);
+        }
         return answer_too_large(r);
     }
 
@@ -719,19 +1104,20 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     free(inflated);
     free(r->body);
     r->body = NULL;
+    budget_give(h, r);
     r->len = r->cap = 0;
 
     return settle(h, r, method, outcome, &resp);
 }
 
 static enum MHD_Result dispatch(http_t *h, struct MHD_Connection *conn, const char *url,
-                                const char *method, const char *upload_data,
+                                const char *method, const char *version, const char *upload_data,
                                 size_t *upload_data_size, void **con_cls)
 {
     struct req *r = *con_cls;
 
     if (r == NULL)
-        return first_call(h, conn, url, method, con_cls);
+        return first_call(h, conn, url, method, version, con_cls);
     logging_set_request_id(r->rid);
 
     if (r->phase == PH_PENDING) {
@@ -752,8 +1138,11 @@ static enum MHD_Result dispatch(http_t *h, struct MHD_Connection *conn, const ch
         return MHD_YES;
     if (r->c != NULL && atomic_load(&r->c->deadline_ms) == DEADLINE_EXPIRED)
         return MHD_NO; /* too slow: the watchdog answered 408 */
-    if (*upload_data_size > 0)
+    if (*upload_data_size > 0) {
+        if (r->c != NULL)
+            atomic_fetch_add(&r->c->body_bytes, *upload_data_size);
         return body_chunk(r, upload_data, upload_data_size);
+    }
     return final_call(h, r, method);
 }
 
@@ -763,8 +1152,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     enum MHD_Result ret;
 
-    (void)version;
-    ret = dispatch(cls, conn, url, method, upload_data, upload_data_size, con_cls);
+    ret = dispatch(cls, conn, url, method, version, upload_data, upload_data_size, con_cls);
     /* This thread serves other connections next; their lines must not carry this id. */
     logging_set_request_id(NULL);
     return ret;
@@ -788,18 +1176,92 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pthread_mutex_lock(&h->wd_mu);
         r->c->rid[0] = '\0';
         r->c->reused = true;
+        r->c->early_status = 0;
         pthread_mutex_unlock(&h->wd_mu);
         deadline_arm(h, r->c);
     }
     *con_cls = NULL;
     free(r->resp.body);
+    free(r->early.body);
     free(r->body);
+    budget_give(h, r);
     free(r->path_copy);
     pthread_mutex_destroy(&r->mu);
     bool counted = r->counted;
     free(r);
     if (counted)
         counter_add(h, &h->inflight, -1);
+}
+
+/* "1.2.3.4:5678" or "[::1]:5678" for log lines; "?" when unknown. */
+static void format_peer(struct MHD_Connection *conn, char *out, size_t len)
+{
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;
+    char a[INET6_ADDRSTRLEN];
+
+    snprintf(out, len, "?");
+    if (sa != NULL && sa->sa_family == AF_INET &&
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof a))
+        snprintf(out, len, "%s:%u", a, (unsigned)ntohs(((const struct sockaddr_in *)sa)->sin_port));
+    else if (sa != NULL && sa->sa_family == AF_INET6 &&
+             inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a, sizeof a))
+        snprintf(out, len, "[%s]:%u", a,
+                 (unsigned)ntohs(((const struct sockaddr_in6 *)sa)->sin6_port));
+}
+
+/*
+ * Makes room before --max-connections is reached, where libmicrohttpd would stop accepting and a
+ * client that sends its request promptly would wait behind slowloris connections: closes the
+ * oldest connection that has no complete request head (a new one still trickling its headers, or
+ * a kept-alive one between requests). Runs with wd_mu held; `except` is the newcomer.
+ */
+static void shed_oldest(http_t *h, const struct conn *except)
+{
+    for (struct conn *x = h->conns_tail; x != NULL; x = x->prev) {
+        int64_t d = atomic_load(&x->deadline_ms);
+        if (x == except || x->shed || x->rid[0] != '\0' || d <= 0)
+            continue;
+        if (!atomic_compare_exchange_strong(&x->deadline_ms, &d, DEADLINE_EXPIRED))
+            continue; /* its head has just come in, or the watchdog took it */
+        x->shed = true;
+        h->nshed++;
+        LOG_DEBUG("http: %u connections open; closing the oldest without a request head (%s)",
+                  h->nconns - h->nshed + 1, x->peer);
+        shutdown(x->fd, SHUT_RDWR); /* MHD sees the end and closes it; see expire() */
+        return;
+    }
+}
+
+static void conn_started(http_t *h, struct MHD_Connection *conn, void **socket_context)
+{
+    const union MHD_ConnectionInfo *fi =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    struct conn *c = calloc(1, sizeof *c);
+
+    if (c == NULL || fi == NULL) {
+        free(c); /* no deadline for this one; the idle timeout still applies */
+        return;
+    }
+    c->fd = fi->connect_fd;
+    c->start_ms = clock_ms(CLOCK_MONOTONIC);
+    atomic_init(&c->deadline_ms, c->start_ms + h->header_timeout_ms);
+    atomic_init(&c->head_ms, 0);
+    atomic_init(&c->body_bytes, 0);
+    format_peer(conn, c->peer, sizeof c->peer);
+    pthread_mutex_lock(&h->wd_mu);
+    c->next = h->conns;
+    if (h->conns != NULL)
+        h->conns->prev = c;
+    else
+        h->conns_tail = c;
+    h->conns = c;
+    h->nconns++;
+    if (h->shed_at > 0 && h->nconns - h->nshed > h->shed_at)
+        shed_oldest(h, c);
+    pthread_mutex_unlock(&h->wd_mu);
+    *socket_context = c;
 }
 
 /* Accept and close of a connection: its deadline state lives from one to the other. */
@@ -810,38 +1272,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     struct conn *c;
 
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *fi =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        const union MHD_ConnectionInfo *ai =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        c = calloc(1, sizeof *c);
-        if (c == NULL || fi == NULL) {
-            free(c); /* no deadline for this one; the idle timeout still applies */
-            return;
-        }
-        c->fd = fi->connect_fd;
-        atomic_init(&c->deadline_ms, clock_ms(CLOCK_MONOTONIC) + h->request_timeout_ms);
-        snprintf(c->peer, sizeof c->peer, "?");
-        if (ai != NULL && ai->client_addr != NULL) {
-            const struct sockaddr *sa = ai->client_addr;
-            char a[INET6_ADDRSTRLEN];
-            if (sa->sa_family == AF_INET &&
-                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof a))
-                snprintf(c->peer, sizeof c->peer, "%s:%u", a,
-                         (unsigned)ntohs(((const struct sockaddr_in *)sa)->sin_port));
-            else if (sa->sa_family == AF_INET6 &&
-                     inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a,
-                               sizeof a))
-                snprintf(c->peer, sizeof c->peer, "[%s]:%u", a,
-                         (unsigned)ntohs(((const struct sockaddr_in6 *)sa)->sin6_port));
-        }
-        pthread_mutex_lock(&h->wd_mu);
-        c->next = h->conns;
-        if (h->conns != NULL)
-            h->conns->prev = c;
-        h->conns = c;
-        pthread_mutex_unlock(&h->wd_mu);
-        *socket_context = c;
+        conn_started(h, conn, socket_context);
         return;
     }
     /* MHD_CONNECTION_NOTIFY_CLOSED comes before MHD closes the socket, so once c is off the list
@@ -857,9 +1288,62 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         h->conns = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
+    else
+        h->conns_tail = c->prev;
+    h->nconns--;
+    if (c->shed)
+        h->nshed--;
     pthread_mutex_unlock(&h->wd_mu);
     *socket_context = NULL;
     free(c);
+}
+
+/* libmicrohttpd's URI log callback sees the request target before it is unescaped: a %00 there
+ * would cut the path short (/stats%00.css served as /stats). Its return value would become the
+ * request's context, so it returns NULL and leaves a mark on the connection instead. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn *c = ci != NULL ? ci->socket_context : NULL;
+
+    (void)cls;
+    if (c != NULL && uri != NULL) {
+        size_t n = strcspn(uri, "?");
+        c->nul_in_path = false;
+        for (size_t i = 0; i + 2 < n; i++) {
+            if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') {
+                c->nul_in_path = true;
+                break;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* Writes resp to c's socket behind libmicrohttpd's back (see expire). Best effort, never
+ * blocking: a client that does not read gets the close alone. */
+static void send_raw(http_t *h, struct conn *c, api_resp_t *resp, const char *rid)
+{
+    char head[320];
+
+    (void)api_resp_add_request_id(resp, rid);
+    if (resp->body == NULL)
+        return;
+    const char *reason = MHD_get_reason_phrase_for((unsigned)resp->status);
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nX-Request-Id: %s\r\n%s"
+                     "Content-Length: %zu\r\n\r\n",
+                     resp->status, reason != NULL && reason[0] ? reason : "Error", rid,
+                     resp->status == 503 ? "Retry-After: 1\r\n" : "", resp->body_len);
+    struct iovec iov[2] = {{head, (size_t)n}, {resp->body, resp->body_len}};
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 2;
+    (void)sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+    api_count_response(h->api, resp->status);
 }
 
 /*
@@ -871,12 +1355,13 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
  * closed; so is an idle kept-alive one (see `answer`). shutdown() (not close) leaves the fd to MHD,
  * which sees the end and cleans up.
  */
-static void expire(http_t *h, struct conn *c)
+static void expire(http_t *h, struct conn *c, bool slow_body)
 {
     char rid[REQID_MAX + 1];
-    char msg[96];
+    char msg[128];
     api_resp_t resp;
     bool answer = !h->tls;
+    int64_t head_ms = atomic_load(&c->head_ms);
 
     if (c->reused && c->rid[0] == '\0') {
         /* Usually just an idle keep-alive connection: not worth an INFO line each. And no 408:
@@ -891,36 +1376,59 @@ static void expire(http_t *h, struct conn *c)
         memcpy(rid, c->rid, sizeof rid);
     else
         new_request_id(h, rid); /* its headers never completed: a request all the same */
-    logging_set_request_id(rid);
-    LOG_INFO("http: request from %s not complete within %" PRId64 "s (--request-timeout); %s",
-             c->peer, h->request_timeout_ms / 1000, answer ? "answering 408" : "closing");
-    logging_set_request_id(NULL);
-
-    if (answer) {
-        memset(&resp, 0, sizeof resp);
-        snprintf(msg, sizeof msg, "request not complete within %" PRId64 "s (request timeout)",
-                 h->request_timeout_ms / 1000);
+    memset(&resp, 0, sizeof resp);
+    const char *flag = "--request-timeout";
+    if (c->early_status != 0) {
+        flag = "lingering close";
+        /* A refusal waiting for the rest of its body (lingering close): it goes now. */
+        snprintf(msg, sizeof msg, "the rest of a refused request's body took longer than %ds",
+                 LINGER_MAX_MS / 1000);
+        resp.status = c->early_status;
+        resp.content_type = "application/json";
+        resp.body = strdup(c->early_body);
+        resp.body_len = resp.body != NULL ? strlen(resp.body) : 0;
+    } else {
+        if (slow_body)
+            flag = "--min-body-rate";
+        else if (head_ms == 0 && h->header_timeout_ms < h->request_timeout_ms)
+            flag = "--header-timeout";
+        if (slow_body)
+            snprintf(msg, sizeof msg,
+                     "request body slower than %" PRIu64 " bytes/s (minimum "
+                     "body rate)",
+                     h->min_body_rate);
+        else if (head_ms == 0 && h->header_timeout_ms < h->request_timeout_ms)
+            snprintf(msg, sizeof msg,
+                     "request head not complete within %" PRId64 "s (header "
+                     "timeout)",
+                     h->header_timeout_ms / 1000);
+        else
+            snprintf(msg, sizeof msg, "request not complete within %" PRId64 "s (request timeout)",
+                     h->request_timeout_ms / 1000);
         api_error(&resp, 408, msg);
-        (void)api_resp_add_request_id(&resp, rid);
-        if (resp.body != NULL) {
-            char head[256];
-            int n = snprintf(head, sizeof head,
-                             "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
-                             "Content-Type: application/json\r\nX-Request-Id: %s\r\n"
-                             "Content-Length: %zu\r\n\r\n",
-                             rid, resp.body_len);
-            struct iovec iov[2] = {{head, (size_t)n}, {resp.body, resp.body_len}};
-            struct msghdr mh;
-            memset(&mh, 0, sizeof mh);
-            mh.msg_iov = iov;
-            mh.msg_iovlen = 2;
-            /* Best effort, never blocking: a client that does not read gets the close alone. */
-            (void)sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-            api_count_response(h->api, 408);
-        }
-        free(resp.body);
     }
+    logging_set_request_id(rid);
+    LOG_INFO("http: %s from %s (%s); %s", msg, c->peer, flag, answer ? "answering" : "closing");
+    logging_set_request_id(NULL);
+    if (answer)
+        send_raw(h, c, &resp, rid);
+    free(resp.body);
     shutdown(c->fd, SHUT_RDWR);
+}
+
+/*
+ * --min-body-rate: once the head is in, the body may take --header-timeout plus one second per
+ * min-body-rate bytes received (Apache's mod_reqtimeout MinRate), so a body that trickles a byte
+ * at a time cannot hold a connection for the whole --request-timeout.
+ */
+static bool too_slow(const http_t *h, struct conn *c, int64_t now)
+{
+    int64_t head = atomic_load(&c->head_ms);
+
+    if (h->min_body_rate == 0 || head == 0)
+        return false;
+    uint64_t got = atomic_load(&c->body_bytes);
+    return now > head + h->header_timeout_ms + (int64_t)(got * 1000 / h->min_body_rate);
 }
 
 /* The request-timeout watchdog: a few wake-ups a second, a walk over the open connections. */
@@ -934,9 +1442,10 @@ static void *watchdog(void *arg)
         int64_t now = clock_ms(CLOCK_MONOTONIC);
         for (struct conn *c = h->conns; c != NULL; c = c->next) {
             int64_t d = atomic_load(&c->deadline_ms);
-            if (d > 0 && now >= d &&
+            bool slow = d > 0 && now < d && too_slow(h, c, now);
+            if (d > 0 && (now >= d || slow) &&
                 atomic_compare_exchange_strong(&c->deadline_ms, &d, DEADLINE_EXPIRED))
-                expire(h, c);
+                expire(h, c, slow);
         }
         clock_gettime(CLOCK_MONOTONIC, &next);
         next.tv_nsec += (long)WATCHDOG_TICK_MS * 1000000L;
@@ -1108,7 +1617,21 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     h->api = api;
     h->listen_fd = MHD_INVALID_SOCKET;
     h->request_timeout_ms = (int64_t)cfg->request_timeout_s * 1000;
+    /* The head's deadline is part of the request's, never past it. */
+    h->header_timeout_ms =
+        (int64_t)(cfg->header_timeout_s < cfg->request_timeout_s ? cfg->header_timeout_s
+                                                                 : cfg->request_timeout_s) *
+        1000;
+    h->min_body_rate = cfg->min_body_rate;
     h->max_header_bytes = (size_t)cfg->max_header_bytes;
+    h->proxies = cfg->proxies;
+    h->context_ip = !cfg->no_context_ip;
+    h->body_budget = cfg->max_body_memory;
+    atomic_init(&h->body_used, 0);
+    unsigned reserve = cfg->max_connections / SHED_RESERVE_DIV;
+    h->shed_at = cfg->max_connections - (reserve > 0 ? reserve : 1);
+    if (h->shed_at < 2)
+        h->shed_at = 0; /* a handful of connections: nothing to shed for */
     atomic_init(&h->quiesced, false);
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
         seed = (uint64_t)clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
@@ -1171,7 +1694,8 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
         cfg->timeout_s, MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+        MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (h->daemon == NULL) {
         int e = errno;
         snprintf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
