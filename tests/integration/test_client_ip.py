@@ -1,0 +1,140 @@
+"""The client address (issue 16, items 2 and 3): context.ip filled as Segment fills it, from the
+socket's peer or, for connections from --trusted-proxies, from X-Forwarded-For / Forwarded read
+from the right; --no-context-ip (INGESTD_NO_CONTEXT_IP) turns it off; log lines name the client.
+"""
+
+import json
+import unittest
+
+from harness import Server, ServerTestCase, log_cat, new_id, track
+from test_transport import Raw, request_bytes
+
+
+def dumps(o):
+    return json.dumps(o, separators=(",", ":")).encode()
+
+
+class ClientIpCase:
+    def send(self, event, headers=None, source=None):
+        """Posts one event (from `source`, a loopback address); returns its logged form."""
+        c = Raw(self.srv, source)
+        try:
+            c.send(request_bytes("POST", "/v1/batch", dumps({"batch": [event]}),
+                                 headers=headers))
+            r = c.read_response()
+        finally:
+            c.close()
+        self.assertEqual(r.status, 200, r)
+        mid = event["messageId"]
+        for e in log_cat(self.srv.data_dir):
+            if e.get("messageId") == mid:
+                return e
+        self.fail("%s not logged" % mid)
+
+    def ip(self, headers=None, source=None, **extra):
+        e = self.send(track(mid=new_id("ip"), **extra), headers, source)
+        return e.get("context", {}).get("ip")
+
+
+class BehindProxy(ClientIpCase, ServerTestCase):
+    ARGS = ("--trusted-proxies", "127.0.0.1/32, 10.0.0.0/8", "--log-level", "debug",
+            "--request-timeout", "2s")
+
+    def test_x_forwarded_for(self):
+        self.assertEqual(self.ip({"X-Forwarded-For": "203.0.113.9"}), "203.0.113.9")
+
+    def test_x_forwarded_for_read_from_the_right(self):
+        # What the client wrote itself is left of what our proxies added.
+        self.assertEqual(self.ip({"X-Forwarded-For": "1.1.1.1, 203.0.113.7"}), "203.0.113.7")
+        self.assertEqual(self.ip({"X-Forwarded-For": "1.1.1.1, 203.0.113.7, 10.1.2.3"}),
+                         "203.0.113.7")
+
+    def test_repeated_x_forwarded_for_joined(self):
+        c = Raw(self.srv)
+        mid = new_id("ip")
+        try:
+            body = dumps({"batch": [track(mid=mid)]})
+            req = request_bytes("POST", "/v1/batch", body)
+            head, _ = req.split(b"\r\n\r\n", 1)
+            c.send(head + b"\r\nX-Forwarded-For: 1.1.1.1\r\nX-Forwarded-For: 203.0.113.5"
+                   b"\r\n\r\n" + body)
+            self.assertEqual(c.read_response().status, 200)
+        finally:
+            c.close()
+        e = [e for e in log_cat(self.srv.data_dir) if e.get("messageId") == mid][0]
+        self.assertEqual(e["context"]["ip"], "203.0.113.5")
+
+    def test_forwarded(self):
+        self.assertEqual(self.ip({"Forwarded": 'for="[2001:db8::1]:4711";proto=https'}),
+                         "2001:db8::1")
+        self.assertEqual(self.ip({"Forwarded": "for=192.0.2.60",
+                                  "X-Forwarded-For": "203.0.113.9"}), "192.0.2.60")
+
+    def test_no_header_the_proxy_itself(self):
+        self.assertEqual(self.ip(), "127.0.0.1")
+
+    def test_untrusted_peer_header_ignored(self):
+        self.assertEqual(self.ip({"X-Forwarded-For": "203.0.113.9"}, source="127.0.0.2"),
+                         "127.0.0.2")
+
+    def test_event_and_batch_context_ip_win(self):
+        self.assertEqual(self.ip({"X-Forwarded-For": "203.0.113.9"}, context={"ip": "1.2.3.4"}),
+                         "1.2.3.4")
+        mid = new_id("ip")
+        r = self.srv.post("/v1/batch", {"context": {"ip": "5.6.7.8"}, "batch": [track(mid=mid)]},
+                          key=self.key)
+        self.assertEqual(r.status, 200, r)
+        e = [e for e in log_cat(self.srv.data_dir) if e.get("messageId") == mid][0]
+        self.assertEqual(e["context"]["ip"], "5.6.7.8")
+
+    def test_log_lines_name_the_client(self):
+        rid = "client-ip-log"
+        c = Raw(self.srv)
+        try:
+            c.send(request_bytes("GET", "/healthz", key=None,
+                                 headers={"X-Forwarded-For": "203.0.113.44", "X-Request-Id": rid}))
+            self.assertEqual(c.read_response().status, 200)
+        finally:
+            c.close()
+        self.srv.wait_for_log(r"req=%s .*GET /healthz -> 200 \(from 203\.0\.113\.44\)" % rid)
+        # The watchdog's lines too: a body that never completes.
+        c = Raw(self.srv)
+        try:
+            c.send(request_bytes("POST", "/v1/batch", b"x" * 100, headers={
+                "X-Forwarded-For": "203.0.113.45", "X-Request-Id": "client-ip-slow"})[:-50])
+            self.assertEqual(c.read_response().status, 408)
+        finally:
+            c.close()
+        self.srv.wait_for_log(r"req=client-ip-slow .*from 203\.0\.113\.45 \(via 127\.0\.0\.1\)")
+
+
+class NoProxy(ClientIpCase, ServerTestCase):
+    def test_peer_address_and_headers_ignored(self):
+        self.assertEqual(self.ip(), "127.0.0.1")
+        self.assertEqual(self.ip(source="127.0.0.3"), "127.0.0.3")
+        self.assertEqual(self.ip({"X-Forwarded-For": "203.0.113.9"}), "127.0.0.1")
+
+    def test_single_event_routes_too(self):
+        mid = new_id("ip")
+        r = self.srv.post("/v1/track", {"userId": "u", "event": "E", "messageId": mid},
+                          key=self.key)
+        self.assertEqual(r.status, 200, r)
+        e = [e for e in log_cat(self.srv.data_dir) if e.get("messageId") == mid][0]
+        self.assertEqual(e["context"]["ip"], "127.0.0.1")
+
+
+class NoContextIp(ClientIpCase, unittest.TestCase):
+    def run_with(self, args=(), env=None):
+        with Server(args=list(args), env=env) as self.srv:
+            self.assertIsNone(self.ip())
+            self.assertEqual(self.ip(context={"ip": "1.2.3.4"}), "1.2.3.4")
+
+    def test_flag(self):
+        self.run_with(["--no-context-ip"])
+
+    def test_env(self):
+        self.run_with(env={"INGESTD_NO_CONTEXT_IP": "1"})
+
+
+if __name__ == "__main__":
+    unittest.main()
