@@ -110,10 +110,11 @@ struct http {
     int64_t header_timeout_ms;
     uint64_t min_body_rate; /* bytes/s; 0: off */
     size_t max_header_bytes;
-    proxy_list_t proxies;       /* --trusted-proxies */
-    bool context_ip;            /* hand the client address to the api for context.ip */
-    uint64_t body_budget;       /* --max-body-memory */
-    _Atomic uint64_t body_used; /* bytes of request bodies buffered now */
+    proxy_list_t proxies;             /* --trusted-proxies */
+    bool context_ip;                  /* hand the client address to the api for context.ip */
+    uint64_t body_budget;             /* --max-body-memory */
+    _Atomic uint64_t body_used;       /* bytes of request bodies buffered now */
+    _Atomic int64_t budget_warned_ms; /* last "--max-body-memory" warning (CLOCK_MONOTONIC) */
     bool tls;
     char *tls_cert, *tls_key;  /* PEM text, kept while the daemon runs */
     _Atomic uint64_t rid_next; /* request ids: a counter from a random start, mixed */
@@ -942,9 +943,13 @@ static enum MHD_Result over_budget(struct req *r)
 {
     api_resp_t resp;
 
-    LOG_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
-             " bytes); answering 503",
-             r->h->body_budget);
+    /* At most one line a second: a flood would otherwise write one per request. */
+    int64_t now = clock_ms(CLOCK_MONOTONIC);
+    int64_t last = atomic_load(&r->h->budget_warned_ms);
+    if (now - last >= 1000 && atomic_compare_exchange_strong(&r->h->budget_warned_ms, &last, now))
+        LOG_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
+                 " bytes); answering 503 (logged at most once a second)",
+                 r->h->body_budget);
     memset(&resp, 0, sizeof resp);
     api_error(&resp, 503, "server busy (request body memory exhausted), retry later");
     transport_headers(r, &resp);
@@ -1595,6 +1600,28 @@ static void watchdog_stop(http_t *h)
     h->wd_running = false;
 }
 
+/* The transport's limits from the configuration (README "Limits"). */
+static void set_limits(http_t *h, const config_t *cfg)
+{
+    h->request_timeout_ms = (int64_t)cfg->request_timeout_s * 1000;
+    /* The head's deadline is part of the request's, never past it. */
+    h->header_timeout_ms =
+        (int64_t)(cfg->header_timeout_s < cfg->request_timeout_s ? cfg->header_timeout_s
+                                                                 : cfg->request_timeout_s) *
+        1000;
+    h->min_body_rate = cfg->min_body_rate;
+    h->max_header_bytes = (size_t)cfg->max_header_bytes;
+    h->proxies = cfg->proxies;
+    h->context_ip = !cfg->no_context_ip;
+    h->body_budget = cfg->max_body_memory;
+    atomic_init(&h->body_used, 0);
+    atomic_init(&h->budget_warned_ms, INT64_MIN / 2);
+    unsigned reserve = cfg->max_connections / SHED_RESERVE_DIV;
+    h->shed_at = cfg->max_connections - (reserve > 0 ? reserve : 1);
+    if (h->shed_at < 2)
+        h->shed_at = 0; /* a handful of connections: nothing to shed for */
+}
+
 int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
 {
     http_t *h = NULL;
@@ -1616,22 +1643,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     }
     h->api = api;
     h->listen_fd = MHD_INVALID_SOCKET;
-    h->request_timeout_ms = (int64_t)cfg->request_timeout_s * 1000;
-    /* The head's deadline is part of the request's, never past it. */
-    h->header_timeout_ms =
-        (int64_t)(cfg->header_timeout_s < cfg->request_timeout_s ? cfg->header_timeout_s
-                                                                 : cfg->request_timeout_s) *
-        1000;
-    h->min_body_rate = cfg->min_body_rate;
-    h->max_header_bytes = (size_t)cfg->max_header_bytes;
-    h->proxies = cfg->proxies;
-    h->context_ip = !cfg->no_context_ip;
-    h->body_budget = cfg->max_body_memory;
-    atomic_init(&h->body_used, 0);
-    unsigned reserve = cfg->max_connections / SHED_RESERVE_DIV;
-    h->shed_at = cfg->max_connections - (reserve > 0 ? reserve : 1);
-    if (h->shed_at < 2)
-        h->shed_at = 0; /* a handful of connections: nothing to shed for */
+    set_limits(h, cfg);
     atomic_init(&h->quiesced, false);
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
         seed = (uint64_t)clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
