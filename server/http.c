@@ -23,6 +23,7 @@
 
 #include <microhttpd.h>
 
+#include "server/addrcount.h"
 #include "server/gzip.h"
 #include "server/logging.h"
 #include "server/proxy.h"
@@ -85,6 +86,9 @@ struct conn {
     bool reused;                 /* a response was sent on it already (under wd_mu) */
     bool shed;                   /* closed to make room (under wd_mu) */
     bool nul_in_path;            /* its current request's raw path holds %00 (MHD's thread) */
+    bool via_proxy;              /* the peer is one of --trusted-proxies */
+    bool ip_counted;             /* its peer address counts in http.per_ip (under wd_mu) */
+    uint8_t ip_key[16];          /* the peer address (proxy_key_sa) */
     int early_status;            /* a lingering refusal's status, 0: none (under wd_mu) */
     char early_body[256];        /* and its JSON body, for the watchdog to send (under wd_mu) */
     char peer[INET6_ADDRSTRLEN + 64]; /* client address, for log lines */
@@ -128,6 +132,10 @@ struct http {
     struct conn *conns, *conns_tail; /* newest first; the tail is the oldest */
     unsigned nconns, nshed;          /* open, and of those closed to make room (under wd_mu) */
     unsigned shed_at;                /* open and not shed: shed one as the next arrives; 0: never */
+    /* --max-connections-per-ip: connections per peer address, or behind a trusted proxy
+     * requests in flight per forwarded client address (under wd_mu); NULL: no cap. */
+    addrcount_t *per_ip;
+    unsigned per_ip_cap;
 };
 
 enum encoding { ENC_IDENTITY, ENC_GZIP };
@@ -161,6 +169,8 @@ struct req {
     api_resp_t early; /* owns its body */
     bool must_close;  /* answer with Connection: close (Content-Length with chunked) */
     char client_ip[PROXY_ADDR_LEN]; /* "" when unknown */
+    bool client_counted;            /* counts in http.per_ip under client_key */
+    uint8_t client_key[16];
 
     pthread_mutex_t mu; /* orders on_done (writer thread) against suspending */
     bool done;          /* on_done has run; resp holds the answer */
@@ -803,6 +813,19 @@ static enum MHD_Result check_framing(struct req *r, bool *done)
     return MHD_YES;
 }
 
+/* Behind a trusted proxy, --max-connections-per-ip counts the requests in flight of each
+ * forwarded client (its connections are the proxy's). False: this one is one too many. */
+static bool count_client(http_t *h, struct req *r)
+{
+    if (h->per_ip == NULL || r->c == NULL || !r->c->via_proxy ||
+        proxy_key_text(r->client_ip, r->client_key) != 0)
+        return true;
+    pthread_mutex_lock(&h->wd_mu);
+    r->client_counted = addrcount_take(h->per_ip, r->client_key, h->per_ip_cap);
+    pthread_mutex_unlock(&h->wd_mu);
+    return r->client_counted;
+}
+
 /* Allocates a request's state on the first call; NULL when out of memory. */
 static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *url,
                            const char *method)
@@ -876,6 +899,8 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     ret = check_framing(r, &done);
     if (done)
         return ret;
+    if (!count_client(h, r))
+        return refuse_error(r, 429, "too many requests at once from this address, retry later");
 
     /* MHD's memory pool only stops headers far past the limit (with its own HTML 431); this
      * is the clear answer for everything between. */
@@ -1185,6 +1210,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pthread_mutex_unlock(&h->wd_mu);
         deadline_arm(h, r->c);
     }
+    if (r->client_counted) {
+        pthread_mutex_lock(&h->wd_mu);
+        addrcount_give(h->per_ip, r->client_key);
+        pthread_mutex_unlock(&h->wd_mu);
+    }
     *con_cls = NULL;
     free(r->resp.body);
     free(r->early.body);
@@ -1255,7 +1285,22 @@ static void conn_started(http_t *h, struct MHD_Connection *conn, void **socket_c
     atomic_init(&c->head_ms, 0);
     atomic_init(&c->body_bytes, 0);
     format_peer(conn, c->peer, sizeof c->peer);
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;
+    bool have_key = proxy_key_sa(sa, c->ip_key) == 0;
+    c->via_proxy = h->proxies.n > 0 && proxy_trusted_sa(&h->proxies, sa);
     pthread_mutex_lock(&h->wd_mu);
+    if (h->per_ip != NULL && have_key && !c->via_proxy) {
+        c->ip_counted = addrcount_take(h->per_ip, c->ip_key, h->per_ip_cap);
+        if (!c->ip_counted) {
+            /* As libmicrohttpd's own cap did: closed at once, no answer. */
+            LOG_DEBUG("http: %u connections from %s already (--max-connections-per-ip); closing",
+                      h->per_ip_cap, c->peer);
+            atomic_store(&c->deadline_ms, DEADLINE_EXPIRED);
+            shutdown(c->fd, SHUT_RDWR);
+        }
+    }
     c->next = h->conns;
     if (h->conns != NULL)
         h->conns->prev = c;
@@ -1298,6 +1343,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     h->nconns--;
     if (c->shed)
         h->nshed--;
+    if (c->ip_counted)
+        addrcount_give(h->per_ip, c->ip_key);
     pthread_mutex_unlock(&h->wd_mu);
     *socket_context = NULL;
     free(c);
@@ -1600,8 +1647,9 @@ static void watchdog_stop(http_t *h)
     h->wd_running = false;
 }
 
-/* The transport's limits from the configuration (README "Limits"). */
-static void set_limits(http_t *h, const config_t *cfg)
+/* The transport's limits from the configuration (README "Limits"). Returns 0 or -1 (no
+ * memory). */
+static int set_limits(http_t *h, const config_t *cfg)
 {
     h->request_timeout_ms = (int64_t)cfg->request_timeout_s * 1000;
     /* The head's deadline is part of the request's, never past it. */
@@ -1620,6 +1668,13 @@ static void set_limits(http_t *h, const config_t *cfg)
     h->shed_at = cfg->max_connections - (reserve > 0 ? reserve : 1);
     if (h->shed_at < 2)
         h->shed_at = 0; /* a handful of connections: nothing to shed for */
+    /* Counted here, not by libmicrohttpd's own cap, so that connections from trusted proxies
+     * are not counted as one client: their requests count under the client they forward. One
+     * entry per connection at most. */
+    h->per_ip_cap = cfg->max_connections_per_ip;
+    if (h->per_ip_cap > 0 && addrcount_new(cfg->max_connections, &h->per_ip) != 0)
+        return -1;
+    return 0;
 }
 
 int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
@@ -1643,7 +1698,11 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     }
     h->api = api;
     h->listen_fd = MHD_INVALID_SOCKET;
-    set_limits(h, cfg);
+    if (set_limits(h, cfg) != 0) {
+        snprintf(errbuf, errlen, "out of memory");
+        free(h); /* nothing else is set up yet */
+        return -1;
+    }
     atomic_init(&h->quiesced, false);
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
         seed = (uint64_t)clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
@@ -1703,8 +1762,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
         /* The logger goes first, or MHD prints what it logs before it to stderr itself. */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_THREAD_POOL_SIZE, pool,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        cfg->timeout_s, MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
+        cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
         MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
@@ -1734,6 +1792,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
 
 fail:
     free_tls(h);
+    addrcount_free(h->per_ip);
     pthread_rwlock_destroy(&h->gate);
     pthread_cond_destroy(&h->cv);
     pthread_cond_destroy(&h->wd_cv);
@@ -1804,6 +1863,7 @@ void http_stop(http_t *h)
     if (h->listen_fd != MHD_INVALID_SOCKET)
         close(h->listen_fd);
     free_tls(h);
+    addrcount_free(h->per_ip);
     pthread_rwlock_destroy(&h->gate);
     pthread_cond_destroy(&h->cv);
     pthread_cond_destroy(&h->wd_cv);

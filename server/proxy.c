@@ -125,19 +125,29 @@ static bool trusted(const proxy_list_t *l, const uint8_t a[16])
     return false;
 }
 
+int proxy_key_sa(const struct sockaddr *sa, uint8_t out[16])
+{
+    if (sa != NULL && sa->sa_family == AF_INET)
+        map_v4(&((const struct sockaddr_in *)sa)->sin_addr, out);
+    else if (sa != NULL && sa->sa_family == AF_INET6)
+        memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+    else
+        return -1;
+    return 0;
+}
+
+int proxy_key_text(const char *text, uint8_t out[16])
+{
+    bool v4;
+
+    return text != NULL ? parse_addr(text, strlen(text), out, &v4) : -1;
+}
+
 bool proxy_trusted_sa(const proxy_list_t *l, const struct sockaddr *sa)
 {
     uint8_t a[16];
 
-    if (sa == NULL)
-        return false;
-    if (sa->sa_family == AF_INET)
-        map_v4(&((const struct sockaddr_in *)sa)->sin_addr, a);
-    else if (sa->sa_family == AF_INET6)
-        memcpy(a, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
-    else
-        return false;
-    return trusted(l, a);
+    return proxy_key_sa(sa, a) == 0 && trusted(l, a);
 }
 
 /* One hop's text: "1.2.3.4", "1.2.3.4:80", "[::1]", "[::1]:80", "::1", maybe quoted. */

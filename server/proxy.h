@@ -29,6 +29,11 @@ typedef struct proxy_list {
  */
 int proxy_parse(const char *spec, proxy_list_t *out, char *errbuf, size_t errlen);
 
+/* An address as 16 bytes, IPv4 as IPv4-mapped IPv6: from a socket address, or from text such as
+ * "192.0.2.7" or "2001:db8::1". Return 0, or -1 for another family or unparsable text. Pure. */
+int proxy_key_sa(const struct sockaddr *sa, uint8_t out[16]);
+int proxy_key_text(const char *text, uint8_t out[16]);
+
 /* Whether `sa` (AF_INET or AF_INET6) lies in one of the list's networks. Pure. */
 bool proxy_trusted_sa(const proxy_list_t *l, const struct sockaddr *sa);
 

@@ -108,6 +108,74 @@ class BehindProxy(ClientIpCase, ServerTestCase):
         self.srv.wait_for_log(r"req=client-ip-slow .*from 203\.0\.113\.45 \(via 127\.0\.0\.1\)")
 
 
+class PerAddressCapBehindProxy(ServerTestCase):
+    """--max-connections-per-ip counts socket addresses for direct clients, and requests in
+    flight per forwarded client for connections from a trusted proxy, never the proxy itself."""
+
+    ARGS = ("--trusted-proxies", "127.0.0.1/32", "--max-connections-per-ip", "2",
+            "--threads", "2", "--request-timeout", "30s", "--header-timeout", "30s")
+
+    def hold(self, xff):
+        """A request from client `xff` via the proxy, its head in (100 Continue), body pending."""
+        c = Raw(self.srv)
+        body = dumps({"batch": [track()]})
+        req = request_bytes("POST", "/v1/batch", body, headers={
+            "X-Forwarded-For": xff, "Expect": "100-continue"})
+        c.send(req[:len(req) - len(body)])
+        self.assertEqual(c.read_response().status, 100)
+        return c, body
+
+    def post_via(self, xff):
+        c = Raw(self.srv)
+        try:
+            c.send(request_bytes("POST", "/v1/batch", dumps({"batch": [track()]}),
+                                 headers={"X-Forwarded-For": xff}))
+            return c.read_response()
+        finally:
+            c.close()
+
+    def test_forwarded_clients_counted_apart(self):
+        held = [self.hold("203.0.113.1"), self.hold("203.0.113.1")]
+        try:
+            r = self.post_via("203.0.113.1")
+            self.assertEqual(r.status, 429, r)
+            self.assertEqual(r.header("Retry-After"), "1")
+            self.assertIn("too many requests at once", r.json["error"])
+            # Another client behind the same proxy is served...
+            self.assertEqual(self.post_via("203.0.113.2").status, 200)
+            # ... and the proxy's own connections are not capped: more than 2 open at once.
+            idle = [Raw(self.srv) for _ in range(4)]
+            try:
+                self.assertEqual(self.post_via("203.0.113.3").status, 200)
+            finally:
+                for c in idle:
+                    c.close()
+        finally:
+            for c, body in held:
+                c.send(body)
+                self.assertEqual(c.read_response().status, 200)
+                c.close()
+        # Their requests done, the client is served again.
+        self.assertEqual(self.post_via("203.0.113.1").status, 200)
+
+    def test_direct_clients_capped_at_accept(self):
+        held = [Raw(self.srv, source="127.0.0.2") for _ in range(2)]
+        try:
+            for c in held:  # surely accepted: each is answered
+                c.send(request_bytes("GET", "/healthz", key=None))
+                self.assertEqual(c.read_response().status, 200)
+            extra = Raw(self.srv, source="127.0.0.2")
+            try:
+                extra.send(request_bytes("GET", "/healthz", key=None))
+                self.assertTrue(extra.closed_by_peer())
+                self.assertNotIn(b"HTTP/1.1 200", extra.buf)
+            finally:
+                extra.close()
+        finally:
+            for c in held:
+                c.close()
+
+
 class NoProxy(ClientIpCase, ServerTestCase):
     def test_peer_address_and_headers_ignored(self):
         self.assertEqual(self.ip(), "127.0.0.1")

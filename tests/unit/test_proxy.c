@@ -148,6 +148,27 @@ static void test_client_long_chain(void **state)
     assert_client(&l, NULL, xff, "203.0.113.9");
 }
 
+static void test_keys(void **state)
+{
+    (void)state;
+    uint8_t a[16], b[16];
+    struct sockaddr_in sa;
+
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    assert_int_equal(inet_pton(AF_INET, "192.0.2.7", &sa.sin_addr), 1);
+    assert_int_equal(proxy_key_sa((struct sockaddr *)&sa, a), 0);
+    assert_int_equal(proxy_key_text("192.0.2.7", b), 0);
+    assert_memory_equal(a, b, 16);
+    /* The same client on a dual-stack socket is the same key. */
+    assert_int_equal(proxy_key_text("::ffff:192.0.2.7", b), 0);
+    assert_memory_equal(a, b, 16);
+    assert_int_equal(proxy_key_text("2001:db8::1", b), 0);
+    assert_int_equal(proxy_key_text("not an address", b), -1);
+    assert_int_equal(proxy_key_text(NULL, b), -1);
+    assert_int_equal(proxy_key_sa(NULL, b), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +176,7 @@ int main(void)
         cmocka_unit_test(test_client_xff),
         cmocka_unit_test(test_client_forwarded),
         cmocka_unit_test(test_client_long_chain),
+        cmocka_unit_test(test_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
