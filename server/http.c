@@ -1,6 +1,6 @@
 /* http: libmicrohttpd glue; reads bodies, calls api/, parks connections until the commit answers.
- */
-#include "server/http.h"
+ * Connections themselves (deadlines, the watchdog, shedding) are http_conn.c's. */
+#include "server/http_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,16 +17,11 @@
 #include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <microhttpd.h>
-
-#include "server/addrcount.h"
 #include "server/gzip.h"
 #include "server/logging.h"
-#include "server/proxy.h"
 
 /*
  * Lingering close. A refusal decided before the body is read (too large by Content-Length,
@@ -41,11 +36,6 @@
  * `Expect: 100-continue` the client waits to be invited, so it is refused at once, unread.
  */
 #define LINGER_MAX_BYTES ((size_t)8 * API_MAX_REQUEST_BYTES)
-#define LINGER_MAX_MS    10000
-
-/* When this share of --max-connections is open (1/SHED_RESERVE_DIV is kept free), connections
- * that have not sent a complete request head are closed, oldest first, as new ones arrive. */
-#define SHED_RESERVE_DIV 8
 
 /* The header values joined for the client address (X-Forwarded-For may repeat); longer ones keep
  * their right end, the hops our own proxies added. */
@@ -54,89 +44,8 @@
 /* How long http_stop waits for parked requests to be answered before giving up. */
 #define STOP_WAIT_MS 5000
 
-/* How often the watchdog looks for requests past --request-timeout (bounds its lateness). */
-#define WATCHDOG_TICK_MS 250
-
-/* A client's X-Request-Id is kept when it is this short and made of safe characters. */
-#define REQID_MAX 64
-
 /* A PEM certificate chain or key larger than this is not a PEM file. */
 #define TLS_FILE_MAX (1024 * 1024)
-
-/* Deadline states of a connection (struct conn.deadline_ms); a positive value is armed. */
-#define DEADLINE_OFF     0  /* a request is being answered: no deadline */
-#define DEADLINE_EXPIRED -1 /* the watchdog closed it; the handler must not answer */
-
-/*
- * Per-connection state, from accept to close (MHD's connection notification). It carries the
- * deadline of the request on the connection: armed when the connection opens and after each
- * response, so the headers and body of the next request must arrive within --request-timeout
- * however slowly they trickle (MHD's own timeout only counts idle time), and disarmed once the
- * whole request is here. The watchdog thread expires overdue ones; a compare-and-swap on the
- * deadline decides whether the watchdog or the handler answers, never both.
- */
-struct conn {
-    struct conn *prev, *next; /* http.conns (newest first), under http.wd_mu */
-    MHD_socket fd;
-    _Atomic int64_t deadline_ms; /* CLOCK_MONOTONIC ms, or DEADLINE_OFF / DEADLINE_EXPIRED */
-    int64_t start_ms;            /* when its current request could start (MHD's thread only) */
-    _Atomic int64_t head_ms;     /* when the current request's head was complete; 0: not yet */
-    _Atomic uint64_t body_bytes; /* body bytes of the current request so far */
-    char rid[REQID_MAX + 1];     /* id of the request on it, "" before its headers are in */
-    bool reused;                 /* a response was sent on it already (under wd_mu) */
-    bool shed;                   /* closed to make room (under wd_mu) */
-    bool nul_in_path;            /* its current request's raw path holds %00 (MHD's thread) */
-    bool via_proxy;              /* the peer is one of --trusted-proxies */
-    bool ip_counted;             /* its peer address counts in http.per_ip (under wd_mu) */
-    uint8_t ip_key[16];          /* the peer address (proxy_key_sa) */
-    int early_status;            /* a lingering refusal's status, 0: none (under wd_mu) */
-    char early_body[256];        /* and its JSON body, for the watchdog to send (under wd_mu) */
-    char peer[INET6_ADDRSTRLEN + 64]; /* client address, for log lines */
-};
-
-struct http {
-    struct MHD_Daemon *daemon;
-    api_t *api;
-    MHD_socket listen_fd; /* handed back by MHD_quiesce_daemon; ours to close after stop */
-    atomic_bool quiesced;
-
-    /* The gate keeps api_handle() calls out once http_drain has returned, so
-     * the caller may close storage while connections are still open. */
-    pthread_rwlock_t gate;
-    bool gate_closed;
-
-    pthread_mutex_t mu; /* guards the two counters; cv signals when they drop */
-    pthread_cond_t cv;
-    unsigned inflight;  /* request contexts alive (first call .. completed callback) */
-    unsigned suspended; /* parked connections whose answer has not arrived yet */
-
-    int64_t request_timeout_ms;
-    int64_t header_timeout_ms;
-    uint64_t min_body_rate; /* bytes/s; 0: off */
-    size_t max_header_bytes;
-    proxy_list_t proxies;             /* --trusted-proxies */
-    bool context_ip;                  /* hand the client address to the api for context.ip */
-    uint64_t body_budget;             /* --max-body-memory */
-    _Atomic uint64_t body_used;       /* bytes of request bodies buffered now */
-    _Atomic int64_t budget_warned_ms; /* last "--max-body-memory" warning (CLOCK_MONOTONIC) */
-    bool tls;
-    char *tls_cert, *tls_key;  /* PEM text, kept while the daemon runs */
-    _Atomic uint64_t rid_next; /* request ids: a counter from a random start, mixed */
-
-    /* The request-timeout watchdog and the connections it watches. */
-    pthread_mutex_t wd_mu;
-    pthread_cond_t wd_cv;
-    bool wd_stop;
-    bool wd_running;
-    pthread_t wd_thread;
-    struct conn *conns, *conns_tail; /* newest first; the tail is the oldest */
-    unsigned nconns, nshed;          /* open, and of those closed to make room (under wd_mu) */
-    unsigned shed_at;                /* open and not shed: shed one as the next arrives; 0: never */
-    /* --max-connections-per-ip: connections per peer address, or behind a trusted proxy
-     * requests in flight per forwarded client address (under wd_mu); NULL: no cap. */
-    addrcount_t *per_ip;
-    unsigned per_ip_cap;
-};
 
 enum encoding { ENC_IDENTITY, ENC_GZIP };
 
@@ -179,14 +88,6 @@ struct req {
     api_resp_t resp;
 };
 
-static int64_t clock_ms(clockid_t clk)
-{
-    struct timespec ts;
-
-    clock_gettime(clk, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void counter_add(http_t *h, unsigned *c, int delta)
 {
     pthread_mutex_lock(&h->mu);
@@ -219,23 +120,6 @@ static unsigned counter_wait_zero(http_t *h, unsigned *c, int timeout_ms)
     return left;
 }
 
-/*
- * A new request id: 16 hex digits, unique within the process. The counter starts at a random
- * value and goes through splitmix64's finaliser, a bijection on 64 bits, so distinct counts give
- * distinct ids that do not read as a sequence (nor reveal the request rate). One atomic add.
- */
-static void new_request_id(http_t *h, char out[REQID_MAX + 1])
-{
-    uint64_t x = atomic_fetch_add(&h->rid_next, 1);
-
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    x ^= x >> 31;
-    snprintf(out, REQID_MAX + 1, "%016" PRIx64, x);
-}
-
 /* A client's id is used as is when it cannot break a header, a JSON string or a log line. */
 static bool safe_request_id(const char *v)
 {
@@ -252,57 +136,6 @@ static bool safe_request_id(const char *v)
             return false;
     }
     return n > 0;
-}
-
-/* Disarms the request deadline before answering. False: the watchdog expired it first. */
-static bool deadline_disarm(struct conn *c)
-{
-    if (c == NULL)
-        return true;
-    int64_t d = atomic_load(&c->deadline_ms);
-    while (d != DEADLINE_OFF) {
-        if (d == DEADLINE_EXPIRED)
-            return false;
-        if (atomic_compare_exchange_weak(&c->deadline_ms, &d, DEADLINE_OFF))
-            break;
-    }
-    return true;
-}
-
-/* Arms the deadline for the next request on a keep-alive connection (not once expired). */
-static void deadline_arm(http_t *h, struct conn *c)
-{
-    if (c == NULL)
-        return;
-    int64_t d = atomic_load(&c->deadline_ms);
-    c->start_ms = clock_ms(CLOCK_MONOTONIC);
-    atomic_store(&c->head_ms, 0);
-    atomic_store(&c->body_bytes, 0);
-    int64_t next = c->start_ms + h->request_timeout_ms;
-    while (d != DEADLINE_EXPIRED && !atomic_compare_exchange_weak(&c->deadline_ms, &d, next))
-        ;
-}
-
-/* Moves an armed deadline to `until` (never back from expired or disarmed). */
-static void deadline_move(struct conn *c, int64_t until, bool only_earlier)
-{
-    int64_t d = atomic_load(&c->deadline_ms);
-    while (d > 0 && (!only_earlier || until < d) &&
-           !atomic_compare_exchange_weak(&c->deadline_ms, &d, until))
-        ;
-}
-
-/*
- * The head is complete: from the --header-timeout deadline of a new connection to the
- * --request-timeout one of the whole request (counted from the same start), and the body's rate
- * is measured from now.
- */
-static void deadline_head(http_t *h, struct conn *c)
-{
-    if (c == NULL)
-        return;
-    atomic_store(&c->head_ms, clock_ms(CLOCK_MONOTONIC));
-    deadline_move(c, c->start_ms + h->request_timeout_ms, false);
 }
 
 /* Bodies held in memory come out of one budget (--max-body-memory). False: it is spent. */
@@ -341,7 +174,7 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     enum MHD_Result ret;
     char retry[16];
 
-    if (!deadline_disarm(r->c)) {
+    if (!http_conn_disarm(r->c)) {
         /* The watchdog answered 408 and closed the connection already. */
         free(resp->body);
         resp->body = NULL;
@@ -475,7 +308,7 @@ static void linger_start(http_t *h, struct req *r)
         c->early_status = r->early.status;
     }
     pthread_mutex_unlock(&h->wd_mu);
-    deadline_move(c, clock_ms(CLOCK_MONOTONIC) + LINGER_MAX_MS, true);
+    http_conn_move(c, http_clock_ms(CLOCK_MONOTONIC) + LINGER_MAX_MS, true);
 }
 
 /*
@@ -624,7 +457,7 @@ static void start_request_id(http_t *h, struct req *r)
     if (safe_request_id(theirs))
         snprintf(r->rid, sizeof r->rid, "%s", theirs);
     else
-        new_request_id(h, r->rid);
+        http_new_request_id(h, r->rid);
     logging_set_request_id(r->rid);
     if (r->c != NULL) {
         /* So the watchdog's 408 and log line name the same request. */
@@ -845,8 +678,8 @@ static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *u
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     r->c = ci != NULL ? ci->socket_context : NULL;
-    r->now_ms = clock_ms(CLOCK_REALTIME);
-    r->mono_ms = clock_ms(CLOCK_MONOTONIC);
+    r->now_ms = http_clock_ms(CLOCK_REALTIME);
+    r->mono_ms = http_clock_ms(CLOCK_MONOTONIC);
     r->path = url;
     q = strchr(url, '?');
     if (q != NULL) {
@@ -883,7 +716,7 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     start_request_id(h, r);
     if (r->c != NULL && atomic_load(&r->c->deadline_ms) == DEADLINE_EXPIRED)
         return MHD_NO; /* the watchdog answered (or shed it) while MHD was still parsing */
-    deadline_head(h, r->c);
+    http_conn_head(h, r->c);
     resolve_client(h, r);
 
     if (atomic_load(&h->quiesced)) {
@@ -969,7 +802,7 @@ static enum MHD_Result over_budget(struct req *r)
     api_resp_t resp;
 
     /* At most one line a second: a flood would otherwise write one per request. */
-    int64_t now = clock_ms(CLOCK_MONOTONIC);
+    int64_t now = http_clock_ms(CLOCK_MONOTONIC);
     int64_t last = atomic_load(&r->h->budget_warned_ms);
     if (now - last >= 1000 && atomic_compare_exchange_strong(&r->h->budget_warned_ms, &last, now))
         LOG_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
@@ -1090,7 +923,7 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     int outcome;
 
     /* The whole request is here: from now on only the idle timeout applies. */
-    if (!deadline_disarm(r->c))
+    if (!http_conn_disarm(r->c))
         return MHD_NO;
     if (r->phase == PH_DISCARD) {
         if (r->has_early) {
@@ -1208,7 +1041,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         r->c->reused = true;
         r->c->early_status = 0;
         pthread_mutex_unlock(&h->wd_mu);
-        deadline_arm(h, r->c);
+        http_conn_arm(h, r->c);
     }
     if (r->client_counted) {
         pthread_mutex_lock(&h->wd_mu);
@@ -1226,290 +1059,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r);
     if (counted)
         counter_add(h, &h->inflight, -1);
-}
-
-/* "1.2.3.4:5678" or "[::1]:5678" for log lines; "?" when unknown. */
-static void format_peer(struct MHD_Connection *conn, char *out, size_t len)
-{
-    const union MHD_ConnectionInfo *ai =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;
-    char a[INET6_ADDRSTRLEN];
-
-    snprintf(out, len, "?");
-    if (sa != NULL && sa->sa_family == AF_INET &&
-        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof a))
-        snprintf(out, len, "%s:%u", a, (unsigned)ntohs(((const struct sockaddr_in *)sa)->sin_port));
-    else if (sa != NULL && sa->sa_family == AF_INET6 &&
-             inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a, sizeof a))
-        snprintf(out, len, "[%s]:%u", a,
-                 (unsigned)ntohs(((const struct sockaddr_in6 *)sa)->sin6_port));
-}
-
-/*
- * Makes room before --max-connections is reached, where libmicrohttpd would stop accepting and a
- * client that sends its request promptly would wait behind slowloris connections: closes the
- * oldest connection that has no complete request head (a new one still trickling its headers, or
- * a kept-alive one between requests). Runs with wd_mu held; `except` is the newcomer.
- */
-static void shed_oldest(http_t *h, const struct conn *except)
-{
-    for (struct conn *x = h->conns_tail; x != NULL; x = x->prev) {
-        int64_t d = atomic_load(&x->deadline_ms);
-        if (x == except || x->shed || x->rid[0] != '\0' || d <= 0)
-            continue;
-        if (!atomic_compare_exchange_strong(&x->deadline_ms, &d, DEADLINE_EXPIRED))
-            continue; /* its head has just come in, or the watchdog took it */
-        x->shed = true;
-        h->nshed++;
-        LOG_DEBUG("http: %u connections open; closing the oldest without a request head (%s)",
-                  h->nconns - h->nshed + 1, x->peer);
-        shutdown(x->fd, SHUT_RDWR); /* MHD sees the end and closes it; see expire() */
-        return;
-    }
-}
-
-static void conn_started(http_t *h, struct MHD_Connection *conn, void **socket_context)
-{
-    const union MHD_ConnectionInfo *fi =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    struct conn *c = calloc(1, sizeof *c);
-
-    if (c == NULL || fi == NULL) {
-        free(c); /* no deadline for this one; the idle timeout still applies */
-        return;
-    }
-    c->fd = fi->connect_fd;
-    c->start_ms = clock_ms(CLOCK_MONOTONIC);
-    atomic_init(&c->deadline_ms, c->start_ms + h->header_timeout_ms);
-    atomic_init(&c->head_ms, 0);
-    atomic_init(&c->body_bytes, 0);
-    format_peer(conn, c->peer, sizeof c->peer);
-    const union MHD_ConnectionInfo *ai =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;
-    bool have_key = proxy_key_sa(sa, c->ip_key) == 0;
-    c->via_proxy = h->proxies.n > 0 && proxy_trusted_sa(&h->proxies, sa);
-    pthread_mutex_lock(&h->wd_mu);
-    if (h->per_ip != NULL && have_key && !c->via_proxy) {
-        c->ip_counted = addrcount_take(h->per_ip, c->ip_key, h->per_ip_cap);
-        if (!c->ip_counted) {
-            /* As libmicrohttpd's own cap did: closed at once, no answer. */
-            LOG_DEBUG("http: %u connections from %s already (--max-connections-per-ip); closing",
-                      h->per_ip_cap, c->peer);
-            atomic_store(&c->deadline_ms, DEADLINE_EXPIRED);
-            shutdown(c->fd, SHUT_RDWR);
-        }
-    }
-    c->next = h->conns;
-    if (h->conns != NULL)
-        h->conns->prev = c;
-    else
-        h->conns_tail = c;
-    h->conns = c;
-    h->nconns++;
-    if (h->shed_at > 0 && h->nconns - h->nshed > h->shed_at)
-        shed_oldest(h, c);
-    pthread_mutex_unlock(&h->wd_mu);
-    *socket_context = c;
-}
-
-/* Accept and close of a connection: its deadline state lives from one to the other. */
-static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    http_t *h = cls;
-    struct conn *c;
-
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        conn_started(h, conn, socket_context);
-        return;
-    }
-    /* MHD_CONNECTION_NOTIFY_CLOSED comes before MHD closes the socket, so once c is off the list
-     * (under wd_mu, which the watchdog holds while it touches c->fd) the fd is never reused
-     * under the watchdog's hands. */
-    c = *socket_context;
-    if (c == NULL)
-        return;
-    pthread_mutex_lock(&h->wd_mu);
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        h->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    else
-        h->conns_tail = c->prev;
-    h->nconns--;
-    if (c->shed)
-        h->nshed--;
-    if (c->ip_counted)
-        addrcount_give(h->per_ip, c->ip_key);
-    pthread_mutex_unlock(&h->wd_mu);
-    *socket_context = NULL;
-    free(c);
-}
-
-/* libmicrohttpd's URI log callback sees the request target before it is unescaped: a %00 there
- * would cut the path short (/stats%00.css served as /stats). Its return value would become the
- * request's context, so it returns NULL and leaves a mark on the connection instead. */
-static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    struct conn *c = ci != NULL ? ci->socket_context : NULL;
-
-    (void)cls;
-    if (c != NULL && uri != NULL) {
-        size_t n = strcspn(uri, "?");
-        c->nul_in_path = false;
-        for (size_t i = 0; i + 2 < n; i++) {
-            if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') {
-                c->nul_in_path = true;
-                break;
-            }
-        }
-    }
-    return NULL;
-}
-
-/* Writes resp to c's socket behind libmicrohttpd's back (see expire). Best effort, never
- * blocking: a client that does not read gets the close alone. */
-static void send_raw(http_t *h, struct conn *c, api_resp_t *resp, const char *rid)
-{
-    char head[320];
-
-    (void)api_resp_add_request_id(resp, rid);
-    if (resp->body == NULL)
-        return;
-    const char *reason = MHD_get_reason_phrase_for((unsigned)resp->status);
-    int n = snprintf(head, sizeof head,
-                     "HTTP/1.1 %d %s\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\nX-Request-Id: %s\r\n%s"
-                     "Content-Length: %zu\r\n\r\n",
-                     resp->status, reason != NULL && reason[0] ? reason : "Error", rid,
-                     resp->status == 503 ? "Retry-After: 1\r\n" : "", resp->body_len);
-    struct iovec iov[2] = {{head, (size_t)n}, {resp->body, resp->body_len}};
-    struct msghdr mh;
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = iov;
-    mh.msg_iovlen = 2;
-    (void)sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-    api_count_response(h->api, resp->status);
-}
-
-/*
- * Answers an overdue request and ends its connection; runs on the watchdog with wd_mu held.
- * MHD 0.9.75 cannot queue a response while headers or a body are still arriving, so over plain
- * HTTP the 408 is written to the socket here: nothing else writes to it at this point (the
- * handler lost the compare-and-swap, and MHD sends nothing before the request is complete).
- * Over TLS the bytes would have to go through the TLS session MHD owns: the connection is only
- * closed; so is an idle kept-alive one (see `answer`). shutdown() (not close) leaves the fd to MHD,
- * which sees the end and cleans up.
- */
-static void expire(http_t *h, struct conn *c, bool slow_body)
-{
-    char rid[REQID_MAX + 1];
-    char msg[128];
-    api_resp_t resp;
-    bool answer = !h->tls;
-    int64_t head_ms = atomic_load(&c->head_ms);
-
-    if (c->reused && c->rid[0] == '\0') {
-        /* Usually just an idle keep-alive connection: not worth an INFO line each. And no 408:
-         * unasked, it could be read as the answer to a request the client sends right now. */
-        LOG_DEBUG("http: kept-alive connection from %s has no complete next request within "
-                  "%" PRId64 "s (--request-timeout); closing",
-                  c->peer, h->request_timeout_ms / 1000);
-        shutdown(c->fd, SHUT_RDWR);
-        return;
-    }
-    if (c->rid[0] != '\0')
-        memcpy(rid, c->rid, sizeof rid);
-    else
-        new_request_id(h, rid); /* its headers never completed: a request all the same */
-    memset(&resp, 0, sizeof resp);
-    const char *flag = "--request-timeout";
-    if (c->early_status != 0) {
-        flag = "lingering close";
-        /* A refusal waiting for the rest of its body (lingering close): it goes now. */
-        snprintf(msg, sizeof msg, "the rest of a refused request's body took longer than %ds",
-                 LINGER_MAX_MS / 1000);
-        resp.status = c->early_status;
-        resp.content_type = "application/json";
-        resp.body = strdup(c->early_body);
-        resp.body_len = resp.body != NULL ? strlen(resp.body) : 0;
-    } else {
-        if (slow_body)
-            flag = "--min-body-rate";
-        else if (head_ms == 0 && h->header_timeout_ms < h->request_timeout_ms)
-            flag = "--header-timeout";
-        if (slow_body)
-            snprintf(msg, sizeof msg,
-                     "request body slower than %" PRIu64 " bytes/s (minimum "
-                     "body rate)",
-                     h->min_body_rate);
-        else if (head_ms == 0 && h->header_timeout_ms < h->request_timeout_ms)
-            snprintf(msg, sizeof msg,
-                     "request head not complete within %" PRId64 "s (header "
-                     "timeout)",
-                     h->header_timeout_ms / 1000);
-        else
-            snprintf(msg, sizeof msg, "request not complete within %" PRId64 "s (request timeout)",
-                     h->request_timeout_ms / 1000);
-        api_error(&resp, 408, msg);
-    }
-    logging_set_request_id(rid);
-    LOG_INFO("http: %s from %s (%s); %s", msg, c->peer, flag, answer ? "answering" : "closing");
-    logging_set_request_id(NULL);
-    if (answer)
-        send_raw(h, c, &resp, rid);
-    free(resp.body);
-    shutdown(c->fd, SHUT_RDWR);
-}
-
-/*
- * --min-body-rate: once the head is in, the body may take --header-timeout plus one second per
- * min-body-rate bytes received (Apache's mod_reqtimeout MinRate), so a body that trickles a byte
- * at a time cannot hold a connection for the whole --request-timeout.
- */
-static bool too_slow(const http_t *h, struct conn *c, int64_t now)
-{
-    int64_t head = atomic_load(&c->head_ms);
-
-    if (h->min_body_rate == 0 || head == 0)
-        return false;
-    uint64_t got = atomic_load(&c->body_bytes);
-    return now > head + h->header_timeout_ms + (int64_t)(got * 1000 / h->min_body_rate);
-}
-
-/* The request-timeout watchdog: a few wake-ups a second, a walk over the open connections. */
-static void *watchdog(void *arg)
-{
-    http_t *h = arg;
-    struct timespec next;
-
-    pthread_mutex_lock(&h->wd_mu);
-    while (!h->wd_stop) {
-        int64_t now = clock_ms(CLOCK_MONOTONIC);
-        for (struct conn *c = h->conns; c != NULL; c = c->next) {
-            int64_t d = atomic_load(&c->deadline_ms);
-            bool slow = d > 0 && now < d && too_slow(h, c, now);
-            if (d > 0 && (now >= d || slow) &&
-                atomic_compare_exchange_strong(&c->deadline_ms, &d, DEADLINE_EXPIRED))
-                expire(h, c, slow);
-        }
-        clock_gettime(CLOCK_MONOTONIC, &next);
-        next.tv_nsec += (long)WATCHDOG_TICK_MS * 1000000L;
-        if (next.tv_nsec >= 1000000000L) {
-            next.tv_sec++;
-            next.tv_nsec -= 1000000000L;
-        }
-        while (!h->wd_stop && pthread_cond_timedwait(&h->wd_cv, &h->wd_mu, &next) != ETIMEDOUT)
-            ;
-    }
-    pthread_mutex_unlock(&h->wd_mu);
-    return NULL;
 }
 
 /* Reads a whole PEM file into a NUL-terminated string (caller frees). Returns 0 or -1. */
@@ -1635,18 +1184,6 @@ static void free_tls(http_t *h)
     h->tls_cert = NULL;
 }
 
-static void watchdog_stop(http_t *h)
-{
-    if (!h->wd_running)
-        return;
-    pthread_mutex_lock(&h->wd_mu);
-    h->wd_stop = true;
-    pthread_cond_signal(&h->wd_cv);
-    pthread_mutex_unlock(&h->wd_mu);
-    pthread_join(h->wd_thread, NULL);
-    h->wd_running = false;
-}
-
 /* The transport's limits from the configuration (README "Limits"). Returns 0 or -1 (no
  * memory). */
 static int set_limits(http_t *h, const config_t *cfg)
@@ -1705,7 +1242,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     }
     atomic_init(&h->quiesced, false);
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
-        seed = (uint64_t)clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        seed = (uint64_t)http_clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
     atomic_init(&h->rid_next, seed);
     pthread_mutex_init(&h->mu, NULL);
     pthread_mutex_init(&h->wd_mu, NULL);
@@ -1764,8 +1301,8 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
-        MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, h, MHD_OPTION_URI_LOG_CALLBACK,
+        http_conn_uri, h, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (h->daemon == NULL) {
         int e = errno;
         snprintf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
@@ -1776,7 +1313,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
                         : "");
         goto fail;
     }
-    if (pthread_create(&h->wd_thread, NULL, watchdog, h) != 0) {
+    if (pthread_create(&h->wd_thread, NULL, http_watchdog, h) != 0) {
         snprintf(errbuf, errlen, "cannot start the request-timeout watchdog thread");
         MHD_stop_daemon(h->daemon);
         goto fail;
@@ -1853,7 +1390,7 @@ void http_stop(http_t *h)
             LOG_WARN("http: %u answers not sent after %d ms; closing their connections", unsent,
                      STOP_WAIT_MS);
     }
-    watchdog_stop(h);
+    http_watchdog_stop(h);
     if (parked > 0) {
         LOG_ERROR("http: %u requests still wait for storage; leaving the daemon running", parked);
         return; /* leaked on purpose: the process is about to exit */
