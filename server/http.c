@@ -554,15 +554,19 @@ static void resolve_client(http_t *h, struct req *r)
         return;
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &fwd);
     MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &xff);
-    if (proxy_client(&h->proxies, fwd.len > 0 ? fwd.buf : NULL, xff.len > 0 ? xff.buf : NULL,
-                     client) != 0)
-        return;
+    bool found = proxy_client(&h->proxies, fwd.len > 0 ? fwd.buf : NULL,
+                              xff.len > 0 ? xff.buf : NULL, client) == 0;
     if (r->c != NULL) {
+        /* A proxy's kept-alive connection carries many clients: this request's, or its own. */
         pthread_mutex_lock(&h->wd_mu);
-        snprintf(r->c->peer, sizeof r->c->peer, "%s (via %s)", client, r->client_ip);
+        if (found)
+            snprintf(r->c->peer, sizeof r->c->peer, "%s (via %s)", client, r->client_ip);
+        else
+            memcpy(r->c->peer, r->c->sock_peer, sizeof r->c->sock_peer);
         pthread_mutex_unlock(&h->wd_mu);
     }
-    memcpy(r->client_ip, client, sizeof client);
+    if (found)
+        memcpy(r->client_ip, client, sizeof client);
 }
 
 /*
@@ -1040,6 +1044,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         r->c->rid[0] = '\0';
         r->c->reused = true;
         r->c->early_status = 0;
+        memcpy(r->c->peer, r->c->sock_peer, sizeof r->c->sock_peer);
         pthread_mutex_unlock(&h->wd_mu);
         http_conn_arm(h, r->c);
     }

@@ -160,7 +160,8 @@ static void conn_started(http_t *h, struct MHD_Connection *conn, void **socket_c
     atomic_init(&c->deadline_ms, c->start_ms + h->header_timeout_ms);
     atomic_init(&c->head_ms, 0);
     atomic_init(&c->body_bytes, 0);
-    format_peer(conn, c->peer, sizeof c->peer);
+    format_peer(conn, c->sock_peer, sizeof c->sock_peer);
+    memcpy(c->peer, c->sock_peer, sizeof c->sock_peer);
     const union MHD_ConnectionInfo *ai =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;

@@ -52,7 +52,8 @@ struct conn {
     uint8_t ip_key[16];          /* the peer address (proxy_key_sa) */
     int early_status;            /* a lingering refusal's status, 0: none (under wd_mu) */
     char early_body[256];        /* and its JSON body, for the watchdog to send (under wd_mu) */
-    char peer[INET6_ADDRSTRLEN + 64]; /* client address, for log lines */
+    char peer[INET6_ADDRSTRLEN + 64];     /* client address, for log lines (under wd_mu) */
+    char sock_peer[INET6_ADDRSTRLEN + 8]; /* the socket's peer, "ip:port" */
 };
 
 struct http {

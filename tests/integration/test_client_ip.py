@@ -106,6 +106,20 @@ class BehindProxy(ClientIpCase, ServerTestCase):
         finally:
             c.close()
         self.srv.wait_for_log(r"req=client-ip-slow .*from 203\.0\.113\.45 \(via 127\.0\.0\.1\)")
+        # A proxy's kept-alive connection carries many clients: a later request without the
+        # header is the proxy's own, not the previous client's.
+        c = Raw(self.srv)
+        try:
+            c.send(request_bytes("GET", "/healthz", key=None,
+                                 headers={"X-Forwarded-For": "203.0.113.46"}))
+            self.assertEqual(c.read_response().status, 200)
+            c.send(request_bytes("POST", "/v1/batch", b"x" * 100,
+                                 headers={"X-Request-Id": "client-ip-own"})[:-50])
+            self.assertEqual(c.read_response().status, 408)
+        finally:
+            c.close()
+        line = self.srv.wait_for_log(r"req=client-ip-own .*from 127\.0\.0\.1:\d+ ")
+        self.assertNotIn("203.0.113.46", line)
 
 
 class PerAddressCapBehindProxy(ServerTestCase):
