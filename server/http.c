@@ -24,6 +24,26 @@
 #include "server/logging.h"
 
 /*
+ * DESIGN. One request goes through libmicrohttpd's access handler several times: the first call
+ * has the headers (first_call: framing and header checks, the client address, api_check_headers,
+ * early refusals), then one call per piece of body (body_chunk: buffered within
+ * --max-body-memory, or dropped), then the final call (final_call: gzip, api_handle, and an
+ * answer now or once the group commit calls on_done, the connection suspended meanwhile).
+ * Refusals decided on the first call wait for the body (lingering close, below). The connection
+ * around it (deadlines, the watchdog, shedding, per-address counts) is http_conn.c's.
+ *
+ * Functions, in order: counters (counter_add, counter_wait_zero), ids (safe_request_id), the
+ * body budget (budget_take, budget_give), answers (too_large, answer, transport_headers,
+ * answer_transport, answer_error, answer_too_large), lingering (expects_continue, may_linger,
+ * linger_start, refuse, linger, refuse_error), on_done, the request for the api (parse_encoding,
+ * get_param, fill_req, header_bytes, start_request_id), header checks
+ * (content_lengths_disagree, resolve_client, unfolded, find_bad_name, check_framing,
+ * count_client), the calls (new_req, first_call, grow_body, over_budget, body_chunk, call_api,
+ * retry_api, settle, final_call, dispatch, on_request, on_completed), start and stop (read_pem,
+ * on_mhd_log, resolve, free_tls, set_limits, http_start, http_quiesce, http_drain, http_stop).
+ */
+
+/*
  * Lingering close. A refusal decided before the body is read (too large by Content-Length,
  * unknown key, ...) is not sent at once: libmicrohttpd 0.9.75 would send it and close with the
  * body still arriving, and the kernel answers those bytes with a reset that destroys the answer
