@@ -6,7 +6,6 @@ Raw sockets: http.client cannot send any of these.
 """
 
 import json
-import socket
 import unittest
 
 from harness import ServerTestCase, log_cat, new_id, track

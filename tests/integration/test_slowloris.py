@@ -7,7 +7,6 @@ Everything comes from 127.0.0.1, as it would through a proxy: no per-address cap
 """
 
 import json
-import os
 import resource
 import select
 import socket
