@@ -594,7 +594,9 @@ static void resolve_client(http_t *h, struct req *r)
  * place in its read buffer: the colon becomes a NUL and the value follows the name after blanks.
  * A continuation line (one starting with a blank) it appends to the *name*, which it copies to a
  * fresh block of its memory pool for that, so the name no longer sits right before its value.
- * Other versions store headers differently (0.9.76 on reject obs-fold themselves), hence the guard.
+ * Only checked on the version it was read in (0.9.75, Debian 12's): 1.0 handles obs-fold itself
+ * (refuses it, or replaces it with a blank), and another layout would make every header look
+ * unfolded, hence the guard.
  */
 static bool unfolded(const char *key, const char *value)
 {
