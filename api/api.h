@@ -124,6 +124,10 @@ typedef struct api_req {
      * a request is handled again after a retry outcome, so its long-poll deadline stays put.
      * 0: "now". */
     int64_t arrived_mono_ms;
+    /* The client's address as text ("192.0.2.7", "2001:db8::1"): the socket's peer or, behind a
+     * trusted proxy, the address it forwarded. Ingested events without a context.ip get it, as
+     * Segment's API does. NULL: leave context.ip alone (--no-context-ip). */
+    const char *client_ip;
     api_param_fn param; /* query parameters; NULL: the request has none */
     void *transport;    /* passed to param */
 } api_req_t;

@@ -757,6 +757,18 @@ int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_erro
         if ((rc = batch_level(root, &bsent, &bctx, &bint, err)) != BATCH_OK)
             return rc;
     }
+    /* The client address goes in as one more batch-level context member, so an event's own
+     * context.ip, then the batch's, win over it, as in Segment's API. */
+    json_t *ipctx = NULL;
+    if (o->client_ip && !(bctx && json_object_get(bctx, "ip"))) {
+        ipctx = bctx ? json_copy(bctx) : json_object();
+        if (!ipctx || json_object_set_new(ipctx, "ip", json_string(o->client_ip)) != 0) {
+            json_decref(ipctx);
+            seterr(err, "out of memory");
+            return BATCH_NOMEM;
+        }
+        bctx = ipctx;
+    }
 
     build_t b = {
         .o = o,
@@ -804,8 +816,10 @@ int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_erro
         out->events[i].message_id = out->arena + off;
         off += out->events[i].message_id_len + 1;
     }
+    json_decref(ipctx);
     return BATCH_OK;
 nomem:
+    json_decref(ipctx);
     free(b.out.p);
     batch_clear(out);
     seterr(err, "out of memory");

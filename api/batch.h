@@ -41,7 +41,9 @@ typedef struct batch_options {
     const char *sent_at_header;
     batch_uuid_fn uuid; /* NULL: batch_uuid_v4 */
     void *uuid_arg;
-    size_t size_hint; /* the body's length, to size the events' buffer once; 0: unknown */
+    size_t size_hint;      /* the body's length, to size the events' buffer once; 0: unknown */
+    const char *client_ip; /* context.ip for events without one (event and batch context win);
+                              NULL: none is added */
 } batch_options_t;
 
 typedef struct batch_event {

@@ -413,6 +413,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         .now_ms = req->now_ms,
         .sent_at_header = req->sent_at,
         .size_hint = req->body_len,
+        .client_ip = req->client_ip,
     };
     int brc = batch_build(root, &o, &b, &err);
     if (brc == BATCH_BAD_REQUEST) {

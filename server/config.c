@@ -36,6 +36,7 @@ enum kind {
     K_CHOICE,   /* one word of the metavar "a|b|c", stored as its index in an int field */
     K_TIME,     /* an ISO-8601 UTC time or ms since the epoch into an int64 field (ms) */
     K_LIST,     /* NAME=VALUE strings, repeatable, into kafka_opts (the variable: one a line) */
+    K_BOOL, /* a switch: the flag alone (or =true/false); the variable 1/true/yes or 0/false/no */
 };
 
 struct setting {
@@ -103,13 +104,33 @@ static const struct setting settings[] = {
      "where the de-duplication window lives: lmdb (exact, on disk), or memory:SPEC, a "
      "bounded-memory filter such as memory:qqhtd:8Mbit or memory:nsq:64Mbit (no disk, fixed "
      "memory, approximate: a false positive drops a unique event; docs/filters.md)"},
-    {"max-connections-per-ip", "INGESTD_MAX_CONNECTIONS_PER_IP", "256", K_COUNT, 0, 1000000,
+    {"max-connections-per-ip", "INGESTD_MAX_CONNECTIONS_PER_IP", "0", K_COUNT, 0, 1000000,
      FIELD(max_connections_per_ip), "N",
-     "concurrent connections from one client address at most; 0: no per-address cap"},
+     "concurrent connections from one socket address at most (a proxy in front counts as one "
+     "address); 0: no per-address cap"},
+    {"header-timeout", "INGESTD_HEADER_TIMEOUT", "10s", K_SECONDS, 1, 3600, FIELD(header_timeout_s),
+     "DURATION",
+     "a new connection's request line and headers must arrive within this (1s..1h); when "
+     "connections near --max-connections, those still without a complete request head are "
+     "closed first, oldest first"},
     {"request-timeout", "INGESTD_REQUEST_TIMEOUT", "60s", K_SECONDS, 1, 3600,
      FIELD(request_timeout_s), "DURATION",
      "a request's headers and body must arrive within this, however slowly they trickle "
      "(1s..1h)"},
+    {"min-body-rate", "INGESTD_MIN_BODY_RATE", "1KiB", K_SIZE, 0, GIB, FIELD(min_body_rate),
+     "BYTES",
+     "bytes per second a request body must average once --header-timeout has passed since its "
+     "headers (answered 408 otherwise); 0: no minimum"},
+    {"max-body-memory", "INGESTD_MAX_BODY_MEMORY", "128MiB", K_SIZE, MIB, TIB,
+     FIELD(max_body_memory), "SIZE",
+     "request bodies buffered at once, all connections together, at most; past it a request "
+     "gets 503 with Retry-After (its body is read and dropped)"},
+    {"trusted-proxies", "INGESTD_TRUSTED_PROXIES", NULL, K_PATH, 1,
+     sizeof(((config_t *)0)->trusted_proxies) - 1, FIELD(trusted_proxies), "CIDR,...",
+     "proxies whose X-Forwarded-For / Forwarded header names the client: for connections from "
+     "these networks that address is the client's (context.ip, log lines)"},
+    {"no-context-ip", "INGESTD_NO_CONTEXT_IP", "false", K_BOOL, 0, 0, FIELD(no_context_ip), "",
+     "do not fill context.ip from the client address (events that carry one keep it)"},
     {"max-header-bytes", "INGESTD_MAX_HEADER_BYTES", "16KiB", K_SIZE, 4 * KIB, MIB,
      FIELD(max_header_bytes), "SIZE",
      "request line and headers at most (4KiB..1MiB); more is answered 431"},
@@ -599,6 +620,15 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
         return add_keys(cfg, v, origin, errbuf, errlen);
     case K_LIST:
         return add_opt(cfg, v, origin, errbuf, errlen);
+    case K_BOOL: {
+        bool on = strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 || strcmp(v, "1") == 0;
+        if (!on && strcasecmp(v, "false") != 0 && strcasecmp(v, "no") != 0 && strcmp(v, "0") != 0) {
+            set_err(errbuf, errlen, "invalid %s \"%s\": expected true or false", origin, v);
+            return -1;
+        }
+        *(bool *)((char *)cfg + st->off) = on;
+        return 0;
+    }
     case K_TIME:
         if (parse_time(v, &ms) != 0) {
             set_err(errbuf, errlen,
@@ -794,6 +824,8 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         }
         if (eq != NULL) {
             val = eq + 1;
+        } else if (st->kind == K_BOOL) {
+            val = "true"; /* a switch takes no value unless given with = */
         } else if (i + 1 < argc) {
             val = argv[++i];
         } else {
@@ -882,6 +914,8 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
     }
     if (check_role(cfg, errbuf, errlen) != 0)
         goto out;
+    if (proxy_parse(cfg->trusted_proxies, &cfg->proxies, errbuf, errlen) != 0)
+        goto out;
     rc = 0;
 
 out:
@@ -968,6 +1002,9 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
             snprintf(buf, len, "%s", ms == 0 ? "none" : "?");
         return;
     }
+    case K_BOOL:
+        snprintf(buf, len, "%s", *(const bool *)((const char *)cfg + st->off) ? "true" : "false");
+        return;
     case K_DURATION:
         fmt_duration(buf, len, (int64_t)get_uint(cfg, st));
         return;
@@ -1028,7 +1065,7 @@ void config_usage(FILE *out)
         const struct setting *st = &settings[i];
         char head[64], def[64];
 
-        snprintf(head, sizeof head, "--%s %s", st->name, st->metavar);
+        snprintf(head, sizeof head, "--%s%s%s", st->name, st->metavar[0] ? " " : "", st->metavar);
         if (st->def != NULL)
             snprintf(def, sizeof def, "%s", st->def);
         else if (st->kind == K_KEYS)

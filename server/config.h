@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "api/api.h"
+#include "server/proxy.h"
 
 #define CONFIG_MAX_WRITE_KEYS 256
 #define CONFIG_MAX_KAFKA_OPTS 64
@@ -57,9 +58,19 @@ typedef struct config {
     uint64_t log_max_bytes;   /* --log-max-bytes (INGESTD_LOG_MAX_BYTES), default 0: no bound */
     /* Hardening (issue #6; README "Limits"). */
     unsigned max_connections_per_ip; /* --max-connections-per-ip (INGESTD_MAX_CONNECTIONS_PER_IP),
-                                        default 256; 0: no per-address cap */
+                                        default 0: no per-address cap (README "Limits" says why) */
     unsigned request_timeout_s;      /* --request-timeout (INGESTD_REQUEST_TIMEOUT): headers and
                                         body must arrive within this, default 60s */
+    unsigned header_timeout_s;       /* --header-timeout (INGESTD_HEADER_TIMEOUT): the request
+                                        line and headers must arrive within this, default 10s */
+    uint64_t min_body_rate;          /* --min-body-rate (INGESTD_MIN_BODY_RATE): bytes/s a body
+                                        must average, default 1KiB; 0: off */
+    uint64_t max_body_memory;        /* --max-body-memory (INGESTD_MAX_BODY_MEMORY): request
+                                        bodies buffered at once at most, default 128MiB */
+    char trusted_proxies[1024];      /* --trusted-proxies (INGESTD_TRUSTED_PROXIES): CIDR list */
+    proxy_list_t proxies;            /* trusted_proxies parsed */
+    bool no_context_ip;              /* --no-context-ip (INGESTD_NO_CONTEXT_IP): leave
+                                        context.ip alone */
     uint64_t max_header_bytes;       /* --max-header-bytes (INGESTD_MAX_HEADER_BYTES), request
                                         line + headers at most, default 16KiB */
     uint64_t queue_max_bytes;        /* --queue-max-bytes (INGESTD_QUEUE_MAX_BYTES): event bytes

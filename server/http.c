@@ -1,6 +1,6 @@
 /* http: libmicrohttpd glue; reads bodies, calls api/, parks connections until the commit answers.
- */
-#include "server/http.h"
+ * Connections themselves (deadlines, the watchdog, shedding) are http_conn.c's. */
+#include "server/http_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -17,93 +17,61 @@
 #include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
-
-#include <microhttpd.h>
 
 #include "server/gzip.h"
 #include "server/logging.h"
 
 /*
- * Once a chunked upload passes the cap we stop buffering but keep reading:
- * libmicrohttpd 0.9.75 only lets a response be queued on the first call
- * (before the body) or the final one (after it), never in between. This
- * bounds how much we are willing to read and throw away before we simply
- * close the connection instead.
+ * DESIGN. One request goes through libmicrohttpd's access handler several times: the first call
+ * has the headers (first_call: framing and header checks, the client address, api_check_headers,
+ * early refusals), then one call per piece of body (body_chunk: buffered within
+ * --max-body-memory, or dropped), then the final call (final_call: gzip, api_handle, and an
+ * answer now or once the group commit calls on_done, the connection suspended meanwhile).
+ * Refusals decided on the first call wait for the body (lingering close, below). The connection
+ * around it (deadlines, the watchdog, shedding, per-address counts) is http_conn.c's.
+ *
+ * Functions, in order: counters (counter_add, counter_wait_zero), ids (safe_request_id), the
+ * body budget (budget_take, budget_give), answers (too_large, answer, transport_headers,
+ * answer_transport, answer_error, answer_too_large), lingering (expects_continue, may_linger,
+ * linger_start, refuse, linger, refuse_error), on_done, the request for the api (parse_encoding,
+ * get_param, fill_req, header_bytes, start_request_id), header checks
+ * (content_lengths_disagree, resolve_client, unfolded, find_bad_name, check_framing,
+ * count_client), the calls (new_req, first_call, grow_body, over_budget, body_chunk, call_api,
+ * retry_api, settle, final_call, dispatch, on_request, on_completed), start and stop (read_pem,
+ * on_mhd_log, resolve, free_tls, set_limits, http_start, http_quiesce, http_drain, http_stop).
  */
-#define DISCARD_MAX ((size_t)8 * API_MAX_REQUEST_BYTES)
+
+/*
+ * Lingering close. A refusal decided before the body is read (too large by Content-Length,
+ * unknown key, ...) is not sent at once: libmicrohttpd 0.9.75 would send it and close with the
+ * body still arriving, and the kernel answers those bytes with a reset that destroys the answer
+ * in the client's buffers before a client that writes first and reads after can read it (most
+ * SDKs' HTTP stacks). So the body is read and dropped and the refusal sent after it, as nginx's
+ * lingering close does; MHD only lets a response be queued on the first call (before the body)
+ * or the final one (after it), never in between. These bound what one refused request may cost:
+ * a body announced larger than LINGER_MAX_BYTES is refused at once, a chunked one is cut there,
+ * and the rest of the body must arrive within LINGER_MAX_MS (past it the watchdog answers). With
+ * `Expect: 100-continue` the client waits to be invited, so it is refused at once, unread.
+ */
+#define LINGER_MAX_BYTES ((size_t)8 * API_MAX_REQUEST_BYTES)
+
+/* The header values joined for the client address (X-Forwarded-For may repeat); longer ones keep
+ * their right end, the hops our own proxies added. */
+#define FORWARDED_MAX 2048
 
 /* How long http_stop waits for parked requests to be answered before giving up. */
 #define STOP_WAIT_MS 5000
 
-/* How often the watchdog looks for requests past --request-timeout (bounds its lateness). */
-#define WATCHDOG_TICK_MS 250
-
-/* A client's X-Request-Id is kept when it is this short and made of safe characters. */
-#define REQID_MAX 64
-
 /* A PEM certificate chain or key larger than this is not a PEM file. */
 #define TLS_FILE_MAX (1024 * 1024)
-
-/* Deadline states of a connection (struct conn.deadline_ms); a positive value is armed. */
-#define DEADLINE_OFF     0  /* a request is being answered: no deadline */
-#define DEADLINE_EXPIRED -1 /* the watchdog closed it; the handler must not answer */
-
-/*
- * Per-connection state, from accept to close (MHD's connection notification). It carries the
- * deadline of the request on the connection: armed when the connection opens and after each
- * response, so the headers and body of the next request must arrive within --request-timeout
- * however slowly they trickle (MHD's own timeout only counts idle time), and disarmed once the
- * whole request is here. The watchdog thread expires overdue ones; a compare-and-swap on the
- * deadline decides whether the watchdog or the handler answers, never both.
- */
-struct conn {
-    struct conn *prev, *next; /* http.conns, under http.wd_mu */
-    MHD_socket fd;
-    _Atomic int64_t deadline_ms;     /* CLOCK_MONOTONIC ms, or DEADLINE_OFF / DEADLINE_EXPIRED */
-    char rid[REQID_MAX + 1];         /* id of the request on it, "" before its headers are in */
-    bool reused;                     /* a response was sent on it already (under wd_mu) */
-    char peer[INET6_ADDRSTRLEN + 8]; /* client address, for log lines */
-};
-
-struct http {
-    struct MHD_Daemon *daemon;
-    api_t *api;
-    MHD_socket listen_fd; /* handed back by MHD_quiesce_daemon; ours to close after stop */
-    atomic_bool quiesced;
-
-    /* The gate keeps api_handle() calls out once http_drain has returned, so
-     * the caller may close storage while connections are still open. */
-    pthread_rwlock_t gate;
-    bool gate_closed;
-
-    pthread_mutex_t mu; /* guards the two counters; cv signals when they drop */
-    pthread_cond_t cv;
-    unsigned inflight;  /* request contexts alive (first call .. completed callback) */
-    unsigned suspended; /* parked connections whose answer has not arrived yet */
-
-    int64_t request_timeout_ms;
-    size_t max_header_bytes;
-    bool tls;
-    char *tls_cert, *tls_key;  /* PEM text, kept while the daemon runs */
-    _Atomic uint64_t rid_next; /* request ids: a counter from a random start, mixed */
-
-    /* The request-timeout watchdog and the connections it watches. */
-    pthread_mutex_t wd_mu;
-    pthread_cond_t wd_cv;
-    bool wd_stop;
-    bool wd_running;
-    pthread_t wd_thread;
-    struct conn *conns;
-};
 
 enum encoding { ENC_IDENTITY, ENC_GZIP };
 
 enum phase {
     PH_BODY,     /* reading the body */
-    PH_DISCARD,  /* body over the cap: reading and dropping the rest */
+    PH_DISCARD,  /* body over the cap, or refused early: reading and dropping the rest */
     PH_PENDING,  /* api_handle returned API_PENDING; waiting for on_done */
     PH_ANSWERED, /* a response is queued */
 };
@@ -114,6 +82,7 @@ struct req {
     struct MHD_Connection *conn;
     struct conn *c; /* the connection's state; NULL if it could not be allocated */
     const char *method;
+    const char *version;     /* "HTTP/1.1", ... (MHD's, valid while the request lives) */
     char rid[REQID_MAX + 1]; /* X-Request-Id */
     enum phase phase;
     enum encoding enc;
@@ -124,7 +93,14 @@ struct req {
     char *path_copy;
     char *body; /* raw (maybe compressed) body, NUL-terminated */
     size_t len, cap;
+    size_t reserved; /* bytes of h->body_budget this request holds (its buffer) */
     size_t discarded;
+    bool has_early;   /* `early` is the answer once the body is read (lingering close) */
+    api_resp_t early; /* owns its body */
+    bool must_close;  /* answer with Connection: close (Content-Length with chunked) */
+    char client_ip[PROXY_ADDR_LEN]; /* "" when unknown */
+    bool client_counted;            /* counts in http.per_ip under client_key */
+    uint8_t client_key[16];
 
     pthread_mutex_t mu; /* orders on_done (writer thread) against suspending */
     bool done;          /* on_done has run; resp holds the answer */
@@ -132,14 +108,6 @@ struct req {
     bool counted;       /* in h->inflight (a request refused while shutting down is not) */
     api_resp_t resp;
 };
-
-static int64_t clock_ms(clockid_t clk)
-{
-    struct timespec ts;
-
-    clock_gettime(clk, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void counter_add(http_t *h, unsigned *c, int delta)
 {
@@ -173,23 +141,6 @@ static unsigned counter_wait_zero(http_t *h, unsigned *c, int timeout_ms)
     return left;
 }
 
-/*
- * A new request id: 16 hex digits, unique within the process. The counter starts at a random
- * value and goes through splitmix64's finaliser, a bijection on 64 bits, so distinct counts give
- * distinct ids that do not read as a sequence (nor reveal the request rate). One atomic add.
- */
-static void new_request_id(http_t *h, char out[REQID_MAX + 1])
-{
-    uint64_t x = atomic_fetch_add(&h->rid_next, 1);
-
-    x ^= x >> 30;
-    x *= UINT64_C(0xbf58476d1ce4e5b9);
-    x ^= x >> 27;
-    x *= UINT64_C(0x94d049bb133111eb);
-    x ^= x >> 31;
-    snprintf(out, REQID_MAX + 1, "%016" PRIx64, x);
-}
-
 /* A client's id is used as is when it cannot break a header, a JSON string or a log line. */
 static bool safe_request_id(const char *v)
 {
@@ -208,30 +159,20 @@ static bool safe_request_id(const char *v)
     return n > 0;
 }
 
-/* Disarms the request deadline before answering. False: the watchdog expired it first. */
-static bool deadline_disarm(struct conn *c)
+/* Bodies held in memory come out of one budget (--max-body-memory). False: it is spent. */
+static bool budget_take(http_t *h, size_t n)
 {
-    if (c == NULL)
+    uint64_t before = atomic_fetch_add(&h->body_used, n);
+    if (before + n <= h->body_budget)
         return true;
-    int64_t d = atomic_load(&c->deadline_ms);
-    while (d != DEADLINE_OFF) {
-        if (d == DEADLINE_EXPIRED)
-            return false;
-        if (atomic_compare_exchange_weak(&c->deadline_ms, &d, DEADLINE_OFF))
-            break;
-    }
-    return true;
+    atomic_fetch_sub(&h->body_used, n);
+    return false;
 }
 
-/* Arms the deadline for the next request on a keep-alive connection (not once expired). */
-static void deadline_arm(http_t *h, struct conn *c)
+static void budget_give(http_t *h, struct req *r)
 {
-    if (c == NULL)
-        return;
-    int64_t d = atomic_load(&c->deadline_ms);
-    int64_t next = clock_ms(CLOCK_MONOTONIC) + h->request_timeout_ms;
-    while (d != DEADLINE_EXPIRED && !atomic_compare_exchange_weak(&c->deadline_ms, &d, next))
-        ;
+    atomic_fetch_sub(&h->body_used, r->reserved);
+    r->reserved = 0;
 }
 
 static void too_large(api_resp_t *resp)
@@ -254,7 +195,7 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     enum MHD_Result ret;
     char retry[16];
 
-    if (!deadline_disarm(r->c)) {
+    if (!http_conn_disarm(r->c)) {
         /* The watchdog answered 408 and closed the connection already. */
         free(resp->body);
         resp->body = NULL;
@@ -285,9 +226,13 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     if (resp->allow != NULL)
         MHD_add_response_header(mr, MHD_HTTP_HEADER_ALLOW, resp->allow);
     MHD_add_response_header(mr, "X-Request-Id", r->rid);
+    if (r->must_close) {
+        /* RFC 9112 6.1: whatever followed a request framed two ways is not read as another. */
+        MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
     for (size_t i = 0; i < resp->nheaders && i < API_MAX_HEADERS; i++)
         MHD_add_response_header(mr, resp->headers[i].name, resp->headers[i].value);
-    if (atomic_load(&h->quiesced)) {
+    if (atomic_load(&h->quiesced) && !r->must_close) {
         /* Shutting down: tell keep-alive clients to take their next request elsewhere. */
         MHD_add_response_header(mr, MHD_HTTP_HEADER_CONNECTION, "close");
     }
@@ -298,14 +243,15 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
         api_count_duration(h->api, r->path, resp->status, api_clock_ns() - r->start_ns);
         r->phase = PH_ANSWERED;
         /* The path, never the body: event data stays out of the logs. */
-        LOG_DEBUG("http: %s %.200s -> %d", r->method, r->path, resp->status);
+        LOG_DEBUG("http: %s %.200s -> %d (from %s)", r->method, r->path, resp->status,
+                  r->client_ip[0] ? r->client_ip : "?");
     }
     return ret;
 }
 
 /* An answer the transport made itself: the api adds its per-route headers (CORS on the ingest
  * routes, so a page's script can read why it was refused), then it is queued. */
-static enum MHD_Result answer_transport(struct req *r, api_resp_t *resp)
+static void transport_headers(struct req *r, api_resp_t *resp)
 {
     api_req_t areq;
 
@@ -313,6 +259,11 @@ static enum MHD_Result answer_transport(struct req *r, api_resp_t *resp)
     areq.path = r->path;
     areq.origin = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
     api_transport_headers(r->h->api, &areq, resp);
+}
+
+static enum MHD_Result answer_transport(struct req *r, api_resp_t *resp)
+{
+    transport_headers(r, resp);
     return answer(r, resp);
 }
 
@@ -331,6 +282,97 @@ static enum MHD_Result answer_too_large(struct req *r)
 
     too_large(&resp);
     return answer_transport(r, &resp);
+}
+
+/* `Expect: 100-continue` on HTTP/1.1, as libmicrohttpd decides whether to invite the body. */
+static bool expects_continue(const struct req *r)
+{
+    const char *v = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+
+    return v != NULL && strcasecmp(v, "100-continue") == 0 && r->version != NULL &&
+           strcmp(r->version, MHD_HTTP_VERSION_1_1) == 0;
+}
+
+static enum MHD_Result linger(struct req *r, api_resp_t *resp);
+
+/* Whether a refusal may wait for the body (see LINGER_MAX_BYTES): one comes, within the bound,
+ * and the client does not wait for an invitation. */
+static bool may_linger(struct req *r)
+{
+    struct MHD_Connection *conn = r->conn;
+    const char *cl =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+
+    if (r->c == NULL || expects_continue(r))
+        return false;
+    if (te != NULL)
+        return true; /* chunked (others got 501): cut at LINGER_MAX_BYTES in body_chunk */
+    if (cl == NULL)
+        return false;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(cl, &end, 10);
+    return errno == 0 && end != cl && n > 0 && n <= LINGER_MAX_BYTES;
+}
+
+/* The watchdog answers a lingering refusal itself when the rest of the body is too slow. */
+static void linger_start(http_t *h, struct req *r)
+{
+    struct conn *c = r->c;
+
+    pthread_mutex_lock(&h->wd_mu);
+    c->early_status = 0;
+    if (r->early.body != NULL && r->early.body_len < sizeof c->early_body) {
+        memcpy(c->early_body, r->early.body, r->early.body_len);
+        c->early_body[r->early.body_len] = '\0';
+        c->early_status = r->early.status;
+    }
+    pthread_mutex_unlock(&h->wd_mu);
+    http_conn_move(c, http_clock_ms(CLOCK_MONOTONIC) + LINGER_MAX_MS, true);
+}
+
+/*
+ * A refusal decided on the first call (headers only): answered after the body is read and
+ * dropped when that is possible (lingering close, see LINGER_MAX_BYTES), else at once. Takes
+ * resp's body either way.
+ */
+static enum MHD_Result refuse(struct req *r, api_resp_t *resp)
+{
+    if (!may_linger(r))
+        return answer(r, resp);
+    return linger(r, resp);
+}
+
+/* Keeps resp (taking its body) as the answer to send once the body has been read and dropped. */
+static enum MHD_Result linger(struct req *r, api_resp_t *resp)
+{
+    if (r->c == NULL) {
+        free(resp->body);
+        resp->body = NULL;
+        return MHD_NO;
+    }
+    free(r->body);
+    r->body = NULL;
+    budget_give(r->h, r);
+    r->len = r->cap = 0;
+    r->early = *resp;
+    resp->body = NULL;
+    r->has_early = true;
+    r->phase = PH_DISCARD;
+    linger_start(r->h, r);
+    return MHD_YES;
+}
+
+static enum MHD_Result refuse_error(struct req *r, int status, const char *msg)
+{
+    api_resp_t resp;
+
+    memset(&resp, 0, sizeof resp);
+    api_error(&resp, status, msg);
+    transport_headers(r, &resp);
+    return refuse(r, &resp);
 }
 
 /* Runs once per pending request, on the commit writer thread. */
@@ -406,6 +448,7 @@ static void fill_req(const struct req *r, const char *method, api_req_t *areq)
     areq->arrived_mono_ms = r->mono_ms;
     areq->param = get_param;
     areq->transport = r->conn;
+    areq->client_ip = r->h->context_ip && r->client_ip[0] != '\0' ? r->client_ip : NULL;
 }
 
 /* MHD_get_connection_values iterator: adds up the bytes of a request's headers. */
@@ -437,7 +480,7 @@ static void start_request_id(http_t *h, struct req *r)
     if (safe_request_id(theirs))
         snprintf(r->rid, sizeof r->rid, "%s", theirs);
     else
-        new_request_id(h, r->rid);
+        http_new_request_id(h, r->rid);
     logging_set_request_id(r->rid);
     if (r->c != NULL) {
         /* So the watchdog's 408 and log line name the same request. */
@@ -478,22 +521,185 @@ static bool content_lengths_disagree(struct MHD_Connection *conn)
     return sc.disagree;
 }
 
-/* First call: headers only. Early answers here make MHD skip the body and close. */
-static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const char *url,
-                                  const char *method, void **con_cls)
-{
-    struct req *r;
-    api_req_t areq;
-    api_resp_t resp;
-    const char *q;
-    bool enc_ok;
+/* MHD_get_connection_values iterator: joins every value of one header with ", " (RFC 9110 5.3),
+ * keeping the right end when they are too long. */
+struct join {
+    const char *name;
+    char buf[FORWARDED_MAX];
+    size_t len;
+};
 
-    r = calloc(1, sizeof *r);
-    if (r == NULL)
+static enum MHD_Result join_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    struct join *j = cls;
+    (void)kind;
+    if (key == NULL || value == NULL || strcasecmp(key, j->name) != 0)
+        return MHD_YES;
+    size_t sep = j->len > 0 ? 2 : 0;
+    size_t n = strlen(value);
+    if (n + sep >= sizeof j->buf) {
+        value += n - (sizeof j->buf - 1); /* this value alone fills it: its right end */
+        n = sizeof j->buf - 1;
+        j->len = sep = 0;
+    } else if (j->len + sep + n >= sizeof j->buf) {
+        size_t drop = j->len + sep + n - (sizeof j->buf - 1);
+        memmove(j->buf, j->buf + drop, j->len - drop);
+        j->len -= drop;
+    }
+    memcpy(j->buf + j->len, ", ", sep);
+    memcpy(j->buf + j->len + sep, value, n);
+    j->len += sep + n;
+    j->buf[j->len] = '\0';
+    return MHD_YES;
+}
+
+/* The socket peer's address or, behind a trusted proxy, the client's it forwarded; log lines of
+ * the connection name both then. */
+static void resolve_client(http_t *h, struct req *r)
+{
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;
+    struct join fwd = {"Forwarded", "", 0}, xff = {"X-Forwarded-For", "", 0};
+    char client[PROXY_ADDR_LEN];
+
+    r->client_ip[0] = '\0';
+    if (sa == NULL)
+        return;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, r->client_ip,
+                  sizeof r->client_ip);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, r->client_ip,
+                  sizeof r->client_ip);
+    if (h->proxies.n == 0 || !proxy_trusted_sa(&h->proxies, sa))
+        return;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &fwd);
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &xff);
+    bool found = proxy_client(&h->proxies, fwd.len > 0 ? fwd.buf : NULL,
+                              xff.len > 0 ? xff.buf : NULL, client) == 0;
+    if (r->c != NULL) {
+        /* A proxy's kept-alive connection carries many clients: this request's, or its own. */
+        pthread_mutex_lock(&h->wd_mu);
+        if (found)
+            snprintf(r->c->peer, sizeof r->c->peer, "%s (via %s)", client, r->client_ip);
+        else
+            memcpy(r->c->peer, r->c->sock_peer, sizeof r->c->sock_peer);
+        pthread_mutex_unlock(&h->wd_mu);
+    }
+    if (found)
+        memcpy(r->client_ip, client, sizeof client);
+}
+
+/*
+ * Whether libmicrohttpd 0.9.75 unfolded this header from obs-folded lines. It parses headers in
+ * place in its read buffer: the colon becomes a NUL and the value follows the name after blanks.
+ * A continuation line (one starting with a blank) it appends to the *name*, which it copies to a
+ * fresh block of its memory pool for that, so the name no longer sits right before its value.
+ * Only checked on the version it was read in (0.9.75, Debian 12's): 1.0 handles obs-fold itself
+ * (refuses it, or replaces it with a blank), and another layout would make every header look
+ * unfolded, hence the guard.
+ */
+static bool unfolded(const char *key, const char *value)
+{
+#if MHD_VERSION == 0x00097500
+    size_t klen = strlen(key);
+    const char *p = key + klen + 1;
+
+    if (value == NULL || value < p)
+        return true;
+    while (p < value && (*p == ' ' || *p == '\t'))
+        p++;
+    return p != value;
+#else
+    (void)key;
+    (void)value;
+    return false;
+#endif
+}
+
+/* MHD_get_connection_values iterator: a header line we refuse (RFC 9112 5.1, 5.2): a name that is
+ * not a token (libmicrohttpd 0.9.75 keeps a blank before the colon in the name), or a folded one.
+ */
+static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const char *key,
+                                     const char *value)
+{
+    bool *bad = cls;
+    (void)kind;
+    if (key == NULL || key[0] == '\0' || unfolded(key, value)) {
+        *bad = true;
         return MHD_NO;
+    }
+    for (const char *p = key; *p != '\0'; p++) {
+        unsigned char ch = (unsigned char)*p;
+        if (ch <= ' ' || ch >= 0x7f || strchr("\"(),/:;<=>?@[\\]{}", ch) != NULL) {
+            *bad = true;
+            return MHD_NO;
+        }
+    }
+    return MHD_YES;
+}
+
+/*
+ * Framing and syntax a proxy in front might read differently from us (request smuggling):
+ * refused, or for Content-Length beside chunked, answered and then closed (RFC 9112 6.1). Returns
+ * MHD_YES to go on with *done false, or what the handler returns with *done true.
+ */
+static enum MHD_Result check_framing(struct req *r, bool *done)
+{
+    struct MHD_Connection *conn = r->conn;
+    const char *te =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    bool bad_name = false;
+
+    *done = true;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, find_bad_name, &bad_name);
+    if (bad_name) {
+        r->must_close = true;
+        return answer_error(r, 400, "malformed header line (blank before the colon, or folded)");
+    }
+    if (content_lengths_disagree(conn))
+        return answer_error(r, 400, "conflicting Content-Length headers");
+    if (te != NULL && strcasecmp(te, "chunked") != 0) {
+        /* libmicrohttpd reads only chunked; any other coding it would wait on forever. */
+        r->must_close = true;
+        return answer_error(r, 501, "unsupported Transfer-Encoding (only chunked is)");
+    }
+    if (te != NULL &&
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH))
+        r->must_close = true;
+    if (r->c != NULL && r->c->nul_in_path)
+        return refuse_error(r, 400, "NUL byte (%00) in the path");
+    *done = false;
+    return MHD_YES;
+}
+
+/* Behind a trusted proxy, --max-connections-per-ip counts the requests in flight of each
+ * forwarded client (its connections are the proxy's). False: this one is one too many. */
+static bool count_client(http_t *h, struct req *r)
+{
+    if (h->per_ip == NULL || r->c == NULL || !r->c->via_proxy ||
+        proxy_key_text(r->client_ip, r->client_key) != 0)
+        return true;
+    pthread_mutex_lock(&h->wd_mu);
+    r->client_counted = addrcount_take(h->per_ip, r->client_key, h->per_ip_cap);
+    pthread_mutex_unlock(&h->wd_mu);
+    return r->client_counted;
+}
+
+/* Allocates a request's state on the first call; NULL when out of memory. */
+static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *url,
+                           const char *method)
+{
+    struct req *r = calloc(1, sizeof *r);
+    const char *q;
+
+    if (r == NULL)
+        return NULL;
     if (pthread_mutex_init(&r->mu, NULL) != 0) {
         free(r);
-        return MHD_NO;
+        return NULL;
     }
     r->h = h;
     r->conn = conn;
@@ -501,8 +707,8 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     r->c = ci != NULL ? ci->socket_context : NULL;
-    r->now_ms = clock_ms(CLOCK_REALTIME);
-    r->mono_ms = clock_ms(CLOCK_MONOTONIC);
+    r->now_ms = http_clock_ms(CLOCK_REALTIME);
+    r->mono_ms = http_clock_ms(CLOCK_MONOTONIC);
     r->start_ns = api_clock_ns();
     r->path = url;
     q = strchr(url, '?');
@@ -512,16 +718,36 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         if (r->path_copy == NULL) {
             pthread_mutex_destroy(&r->mu);
             free(r);
-            return MHD_NO;
+            return NULL;
         }
         r->path = r->path_copy;
     }
+    return r;
+}
+
+/* First call: headers only. Early answers here make MHD skip the body and close, so refusals
+ * that can wait for the body do (refuse()). */
+static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, void **con_cls)
+{
+    struct req *r;
+    api_req_t areq;
+    api_resp_t resp;
+    bool enc_ok, done;
+    enum MHD_Result ret;
+
+    r = new_req(h, conn, url, method);
+    if (r == NULL)
+        return MHD_NO;
+    r->version = version;
     *con_cls = r;
     counter_add(h, &h->inflight, +1);
     r->counted = true;
     start_request_id(h, r);
     if (r->c != NULL && atomic_load(&r->c->deadline_ms) == DEADLINE_EXPIRED)
-        return MHD_NO; /* the watchdog answered while MHD was still parsing */
+        return MHD_NO; /* the watchdog answered (or shed it) while MHD was still parsing */
+    http_conn_head(h, r->c);
+    resolve_client(h, r);
 
     if (atomic_load(&h->quiesced)) {
         /*
@@ -533,6 +759,11 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         counter_add(h, &h->inflight, -1);
         return answer_error(r, 503, "server is shutting down, retry later");
     }
+    ret = check_framing(r, &done);
+    if (done)
+        return ret;
+    if (!count_client(h, r))
+        return refuse_error(r, 429, "too many requests at once from this address, retry later");
 
     /* MHD's memory pool only stops headers far past the limit (with its own HTML 431); this
      * is the clear answer for everything between. */
@@ -541,16 +772,14 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         char msg[128];
         snprintf(msg, sizeof msg, "request headers too large (%zu bytes; max %zu)", hb,
                  h->max_header_bytes);
-        return answer_error(r, 431, msg);
+        return refuse_error(r, 431, msg);
     }
 
     fill_req(r, method, &areq);
     memset(&resp, 0, sizeof resp);
     if (api_check_headers(h->api, &areq, &resp) == API_DONE)
-        return answer(r, &resp);
+        return resp.status >= 400 ? refuse(r, &resp) : answer(r, &resp);
 
-    if (content_lengths_disagree(conn))
-        return answer_error(r, 400, "conflicting Content-Length headers");
     const char *cl =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     if (cl != NULL) {
@@ -559,7 +788,9 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         unsigned long long n = strtoull(cl, &end, 10);
         /* MHD has already rejected a malformed Content-Length; be strict anyway. */
         if (errno != 0 || end == cl || n > API_MAX_REQUEST_BYTES) {
-            return answer_too_large(r);
+            too_large(&resp);
+            transport_headers(r, &resp);
+            return refuse(r, &resp);
         }
         r->cap = (size_t)n; /* a hint for the first allocation */
     }
@@ -568,11 +799,52 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING),
         &enc_ok);
     if (!enc_ok)
-        return answer_error(r, 400, "unsupported Content-Encoding (use gzip or none)");
+        return refuse_error(r, 400, "unsupported Content-Encoding (use gzip or none)");
     return MHD_YES;
 }
 
-/* A piece of the body: buffer it, or drop it once past the cap. */
+/* Grows r's buffer to hold `need` bytes, within --max-body-memory. Returns 0, 1 when the budget
+ * is spent (the request is then refused with 503 after its body), or -1 out of memory. */
+static int grow_body(struct req *r, size_t need)
+{
+    size_t ncap = r->body == NULL && r->cap >= need ? r->cap : 16 * 1024;
+
+    while (ncap < need)
+        ncap *= 2;
+    if (ncap > API_MAX_REQUEST_BYTES)
+        ncap = API_MAX_REQUEST_BYTES;
+    if (ncap + 1 > r->reserved && !budget_take(r->h, ncap + 1 - r->reserved))
+        return 1;
+    if (ncap + 1 > r->reserved)
+        r->reserved = ncap + 1;
+    char *nb = realloc(r->body, ncap + 1);
+    if (nb == NULL)
+        return -1;
+    r->body = nb;
+    r->cap = ncap;
+    return 0;
+}
+
+/* Bodies over --max-body-memory: what a server that has to buffer bodies before it can check
+ * their key answers to a flood of them, instead of growing until the OOM killer comes. */
+static enum MHD_Result over_budget(struct req *r)
+{
+    api_resp_t resp;
+
+    /* At most one line a second: a flood would otherwise write one per request. */
+    int64_t now = http_clock_ms(CLOCK_MONOTONIC);
+    int64_t last = atomic_load(&r->h->budget_warned_ms);
+    if (now - last >= 1000 && atomic_compare_exchange_strong(&r->h->budget_warned_ms, &last, now))
+        LOG_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
+                 " bytes); answering 503 (logged at most once a second)",
+                 r->h->body_budget);
+    memset(&resp, 0, sizeof resp);
+    api_error(&resp, 503, "server busy (request body memory exhausted), retry later");
+    transport_headers(r, &resp);
+    return linger(r, &resp); /* the body is coming already, invited or not */
+}
+
+/* A piece of the body: buffer it, or drop it once past the cap or refused. */
 static enum MHD_Result body_chunk(struct req *r, const char *data, size_t *size)
 {
     size_t n = *size;
@@ -581,24 +853,22 @@ static enum MHD_Result body_chunk(struct req *r, const char *data, size_t *size)
     if (r->phase == PH_BODY && n > API_MAX_REQUEST_BYTES - r->len) {
         free(r->body);
         r->body = NULL;
+        budget_give(r->h, r);
         r->len = r->cap = 0;
         r->phase = PH_DISCARD;
     }
     if (r->phase == PH_DISCARD) {
         r->discarded += n;
-        return r->discarded > DISCARD_MAX ? MHD_NO : MHD_YES;
+        return r->discarded > LINGER_MAX_BYTES ? MHD_NO : MHD_YES;
     }
     if (r->body == NULL || r->len + n > r->cap) {
-        size_t ncap = r->body == NULL && r->cap >= n ? r->cap : 16 * 1024;
-        while (ncap < r->len + n)
-            ncap *= 2;
-        if (ncap > API_MAX_REQUEST_BYTES)
-            ncap = API_MAX_REQUEST_BYTES;
-        char *nb = realloc(r->body, ncap + 1);
-        if (nb == NULL)
+        int rc = grow_body(r, r->len + n);
+        if (rc < 0)
             return MHD_NO;
-        r->body = nb;
-        r->cap = ncap;
+        if (rc > 0) {
+            r->discarded = n;
+            return over_budget(r);
+        }
     }
     memcpy(r->body + r->len, data, n);
     r->len += n;
@@ -683,9 +953,13 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     int outcome;
 
     /* The whole request is here: from now on only the idle timeout applies. */
-    if (!deadline_disarm(r->c))
+    if (!http_conn_disarm(r->c))
         return MHD_NO;
     if (r->phase == PH_DISCARD) {
+        if (r->has_early) {
+            r->has_early = false;
+            return answer(r, &r->early);
+        }
         return answer_too_large(r);
     }
 
@@ -723,19 +997,20 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     free(inflated);
     free(r->body);
     r->body = NULL;
+    budget_give(h, r);
     r->len = r->cap = 0;
 
     return settle(h, r, method, outcome, &resp);
 }
 
 static enum MHD_Result dispatch(http_t *h, struct MHD_Connection *conn, const char *url,
-                                const char *method, const char *upload_data,
+                                const char *method, const char *version, const char *upload_data,
                                 size_t *upload_data_size, void **con_cls)
 {
     struct req *r = *con_cls;
 
     if (r == NULL)
-        return first_call(h, conn, url, method, con_cls);
+        return first_call(h, conn, url, method, version, con_cls);
     logging_set_request_id(r->rid);
 
     if (r->phase == PH_PENDING) {
@@ -756,8 +1031,11 @@ static enum MHD_Result dispatch(http_t *h, struct MHD_Connection *conn, const ch
         return MHD_YES;
     if (r->c != NULL && atomic_load(&r->c->deadline_ms) == DEADLINE_EXPIRED)
         return MHD_NO; /* too slow: the watchdog answered 408 */
-    if (*upload_data_size > 0)
+    if (*upload_data_size > 0) {
+        if (r->c != NULL)
+            atomic_fetch_add(&r->c->body_bytes, *upload_data_size);
         return body_chunk(r, upload_data, upload_data_size);
+    }
     return final_call(h, r, method);
 }
 
@@ -767,8 +1045,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     enum MHD_Result ret;
 
-    (void)version;
-    ret = dispatch(cls, conn, url, method, upload_data, upload_data_size, con_cls);
+    ret = dispatch(cls, conn, url, method, version, upload_data, upload_data_size, con_cls);
     /* This thread serves other connections next; their lines must not carry this id. */
     logging_set_request_id(NULL);
     return ret;
@@ -792,167 +1069,27 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pthread_mutex_lock(&h->wd_mu);
         r->c->rid[0] = '\0';
         r->c->reused = true;
+        r->c->early_status = 0;
+        memcpy(r->c->peer, r->c->sock_peer, sizeof r->c->sock_peer);
         pthread_mutex_unlock(&h->wd_mu);
-        deadline_arm(h, r->c);
+        http_conn_arm(h, r->c);
+    }
+    if (r->client_counted) {
+        pthread_mutex_lock(&h->wd_mu);
+        addrcount_give(h->per_ip, r->client_key);
+        pthread_mutex_unlock(&h->wd_mu);
     }
     *con_cls = NULL;
     free(r->resp.body);
+    free(r->early.body);
     free(r->body);
+    budget_give(h, r);
     free(r->path_copy);
     pthread_mutex_destroy(&r->mu);
     bool counted = r->counted;
     free(r);
     if (counted)
         counter_add(h, &h->inflight, -1);
-}
-
-/* Accept and close of a connection: its deadline state lives from one to the other. */
-static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    http_t *h = cls;
-    struct conn *c;
-
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *fi =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        const union MHD_ConnectionInfo *ai =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        c = calloc(1, sizeof *c);
-        if (c == NULL || fi == NULL) {
-            free(c); /* no deadline for this one; the idle timeout still applies */
-            return;
-        }
-        c->fd = fi->connect_fd;
-        atomic_init(&c->deadline_ms, clock_ms(CLOCK_MONOTONIC) + h->request_timeout_ms);
-        snprintf(c->peer, sizeof c->peer, "?");
-        if (ai != NULL && ai->client_addr != NULL) {
-            const struct sockaddr *sa = ai->client_addr;
-            char a[INET6_ADDRSTRLEN];
-            if (sa->sa_family == AF_INET &&
-                inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, a, sizeof a))
-                snprintf(c->peer, sizeof c->peer, "%s:%u", a,
-                         (unsigned)ntohs(((const struct sockaddr_in *)sa)->sin_port));
-            else if (sa->sa_family == AF_INET6 &&
-                     inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, a,
-                               sizeof a))
-                snprintf(c->peer, sizeof c->peer, "[%s]:%u", a,
-                         (unsigned)ntohs(((const struct sockaddr_in6 *)sa)->sin6_port));
-        }
-        pthread_mutex_lock(&h->wd_mu);
-        c->next = h->conns;
-        if (h->conns != NULL)
-            h->conns->prev = c;
-        h->conns = c;
-        pthread_mutex_unlock(&h->wd_mu);
-        *socket_context = c;
-        return;
-    }
-    /* MHD_CONNECTION_NOTIFY_CLOSED comes before MHD closes the socket, so once c is off the list
-     * (under wd_mu, which the watchdog holds while it touches c->fd) the fd is never reused
-     * under the watchdog's hands. */
-    c = *socket_context;
-    if (c == NULL)
-        return;
-    pthread_mutex_lock(&h->wd_mu);
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        h->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
-    pthread_mutex_unlock(&h->wd_mu);
-    *socket_context = NULL;
-    free(c);
-}
-
-/*
- * Answers an overdue request and ends its connection; runs on the watchdog with wd_mu held.
- * MHD 0.9.75 cannot queue a response while headers or a body are still arriving, so over plain
- * HTTP the 408 is written to the socket here: nothing else writes to it at this point (the
- * handler lost the compare-and-swap, and MHD sends nothing before the request is complete).
- * Over TLS the bytes would have to go through the TLS session MHD owns: the connection is only
- * closed; so is an idle kept-alive one (see `answer`). shutdown() (not close) leaves the fd to MHD,
- * which sees the end and cleans up.
- */
-static void expire(http_t *h, struct conn *c)
-{
-    char rid[REQID_MAX + 1];
-    char msg[96];
-    api_resp_t resp;
-    bool answer = !h->tls;
-
-    if (c->reused && c->rid[0] == '\0') {
-        /* Usually just an idle keep-alive connection: not worth an INFO line each. And no 408:
-         * unasked, it could be read as the answer to a request the client sends right now. */
-        LOG_DEBUG("http: kept-alive connection from %s has no complete next request within "
-                  "%" PRId64 "s (--request-timeout); closing",
-                  c->peer, h->request_timeout_ms / 1000);
-        shutdown(c->fd, SHUT_RDWR);
-        return;
-    }
-    if (c->rid[0] != '\0')
-        memcpy(rid, c->rid, sizeof rid);
-    else
-        new_request_id(h, rid); /* its headers never completed: a request all the same */
-    logging_set_request_id(rid);
-    LOG_INFO("http: request from %s not complete within %" PRId64 "s (--request-timeout); %s",
-             c->peer, h->request_timeout_ms / 1000, answer ? "answering 408" : "closing");
-    logging_set_request_id(NULL);
-
-    if (answer) {
-        memset(&resp, 0, sizeof resp);
-        snprintf(msg, sizeof msg, "request not complete within %" PRId64 "s (request timeout)",
-                 h->request_timeout_ms / 1000);
-        api_error(&resp, 408, msg);
-        (void)api_resp_add_request_id(&resp, rid);
-        if (resp.body != NULL) {
-            char head[256];
-            int n = snprintf(head, sizeof head,
-                             "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
-                             "Content-Type: application/json\r\nX-Request-Id: %s\r\n"
-                             "Content-Length: %zu\r\n\r\n",
-                             rid, resp.body_len);
-            struct iovec iov[2] = {{head, (size_t)n}, {resp.body, resp.body_len}};
-            struct msghdr mh;
-            memset(&mh, 0, sizeof mh);
-            mh.msg_iov = iov;
-            mh.msg_iovlen = 2;
-            /* Best effort, never blocking: a client that does not read gets the close alone. */
-            (void)sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
-            api_count_response(h->api, 408);
-        }
-        free(resp.body);
-    }
-    shutdown(c->fd, SHUT_RDWR);
-}
-
-/* The request-timeout watchdog: a few wake-ups a second, a walk over the open connections. */
-static void *watchdog(void *arg)
-{
-    http_t *h = arg;
-    struct timespec next;
-
-    pthread_mutex_lock(&h->wd_mu);
-    while (!h->wd_stop) {
-        int64_t now = clock_ms(CLOCK_MONOTONIC);
-        for (struct conn *c = h->conns; c != NULL; c = c->next) {
-            int64_t d = atomic_load(&c->deadline_ms);
-            if (d > 0 && now >= d &&
-                atomic_compare_exchange_strong(&c->deadline_ms, &d, DEADLINE_EXPIRED))
-                expire(h, c);
-        }
-        clock_gettime(CLOCK_MONOTONIC, &next);
-        next.tv_nsec += (long)WATCHDOG_TICK_MS * 1000000L;
-        if (next.tv_nsec >= 1000000000L) {
-            next.tv_sec++;
-            next.tv_nsec -= 1000000000L;
-        }
-        while (!h->wd_stop && pthread_cond_timedwait(&h->wd_cv, &h->wd_mu, &next) != ETIMEDOUT)
-            ;
-    }
-    pthread_mutex_unlock(&h->wd_mu);
-    return NULL;
 }
 
 /* Reads a whole PEM file into a NUL-terminated string (caller frees). Returns 0 or -1. */
@@ -1078,16 +1215,34 @@ static void free_tls(http_t *h)
     h->tls_cert = NULL;
 }
 
-static void watchdog_stop(http_t *h)
+/* The transport's limits from the configuration (README "Limits"). Returns 0 or -1 (no
+ * memory). */
+static int set_limits(http_t *h, const config_t *cfg)
 {
-    if (!h->wd_running)
-        return;
-    pthread_mutex_lock(&h->wd_mu);
-    h->wd_stop = true;
-    pthread_cond_signal(&h->wd_cv);
-    pthread_mutex_unlock(&h->wd_mu);
-    pthread_join(h->wd_thread, NULL);
-    h->wd_running = false;
+    h->request_timeout_ms = (int64_t)cfg->request_timeout_s * 1000;
+    /* The head's deadline is part of the request's, never past it. */
+    h->header_timeout_ms =
+        (int64_t)(cfg->header_timeout_s < cfg->request_timeout_s ? cfg->header_timeout_s
+                                                                 : cfg->request_timeout_s) *
+        1000;
+    h->min_body_rate = cfg->min_body_rate;
+    h->max_header_bytes = (size_t)cfg->max_header_bytes;
+    h->proxies = cfg->proxies;
+    h->context_ip = !cfg->no_context_ip;
+    h->body_budget = cfg->max_body_memory;
+    atomic_init(&h->body_used, 0);
+    atomic_init(&h->budget_warned_ms, INT64_MIN / 2);
+    unsigned reserve = cfg->max_connections / SHED_RESERVE_DIV;
+    h->shed_at = cfg->max_connections - (reserve > 0 ? reserve : 1);
+    if (h->shed_at < 2)
+        h->shed_at = 0; /* a handful of connections: nothing to shed for */
+    /* Counted here, not by libmicrohttpd's own cap, so that connections from trusted proxies
+     * are not counted as one client: their requests count under the client they forward. One
+     * entry per connection at most. */
+    h->per_ip_cap = cfg->max_connections_per_ip;
+    if (h->per_ip_cap > 0 && addrcount_new(cfg->max_connections, &h->per_ip) != 0)
+        return -1;
+    return 0;
 }
 
 int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
@@ -1111,11 +1266,14 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     }
     h->api = api;
     h->listen_fd = MHD_INVALID_SOCKET;
-    h->request_timeout_ms = (int64_t)cfg->request_timeout_s * 1000;
-    h->max_header_bytes = (size_t)cfg->max_header_bytes;
+    if (set_limits(h, cfg) != 0) {
+        snprintf(errbuf, errlen, "out of memory");
+        free(h); /* nothing else is set up yet */
+        return -1;
+    }
     atomic_init(&h->quiesced, false);
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
-        seed = (uint64_t)clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        seed = (uint64_t)http_clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
     atomic_init(&h->rid_next, seed);
     pthread_mutex_init(&h->mu, NULL);
     pthread_mutex_init(&h->wd_mu, NULL);
@@ -1172,10 +1330,10 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
         /* The logger goes first, or MHD prints what it logs before it to stderr itself. */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_THREAD_POOL_SIZE, pool,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        cfg->timeout_s, MHD_OPTION_PER_IP_CONNECTION_LIMIT, cfg->max_connections_per_ip,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
+        cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, h, MHD_OPTION_URI_LOG_CALLBACK,
+        http_conn_uri, h, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (h->daemon == NULL) {
         int e = errno;
         snprintf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
@@ -1186,7 +1344,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
                         : "");
         goto fail;
     }
-    if (pthread_create(&h->wd_thread, NULL, watchdog, h) != 0) {
+    if (pthread_create(&h->wd_thread, NULL, http_watchdog, h) != 0) {
         snprintf(errbuf, errlen, "cannot start the request-timeout watchdog thread");
         MHD_stop_daemon(h->daemon);
         goto fail;
@@ -1202,6 +1360,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
 
 fail:
     free_tls(h);
+    addrcount_free(h->per_ip);
     pthread_rwlock_destroy(&h->gate);
     pthread_cond_destroy(&h->cv);
     pthread_cond_destroy(&h->wd_cv);
@@ -1262,7 +1421,7 @@ void http_stop(http_t *h)
             LOG_WARN("http: %u answers not sent after %d ms; closing their connections", unsent,
                      STOP_WAIT_MS);
     }
-    watchdog_stop(h);
+    http_watchdog_stop(h);
     if (parked > 0) {
         LOG_ERROR("http: %u requests still wait for storage; leaving the daemon running", parked);
         return; /* leaked on purpose: the process is about to exit */
@@ -1272,6 +1431,7 @@ void http_stop(http_t *h)
     if (h->listen_fd != MHD_INVALID_SOCKET)
         close(h->listen_fd);
     free_tls(h);
+    addrcount_free(h->per_ip);
     pthread_rwlock_destroy(&h->gate);
     pthread_cond_destroy(&h->cv);
     pthread_cond_destroy(&h->wd_cv);

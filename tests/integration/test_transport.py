@@ -49,8 +49,9 @@ class RawResponse:
 class Raw:
     """A raw client connection with a buffered response reader."""
 
-    def __init__(self, srv, source=None, timeout=SOCK_TIMEOUT):
-        self.sock = socket.create_connection(
+    def __init__(self, srv, source=None, timeout=SOCK_TIMEOUT, sock=None):
+        """sock: a connected socket (TLS, say) to read from instead of a new one."""
+        self.sock = sock or socket.create_connection(
             (srv.host, srv.port), timeout=timeout,
             source_address=(source, 0) if source else None)
         self.buf = b""
@@ -550,32 +551,68 @@ class ConnectionCaps(unittest.TestCase):
 
     def test_total_cap_and_slow_holders_expire(self):
         # 4 s: long enough that the probe below (0.5 s) ends well before any holder expires,
-        # even on a loaded machine.
+        # even on a loaded machine. Each holder is mid-request (its head complete, its body
+        # trickling), so none of them is shed to make room.
         with Server(args=["--max-connections", "4", "--threads", "1", "--request-timeout", "4s",
                           "--max-connections-per-ip", "0"]) as srv:
             held = []
             try:
                 # Each holder is surely accepted (it got an answer), then starts a next request
-                # that never completes: four slots taken, whatever the accept order.
+                # whose body never completes: four slots taken, whatever the accept order.
                 for _ in range(4):
                     s = Raw(srv)
                     held.append(s)
                     s.send(request_bytes("GET", "/healthz", key=None))
                     self.assertEqual(s.read_response().status, 200)
-                    s.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+                    # 100 Continue says its head is in before the next holder connects.
+                    head = request_bytes("POST", "/v1/batch", b"x" * 100,
+                                         headers={"Expect": "100-continue"})
+                    s.send(head[:-100])
+                    self.assertEqual(s.read_response().status, 100)
+                    s.send(b"x" * 50)
                 # Nobody else is served while they hold every slot: the probe waits in the
                 # kernel's backlog.
                 self.assertFalse(self.served(srv, source="127.0.0.3", timeout=0.5))
-                # ...but the holders only last --request-timeout: each is closed (a request
-                # that had not started on a kept-alive connection gets no 408, see README).
+                # ...but the holders only last --request-timeout: each gets its 408 and the close.
                 for s in held:
                     s.sock.settimeout(SOCK_TIMEOUT)
+                    self.assertEqual(s.read_response().status, 408)
                     self.assertTrue(s.closed_by_peer())
             finally:
                 for s in held:
                     s.close()
             deadline_wait(lambda: self.served(srv, source="127.0.0.3"), 10,
                           "a good client served after the holders expired")
+
+    def test_near_the_cap_headless_connections_are_closed_oldest_first(self):
+        # 8 connections that never finish their request head fill --max-connections 8: each
+        # newcomer past 7 open closes the oldest of them, so a prompt client is served at once
+        # (before: it waited in the backlog until --request-timeout freed a slot).
+        with Server(args=["--max-connections", "8", "--threads", "1", "--request-timeout", "30s",
+                          "--header-timeout", "30s"]) as srv:
+            held = []
+            try:
+                for _ in range(8):
+                    s = Raw(srv)
+                    s.send(b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                    held.append(s)
+                # At once, not after the holders' 30 s deadline (5 s: room for valgrind).
+                start = time.monotonic()
+                self.assertTrue(self.served(srv, timeout=5))
+                self.assertLess(time.monotonic() - start, 5.0)
+                # The two oldest made room (one for the 8th holder, one for the client); the
+                # newest holders are still open.
+                for s in held[:2]:
+                    s.sock.settimeout(SOCK_TIMEOUT)
+                    self.assertTrue(s.closed_by_peer())
+                for s in held[-3:]:
+                    s.sock.settimeout(0.2)
+                    with self.assertRaises(socket.timeout):
+                        s.sock.recv(1)
+            finally:
+                for s in held:
+                    s.close()
+
 
 if __name__ == "__main__":
     unittest.main()

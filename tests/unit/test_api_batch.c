@@ -530,6 +530,69 @@ static void test_write_key(void **state)
     json_decref(root);
 }
 
+/* Builds `body` with the client address `ip` and returns context.ip of event `i` (or NULL). */
+static char *context_ip(const char *route, const char *body, const char *ip, size_t i)
+{
+    json_t *root = NULL;
+    batch_t b;
+    batch_error_t err = {{0}};
+    json_error_t jerr;
+    char *out = NULL;
+
+    assert_int_equal(batch_parse(body, strlen(body), &root, &err), BATCH_OK);
+    batch_options_t o = {
+        .single_type = route, .source = "s", .secret = SECRET, .now_ms = NOW_MS, .client_ip = ip};
+    assert_int_equal(batch_build(root, &o, &b, &err), BATCH_OK);
+    json_decref(root);
+    assert_true(i < b.nevents);
+    json_t *ev = json_loadb(b.events[i].data, b.events[i].len, 0, &jerr);
+    assert_non_null(ev);
+    const char *v = json_string_value(json_object_get(json_object_get(ev, "context"), "ip"));
+    if (v != NULL)
+        out = strdup(v);
+    json_decref(ev);
+    batch_clear(&b);
+    return out;
+}
+
+static void assert_context_ip(const char *route, const char *body, const char *ip, size_t i,
+                              const char *want)
+{
+    char *got = context_ip(route, body, ip, i);
+    if (want == NULL)
+        assert_null(got);
+    else
+        assert_string_equal(got, want);
+    free(got);
+}
+
+/* context.ip from the client address when the event (or its batch) has none, as Segment does. */
+static void test_context_ip(void **state)
+{
+    (void)state;
+    const char *single = "{\"userId\":\"u\",\"event\":\"e\"}";
+    assert_context_ip("track", single, "203.0.113.9", 0, "203.0.113.9");
+    assert_context_ip("track", single, NULL, 0, NULL);
+    const char *own = "{\"userId\":\"u\",\"event\":\"e\",\"context\":{\"ip\":\"1.2.3.4\","
+                      "\"locale\":\"fr\"}}";
+    assert_context_ip("track", own, "203.0.113.9", 0, "1.2.3.4");
+    const char *other = "{\"userId\":\"u\",\"event\":\"e\",\"context\":{\"locale\":\"fr\"}}";
+    assert_context_ip("track", other, "2001:db8::1", 0, "2001:db8::1");
+
+    /* In a batch: the event's own, then the batch context's, then the client's. */
+    const char *batch = "{\"batch\":[{\"type\":\"track\",\"userId\":\"u\",\"event\":\"e\"},"
+                        "{\"type\":\"track\",\"userId\":\"u\",\"event\":\"e\","
+                        "\"context\":{\"ip\":\"1.2.3.4\"}}]}";
+    assert_context_ip(NULL, batch, "203.0.113.9", 0, "203.0.113.9");
+    assert_context_ip(NULL, batch, "203.0.113.9", 1, "1.2.3.4");
+    const char *bctx = "{\"context\":{\"ip\":\"5.6.7.8\",\"app\":{\"name\":\"a\"}},"
+                       "\"batch\":[{\"type\":\"track\",\"userId\":\"u\",\"event\":\"e\"}]}";
+    assert_context_ip(NULL, bctx, "203.0.113.9", 0, "5.6.7.8");
+    const char *bctx2 = "{\"context\":{\"app\":{\"name\":\"a\"}},"
+                        "\"batch\":[{\"type\":\"track\",\"userId\":\"u\",\"event\":\"e\"}]}";
+    assert_context_ip(NULL, bctx2, "203.0.113.9", 0, "203.0.113.9");
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(((const struct data_case *)a)->name, ((const struct data_case *)b)->name);
@@ -583,6 +646,7 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8),      cmocka_unit_test(test_write_key),
         cmocka_unit_test(test_stringify_escapes), cmocka_unit_test(test_line_separators_escaped),
         cmocka_unit_test(test_sent_at_header),
+        cmocka_unit_test(test_context_ip),
     };
     int failed = cmocka_run_group_tests_name("batch limits", tests, NULL, NULL);
     failed += _cmocka_run_group_tests("batch data cases", data_tests, n, NULL, NULL);

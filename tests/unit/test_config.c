@@ -462,7 +462,7 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 35);
+    assert_int_equal(lines, 40);
     assert_non_null(strstr(log, "admin-token = none"));
     assert_non_null(strstr(log, "data-mode = private\n"));
     assert_non_null(strstr(log, "store-sync = meta\n"));
@@ -471,6 +471,46 @@ static void test_config_log_masks_keys(void **state)
     assert_non_null(strstr(log, "log-max-bytes = 0\n"));
     assert_non_null(strstr(log, "Z INFO config "));
     free(log);
+}
+
+/* Issue 16: slow clients, proxies and context.ip. */
+static void test_transport_hardening(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k"), 0);
+    assert_int_equal(cfg.header_timeout_s, 10);
+    assert_int_equal(cfg.min_body_rate, 1024);
+    assert_int_equal(cfg.max_body_memory, 128ULL << 20);
+    assert_int_equal(cfg.max_connections_per_ip, 0);
+    assert_int_equal(cfg.proxies.n, 0);
+    assert_false(cfg.no_context_ip);
+
+    /* A switch takes no value, so the next argument is a flag again. */
+    assert_int_equal(PARSE("--no-context-ip", "--write-key", "k", "--header-timeout", "3s",
+                           "--min-body-rate", "0", "--max-body-memory", "16MiB",
+                           "--trusted-proxies", "10.0.0.0/8, fd00::/8"),
+                     0);
+    assert_true(cfg.no_context_ip);
+    assert_int_equal(cfg.header_timeout_s, 3);
+    assert_int_equal(cfg.min_body_rate, 0);
+    assert_int_equal(cfg.max_body_memory, 16ULL << 20);
+    assert_int_equal(cfg.proxies.n, 2);
+    assert_int_equal(PARSE("--no-context-ip=false", "--write-key", "k"), 0);
+    assert_false(cfg.no_context_ip);
+
+    char *env[] = {"INGESTD_NO_CONTEXT_IP=1", "INGESTD_TRUSTED_PROXIES=127.0.0.1",
+                   "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(env, (char *)NULL), 0);
+    assert_true(cfg.no_context_ip);
+    assert_int_equal(cfg.proxies.n, 1);
+
+    char *bad_env[] = {"INGESTD_NO_CONTEXT_IP=maybe", "INGESTD_WRITE_KEY=k", NULL};
+    assert_int_equal(parse_env(bad_env, (char *)NULL), 2);
+    assert_non_null(strstr(err, "INGESTD_NO_CONTEXT_IP"));
+    assert_int_equal(PARSE("--write-key", "k", "--trusted-proxies", "10.0.0.0/40"), 2);
+    assert_non_null(strstr(err, "--trusted-proxies"));
+    assert_int_equal(PARSE("--write-key", "k", "--header-timeout", "0s"), 2);
+    assert_int_equal(PARSE("--write-key", "k", "--max-body-memory", "1k"), 2);
 }
 
 static void test_admin_token(void **state)
@@ -749,6 +789,7 @@ int main(void)
         cmocka_unit_test(test_data_mode),
         cmocka_unit_test(test_store),
         cmocka_unit_test(test_config_log_hides_admin_token),
+        cmocka_unit_test(test_transport_hardening),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
