@@ -645,8 +645,7 @@ int main(void)
         cmocka_unit_test(test_assigned_uuid_v4),  cmocka_unit_test(test_numbers_kept),
         cmocka_unit_test(test_invalid_utf8),      cmocka_unit_test(test_write_key),
         cmocka_unit_test(test_stringify_escapes), cmocka_unit_test(test_line_separators_escaped),
-        cmocka_unit_test(test_sent_at_header),
-        cmocka_unit_test(test_context_ip),
+        cmocka_unit_test(test_sent_at_header),    cmocka_unit_test(test_context_ip),
     };
     int failed = cmocka_run_group_tests_name("batch limits", tests, NULL, NULL);
     failed += _cmocka_run_group_tests("batch data cases", data_tests, n, NULL, NULL);
