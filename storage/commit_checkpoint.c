@@ -195,7 +195,10 @@ static int ckpt_seal(commit_t *c, ckpt_seal_result_t *out)
     int rc = store_get_info(c->store, &si);
     if (rc == STORE_OK && si.keys >= young) {
         rc = seal_young(c->store, c->gens, 0, &out->sealed);
-        si.keys = 0;
+        if (rc == STORE_BUSY)
+            rc = STORE_OK; /* not whole (cannot happen after a whole job): seal next time */
+        else
+            si.keys = 0;
     }
     genset_policy_t p = commit_view_gen_policy(c);
     if (rc == STORE_OK)

@@ -84,6 +84,8 @@ static int recover_seal(commit_t *c)
     if (rc != STORE_OK || si.keys < 2 * young)
         return rc;
     rc = seal_young(c->store, c->gens, 0, &sealed);
+    if (rc == STORE_BUSY)
+        return STORE_OK; /* a checkpoint cut short, not yet whole again: a later chunk seals */
     genset_policy_t p = commit_view_gen_policy(c);
     seal_result_t sr;
     if (rc == STORE_OK)

@@ -36,9 +36,10 @@ static int read_young(store_t *st, const store_info_t *si, gen_entry_t **out, si
     if (rc == STORE_OK)
         rc = store_read_front(st, UINT64_MAX, raw, si->keys, n);
     /* Each key names its sequence entry and back; a count that differs means a checkpoint or
-     * its evictions are half done, and sealing now would lose or resurrect keys. */
+     * its evictions are half done (a replay after a crash is making them whole), and sealing
+     * now would lose or resurrect keys: not now. */
     if (rc == STORE_OK && *n != si->keys)
-        rc = STORE_ERROR;
+        rc = STORE_BUSY;
     for (size_t i = 0; rc == STORE_OK && i < *n; i++) {
         memcpy(e[i].key, raw[i].key, KEYHASH_LEN);
         e[i].offset = raw[i].offset;

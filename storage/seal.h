@@ -21,8 +21,11 @@
  * the store's sealed bound) to the store's next sequence; the file is made
  * durable and added to `gs` (so lookups through a new view find it) before
  * one LMDB transaction empties the young store (store_seal). *sealed gets the
- * number of keys (0: the store was empty, nothing done). On failure nothing
- * changed but a leftover file that genset_open or the next seal removes.
+ * number of keys (0: the store was empty, nothing done). STORE_BUSY, with
+ * nothing done, while the young store is not whole (a checkpoint cut short
+ * by a crash, which the log replay is still renumbering): seal later. On
+ * failure nothing changed but a leftover file that genset_open or the next
+ * seal removes.
  */
 int seal_young(store_t *st, genset_t *gs, unsigned bits_per_key, uint64_t *sealed);
 

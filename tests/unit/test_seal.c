@@ -188,6 +188,36 @@ static void test_recover_half_seal(void **state)
     assert_int_equal(seal_recover(f->st, f->gs), STORE_OK); /* again: nothing to do */
 }
 
+/* A checkpoint cut short (keys put, their sequence entries not yet): not sealed, not damaged. */
+static void test_no_seal_while_not_whole(void **state)
+{
+    seal_fx_t *f = *state;
+    insert(f->st, 0, 100, 0);
+    store_info_t si;
+    assert_int_equal(store_get_info(f->st, &si), STORE_OK);
+    store_entry_t e[10];
+    for (uint64_t i = 0; i < 10; i++) {
+        e[i].seq = si.next_seq + i;
+        mkkey(1000 + i, e[i].key);
+        e[i].received_ms = 5;
+        e[i].offset = 1000 + i;
+    }
+    assert_int_equal(store_begin(f->st), STORE_OK);
+    assert_int_equal(store_put_keys(f->st, e, NULL, 10), STORE_OK);
+    assert_int_equal(store_commit(f->st), STORE_OK);
+    uint64_t sealed = 9;
+    assert_int_equal(seal_young(f->st, f->gs, 0, &sealed), STORE_BUSY);
+    assert_int_equal(sealed, 0);
+    assert_int_equal(gen_count(f), 0);
+    assert_int_equal(where(f, 5, NULL), 1);
+    /* The replay makes the checkpoint whole; then it seals. */
+    assert_int_equal(store_begin(f->st), STORE_OK);
+    assert_int_equal(store_append_seq(f->st, e, 10), STORE_OK);
+    assert_int_equal(store_commit(f->st), STORE_OK);
+    assert_int_equal(seal_young(f->st, f->gs, 0, &sealed), STORE_OK);
+    assert_int_equal(sealed, 110);
+}
+
 /* A generation past the store's next sequence was not sealed from this store. */
 static void test_recover_refuses_foreign(void **state)
 {
@@ -242,6 +272,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_seal_young, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recover_half_seal, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_seal_while_not_whole, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recover_refuses_foreign, setup, teardown),
         cmocka_unit_test_setup_teardown(test_maintain, setup, teardown),
     };
