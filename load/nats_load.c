@@ -99,7 +99,7 @@ static int dial(void)
 static void send_all(int fd, const char *p, size_t n)
 {
     while (n > 0) {
-        ssize_t w = write(fd, p, n);
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
@@ -197,7 +197,7 @@ static void flush_out(int ep, conn_t *c)
     struct epoll_event ev = {.data.ptr = c};
 
     while (c->outoff < c->outlen) {
-        ssize_t w = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+        ssize_t w = send(c->fd, c->out + c->outoff, c->outlen - c->outoff, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && errno == EAGAIN)
