@@ -188,12 +188,13 @@ typedef struct {
  */
 static int ckpt_seal(commit_t *c, ckpt_seal_result_t *out)
 {
-    if (!c->gens || !commit_view_seals(c))
+    if (!c->gens)
         return STORE_OK;
     uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
     store_info_t si;
     int rc = store_get_info(c->store, &si);
-    if (rc == STORE_OK && si.keys >= young) {
+    /* Generations sealed under other settings still age out when sealing is off now. */
+    if (rc == STORE_OK && commit_view_seals(c) && si.keys >= young) {
         rc = seal_young(c->store, c->gens, 0, &out->sealed);
         if (rc == STORE_BUSY)
             rc = STORE_OK; /* not whole (cannot happen after a whole job): seal next time */

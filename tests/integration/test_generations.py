@@ -91,6 +91,26 @@ class Generations(unittest.TestCase):
             self.assertEqual(send(srv, ids[-2500:]), (0, 2500))
             self.assertEqual(send(srv, ids[:1000]), (1000, 0))  # aged out by size: new again
 
+    def test_generations_go_after_sealing_is_turned_off(self):
+        ids = ["o-%d" % i for i in range(3000)]
+        srv = Server(keys=(KEY,), args=["--young-keys", "500", "--max-keys", "0"])
+        try:
+            srv.start()
+            self.assertEqual(send(srv, ids), (3000, 0))
+            deadline_wait(lambda: gens(srv)["seals"] >= 1, 30, "a seal")
+            srv.stop()
+            # Restarted with a size bound under the young store's: nothing is sealed any more,
+            # but the generations of before still go by the rule, once the young store alone
+            # holds the 100 keys the bound keeps.
+            srv.args = ["--young-keys", "500", "--max-keys", "100"]
+            srv.start()
+            self.assertEqual(send(srv, ["o-new-%d" % i for i in range(150)]), (150, 0))
+            deadline_wait(lambda: gens(srv)["count"] == 0, 30, "the old generations dropped")
+            self.assertEqual(send(srv, ids[:10]), (10, 0))
+        finally:
+            srv.stop()
+            srv.cleanup()
+
     def test_aged_out_generation_goes_while_idle(self):
         ids = ["a-%d" % i for i in range(2500)]
         with Server(keys=(KEY,), args=["--young-keys", "500", "--window", "2s"]) as srv:
