@@ -606,10 +606,7 @@ typedef struct {
 
 static int cmp_pick(const void *a, const void *b)
 {
-    const gen_id_t *x = &((const pick_t *)a)->info.id, *y = &((const pick_t *)b)->info.id;
-    if (x->first != y->first)
-        return x->first < y->first ? -1 : 1;
-    return x->end > y->end ? -1 : x->end < y->end ? 1 : 0;
+    return gen_id_cmp(&((const pick_t *)a)->info.id, &((const pick_t *)b)->info.id);
 }
 
 /* Adds to picks[*n] the generations of `v` sealed below `sealed_below`. */

@@ -184,6 +184,14 @@ static int parse_digits(const char *p, uint64_t *v)
     return 0;
 }
 
+int gen_id_cmp(const void *a, const void *b)
+{
+    const gen_id_t *x = a, *y = b;
+    if (x->first != y->first)
+        return x->first < y->first ? -1 : 1;
+    return x->end > y->end ? -1 : x->end < y->end ? 1 : 0;
+}
+
 int gen_parse_name(const char *name, gen_id_t *id)
 {
     gen_id_t v;

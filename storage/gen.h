@@ -172,6 +172,12 @@ int gen_remove(const char *dir, gen_id_t id);
 /* File name of generation `id`; buf of at least GEN_NAME_MAX bytes. */
 void gen_file_name(gen_id_t id, char *buf, size_t len);
 
+/*
+ * qsort order of gen_id_t: by first sequence, the wider range first, so that a
+ * range another covers comes right after it (how a set tells merge leftovers).
+ */
+int gen_id_cmp(const void *a, const void *b);
+
 /* Parses such a file name; 0 and *id, or -1 when `name` is not one (first >= end included). */
 int gen_parse_name(const char *name, gen_id_t *id);
 

@@ -20,7 +20,7 @@
  *
  * Contents:
  *   slots and views   slot_new, view_new, view_unref, publish
- *   open              scan_dir, cmp_id, keep_ranges, open_all, open_set, genset_open,
+ *   open              scan_dir, keep_ranges, open_all, open_set, genset_open,
  *                     genset_open_read_only, genset_close
  *   lookups           genset_view_find, genset_view_find_many, genset_view_totals
  *   changes           genset_add, genset_drop_oldest, genset_merge
@@ -141,14 +141,6 @@ const gen_t *genset_view_gen(const genset_view_t *v, size_t i)
 
 /* ---- open ---- */
 
-static int cmp_id(const void *a, const void *b)
-{
-    const gen_id_t *x = a, *y = b;
-    if (x->first != y->first)
-        return x->first < y->first ? -1 : 1;
-    return x->end > y->end ? -1 : x->end < y->end ? 1 : 0; /* the wider range first */
-}
-
 /* The generation ids in `dir` into *ids (malloc'ed), removing unfinished ".tmp" files unless
  * `read_only`. */
 static int scan_dir(const char *dir, bool read_only, gen_id_t **ids, size_t *n)
@@ -185,12 +177,12 @@ static int scan_dir(const char *dir, bool read_only, gen_id_t **ids, size_t *n)
     }
     closedir(d);
     if (rc == GEN_OK && *n > 1)
-        qsort(*ids, *n, sizeof(**ids), cmp_id);
+        qsort(*ids, *n, sizeof(**ids), gen_id_cmp);
     return rc;
 }
 
 /*
- * Keeps, of ids sorted by cmp_id, those no other range covers, removing the
+ * Keeps, of ids sorted by gen_id_cmp, those no other range covers, removing the
  * covered files (merge inputs a crash left behind) unless `read_only`; *n
  * becomes the kept count.
  */
