@@ -301,6 +301,10 @@ void commit_close(commit_t *c)
     pthread_cond_destroy(&c->cv);
     pthread_cond_destroy(&c->ckpt_cv);
     free(c->recs);
+    free(c->look_state);
+    free(c->look_keys);
+    free(c->look_event);
+    free(c->look_found);
     free(c->data_dir);
     free(c->log_dir);
     free(c);

@@ -110,6 +110,14 @@ struct commit {
     uint64_t snap_end, next_seq, floor, live;
     uint64_t handed_floor; /* the floor the last hand-over carried */
     uint64_t seen_commits; /* job.commits when the snapshot last moved on */
+    /* Writer-only scratch of one batch's lookups (commit_view.c), grown as needed: per event,
+     * what the snapshot and the generations say; the keys asked of the generations together,
+     * which event each is, and their answers. */
+    size_t look_cap;
+    uint8_t *look_state;
+    uint8_t (*look_keys)[KEYHASH_LEN];
+    size_t *look_event;
+    bool *look_found;
 
     /* The checkpointer thread (LMDB mode). */
     pthread_t ckpt_thread;

@@ -16,9 +16,12 @@
  * Older keys live in sealed generations (docs/window.md): files the
  * checkpointer writes once the young store holds young_keys, dropped whole by
  * the window's rule (genset_plan). They are asked last, through a view of the
- * set taken with every move of the snapshot; `live` counts none of them.
+ * set taken with every move of the snapshot; `live` counts none of them. A
+ * batch asks them all its keys at once (view_look_batch), before it decides
+ * key by key in order (view_is_dup).
  */
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "storage/commit_internal.h"
@@ -61,29 +64,109 @@ int commit_view_open(commit_t *c, char *errbuf, size_t errlen)
     return 0;
 }
 
-/*
- * *dup when `key` is in the window. The newest generation that has the key
- * decides (a key accepted again after it left the window has a newer
- * sequence there); the snapshot only when no generation has it.
- */
-static int view_contains(commit_t *c, const uint8_t key[KEYHASH_LEN], bool *dup)
+/* What the snapshot and the generations say of one event's key (look_state). */
+enum look {
+    LOOK_PENDING, /* the key was pending when the batch began: pending decides */
+    LOOK_NEW,     /* in neither, or only out of the window */
+    LOOK_DUP,     /* in the window */
+    LOOK_GENS,    /* not in the young store: asked of the generations */
+};
+
+static int look_reserve(commit_t *c, size_t n)
+{
+    if (n <= c->look_cap)
+        return 0;
+    size_t cap = c->look_cap ? c->look_cap : 1024;
+    while (cap < n)
+        cap *= 2;
+    /* Each grows on its own; a failure leaves the bigger ones and the old cap: still consistent. */
+    uint8_t *st = realloc(c->look_state, cap * sizeof(*st));
+    if (st)
+        c->look_state = st;
+    uint8_t(*keys)[KEYHASH_LEN] = realloc(c->look_keys, cap * sizeof(*keys));
+    if (keys)
+        c->look_keys = keys;
+    size_t *ev = realloc(c->look_event, cap * sizeof(*ev));
+    if (ev)
+        c->look_event = ev;
+    bool *found = realloc(c->look_found, cap * sizeof(*found));
+    if (found)
+        c->look_found = found;
+    if (!st || !keys || !ev || !found)
+        return -1;
+    c->look_cap = cap;
+    return 0;
+}
+
+static const store_entry_t *view_pending(const commit_t *c, const uint8_t key[KEYHASH_LEN])
 {
     const store_entry_t *it = pending_find(c->cur, key);
     if (!it && c->flight)
         it = pending_find(c->flight, key);
-    if (it) {
-        *dup = it->seq >= c->floor;
-        return STORE_OK;
+    return it;
+}
+
+/*
+ * First pass over a batch: what the LMDB snapshot and the sealed generations
+ * say of each key, into look_state. Neither changes while a batch is applied,
+ * so they can be asked ahead of the pending keys, which do (the second pass
+ * asks those in order). The keys the young store lacks are asked of the
+ * generations together (genset_view_find_many): their filter blocks are
+ * prefetched across the batch, so the cache misses of a big window overlap
+ * instead of adding up, one key after another.
+ */
+static int view_look_batch(commit_t *c, commit_req_t *batch, size_t nevents)
+{
+    size_t i = 0, nask = 0;
+    if (look_reserve(c, nevents) != 0)
+        return STORE_NOMEM;
+    for (commit_req_t *q = batch; q; q = q->next) {
+        for (size_t k = 0; k < q->n; k++, i++) {
+            const uint8_t *key = q->events[k].key;
+            uint64_t seq = 0;
+            bool present = false;
+            if (view_pending(c, key)) {
+                c->look_state[i] = LOOK_PENDING;
+                continue;
+            }
+            int rc = store_reader_find(c->reader, key, &present, &seq);
+            if (rc != STORE_OK)
+                return rc;
+            if (present || !c->gview) {
+                /* The young store decides for a key it has; the generations only after. */
+                c->look_state[i] = present && seq >= c->floor ? LOOK_DUP : LOOK_NEW;
+                continue;
+            }
+            c->look_state[i] = LOOK_GENS;
+            memcpy(c->look_keys[nask], key, KEYHASH_LEN);
+            c->look_event[nask++] = i;
+        }
     }
-    uint64_t seq = 0;
-    bool present = false;
-    int rc = store_reader_find(c->reader, key, &present, &seq);
-    *dup = rc == STORE_OK && present && seq >= c->floor;
-    if (rc != STORE_OK || present || !c->gview)
-        return rc;
-    /* Not in the young store: a sealed generation, every key of which is in the window. */
-    int grc = genset_view_find(c->gview, key, dup, NULL);
-    return grc == GEN_OK ? STORE_OK : grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
+    if (nask == 0)
+        return STORE_OK;
+    int grc = genset_view_find_many(c->gview, (const uint8_t(*)[KEYHASH_LEN])c->look_keys, nask,
+                                    c->look_found, NULL);
+    if (grc != GEN_OK)
+        return grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
+    /* Every key of a sealed generation is in the window. */
+    for (size_t j = 0; j < nask; j++)
+        c->look_state[c->look_event[j]] = c->look_found[j] ? LOOK_DUP : LOOK_NEW;
+    return STORE_OK;
+}
+
+/*
+ * Second pass, in order: *dup when the key of the batch's i-th event is in
+ * the window. The newest generation that has the key decides (a key accepted
+ * again after it left the window has a newer sequence there, and a key taken
+ * earlier in this very batch is pending now); the first pass only when no
+ * pending generation has it.
+ */
+static bool view_is_dup(const commit_t *c, const uint8_t key[KEYHASH_LEN], size_t i)
+{
+    const store_entry_t *it = view_pending(c, key);
+    if (it)
+        return it->seq >= c->floor;
+    return c->look_state[i] == LOOK_DUP;
 }
 
 int commit_view_refresh(commit_t *c)
@@ -182,7 +265,6 @@ int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_ou
     log_info_t li;
     int64_t now = commit_now_ms(CLOCK_REALTIME);
     size_t nrec = 0;
-    bool dup;
     int rc;
 
     memset(bo, 0, sizeof(*bo));
@@ -194,14 +276,14 @@ int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_ou
     window_pass_t before = window_before_batch(&wp, now, nevents);
     window_pass_t after = window_after_batch(&wp, nevents);
     rc = view_evict(c, &before, &bo->evicted_age, &bo->evicted_size);
+    if (rc == STORE_OK)
+        rc = view_look_batch(c, batch, nevents);
+    size_t n = 0; /* the event's index in the batch */
     for (commit_req_t *q = batch; rc == STORE_OK && q; q = q->next) {
-        for (size_t i = 0; rc == STORE_OK && i < q->n; i++) {
+        for (size_t i = 0; rc == STORE_OK && i < q->n; i++, n++) {
             commit_event_t *ev = &q->events[i];
             uint64_t off = li.next_offset + nrec, seq;
-            rc = view_contains(c, ev->key, &dup);
-            if (rc != STORE_OK)
-                break;
-            if (dup) {
+            if (view_is_dup(c, ev->key, n)) {
                 ev->result = COMMIT_DUPLICATE;
                 bo->duplicates++;
                 continue;

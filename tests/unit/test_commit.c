@@ -468,6 +468,49 @@ static void test_duplicate_within_request(void **state)
     commit_close(c);
 }
 
+/*
+ * A batch asks the sealed generations all its keys at once, then decides in
+ * order: sealed keys are duplicates, a new key taken earlier in the same batch
+ * is one too, and keys of the young store and of pending still decide first.
+ */
+static void test_duplicates_across_generations(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    o.young_keys = 64;
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    int64_t now = tu_now_ms();
+
+    /* 300 keys in ten requests: closing checkpoints them, and they are sealed. */
+    for (unsigned k = 0; k < 10; k++)
+        submit_range(c, 1 + 30 * k, 30, now, COMMIT_ACCEPTED);
+    commit_close(c);
+    c = open_commit(&o);
+    commit_get_stats(c, &s);
+    assert_true(s.generations > 0);
+    assert_true(s.generation_keys > 0);
+    assert_int_equal(s.keys, 300);
+    submit_range(c, 500, 1, now, COMMIT_ACCEPTED); /* pending */
+
+    /* Sealed (1, 2), new (1000, 1001), pending (500). */
+    const unsigned ids[] = {1, 1000, 2, 1000, 500, 1, 1001, 1001, 2};
+    const int want[] = {COMMIT_DUPLICATE, COMMIT_ACCEPTED,  COMMIT_DUPLICATE,
+                        COMMIT_DUPLICATE, COMMIT_DUPLICATE, COMMIT_DUPLICATE,
+                        COMMIT_ACCEPTED,  COMMIT_DUPLICATE, COMMIT_DUPLICATE};
+    req_t r;
+    submit_wait(c, &r, ids, 9, now);
+    for (size_t i = 0; i < 9; i++)
+        assert_int_equal(r.ev[i].result, want[i]);
+    assert_int_equal(r.ev[6].offset, r.ev[1].offset + 1);
+    req_free(&r);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.keys, 303);
+    assert_int_equal(s.accepted, 3);
+    assert_int_equal(s.duplicates, 7);
+    commit_close(c);
+}
+
 static void test_close_answers_queued(void **state)
 {
     fx_t *fx = *state;
@@ -1572,6 +1615,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         T(test_concurrent_exactly_once),
         T(test_duplicate_within_request),
+        T(test_duplicates_across_generations),
         T(test_close_answers_queued),
         T(test_lock),
         T(test_invalid),
