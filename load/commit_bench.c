@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +32,7 @@ typedef struct {
     double dup_ratio;
     int sync;
     uint64_t preload;
+    bool preload_sealed;
     uint64_t max_keys;
 } opts_t;
 
@@ -43,6 +45,7 @@ typedef struct {
 static opts_t o = {.events = 1000000, .clients = 64, .batch = 50, .payload = 400, .sync = 0};
 static commit_t *commit;
 static atomic_uint_fast64_t next_id; /* events handed out */
+static uint64_t id_base;             /* the run's ids are m-<id_base + n> */
 static atomic_uint_fast64_t requests_done;
 static uint64_t *lat_us; /* per request latency, indexed by request number */
 static atomic_uint_fast64_t lat_n;
@@ -92,7 +95,7 @@ static void *client(void *arg)
         clock_gettime(CLOCK_REALTIME, &ts);
         int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         for (size_t i = 0; i < n; i++) {
-            uint64_t idn = o.preload + first + i;
+            uint64_t idn = id_base + first + i;
             /* A re-send of an earlier id, at the requested ratio. */
             if (idn > 0 && (double)rand_r(&seed) / RAND_MAX < o.dup_ratio)
                 idn = (uint64_t)rand_r(&seed) % idn;
@@ -166,6 +169,120 @@ static window_disk_t window_disk(const char *data_dir, const store_info_t *si)
     return wd;
 }
 
+static int cmp_gen_entry(const void *a, const void *b)
+{
+    return memcmp(((const gen_entry_t *)a)->key, ((const gen_entry_t *)b)->key, KEYHASH_LEN);
+}
+
+/*
+ * --preload-sealed: writes ids [0, n) straight into sealed generations, as
+ * the checkpointer's seals and merges would leave them (16 of n/16 keys, the
+ * policy's target), then records them in the young store as sealed. Their
+ * records are not in the log (offset 0): a 1B-key window of 400-byte events
+ * would need 440 GB of log, and a window's cost to the storage path is its
+ * lookups, seals, merges and drops, which this keeps. The store must be
+ * new; commit_open created it.
+ */
+static int preload_sealed(const uint8_t *secret, uint64_t n)
+{
+    char *storedir = NULL, *gensdir = NULL;
+    store_t *st = NULL;
+    genset_t *gs = NULL;
+    gen_entry_t *es = NULL;
+    uint64_t per = (n + 15) / 16;
+    int64_t now = (int64_t)time(NULL) * 1000;
+    int rc = -1;
+    progress_t *p = progress_new(stderr);
+    store_options_t so = {0};
+
+    if (per < (1u << 20))
+        per = 1u << 20;
+    if (asprintf(&storedir, "%s/store", o.data_dir) < 0 ||
+        asprintf(&gensdir, "%s/store/gens", o.data_dir) < 0)
+        goto out;
+    es = malloc((per < n ? per : n) * sizeof(*es));
+    if (!es || store_open(storedir, &so, &st) != STORE_OK || genset_open(gensdir, 0, &gs) != GEN_OK)
+        goto out;
+    for (uint64_t first = 0; first < n; first += per) {
+        uint64_t end = n - first < per ? n : first + per;
+        gen_writer_t *w = NULL;
+        gen_t *g = NULL;
+        char id[32];
+        for (uint64_t i = first; i < end; i++) {
+            int len = snprintf(id, sizeof(id), "m-%" PRIu64, i);
+            keyhash(secret, "bench", 5, id, (size_t)len, es[i - first].key);
+            es[i - first].offset = 0;
+            es[i - first].received_ms = now;
+        }
+        qsort(es, end - first, sizeof(*es), cmp_gen_entry);
+        if (gen_writer_open(gensdir, (gen_id_t){first, end}, end - first, 0, &w) != GEN_OK)
+            goto out;
+        for (uint64_t i = 0; i < end - first; i++) {
+            if (gen_writer_add(w, &es[i]) != GEN_OK) {
+                gen_writer_abort(w);
+                goto out;
+            }
+        }
+        if (gen_writer_finish(w, &g) != GEN_OK)
+            goto out;
+        if (genset_add(gs, g) != GEN_OK) {
+            gen_close(g);
+            goto out;
+        }
+        progress_update(p, "fill (sealed)", end, n, "keys", NULL);
+    }
+    if (store_begin(st) != STORE_OK)
+        goto out;
+    if (store_advance_seq(st, n) != STORE_OK || store_seal(st, n) != STORE_OK) {
+        store_abort(st);
+        goto out;
+    }
+    rc = store_commit(st) == STORE_OK ? 0 : -1;
+out:
+    progress_free(p);
+    genset_close(gs);
+    store_close(st);
+    free(es);
+    free(gensdir);
+    free(storedir);
+    return rc;
+}
+
+/*
+ * DIR/bench-next-id: the first id no run has used yet. A DIR filled once can
+ * then be measured again (builds alternating) without filling it again, and
+ * every run's ids are new keys.
+ */
+static bool read_next_id(uint64_t *id)
+{
+    char *path = NULL;
+    unsigned long long v = 0;
+    bool ok = false;
+    if (asprintf(&path, "%s/bench-next-id", o.data_dir) < 0)
+        return false;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        ok = fscanf(f, "%llu", &v) == 1;
+        fclose(f);
+    }
+    free(path);
+    *id = v;
+    return ok;
+}
+
+static void write_next_id(uint64_t id)
+{
+    char *path = NULL;
+    if (asprintf(&path, "%s/bench-next-id", o.data_dir) < 0)
+        return;
+    FILE *f = fopen(path, "w");
+    if (f) {
+        fprintf(f, "%" PRIu64 "\n", id);
+        fclose(f);
+    }
+    free(path);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "Usage: ingestd-commit-bench --data DIR [options]\n"
@@ -176,8 +293,12 @@ static void usage(FILE *f)
                "  --dup-ratio R     share of re-sent earlier ids, 0..1 (default 0)\n"
                "  --sync MODE       LMDB sync: meta (server default), full, none (unsafe)\n"
                "  --preload N       ids already in the window before the run (fill first)\n"
+               "  --preload-sealed  fill them straight into sealed generations, not through\n"
+               "                    the log (for windows whose log would not fit the disk)\n"
                "  --max-keys N      window size bound (default 0: none)\n"
-               "Prints a progress line (on a terminal) and a summary; DIR must be empty or new.\n");
+               "Prints a progress line (on a terminal) and a summary. DIR is new, or one that\n"
+               "an earlier run filled: then the fill is skipped and the ids go on from\n"
+               "DIR/bench-next-id.\n");
 }
 
 /* Commits `events` with `clients` threads; `what` names the run on the progress line. */
@@ -215,6 +336,10 @@ int main(int argc, char **argv)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        }
+        if (!strcmp(a, "--preload-sealed")) {
+            o.preload_sealed = true;
+            continue;
         }
         if (!v) {
             fprintf(stderr, "ingestd-commit-bench: %s needs a value\n", a);
@@ -262,22 +387,48 @@ int main(int argc, char **argv)
         fprintf(stderr, "ingestd-commit-bench: %s\n", err);
         return 1;
     }
+    double fill_s = 0;
+    bool reuse = read_next_id(&id_base);
+    if (reuse) {
+        commit_stats_t s;
+        commit_get_stats(commit, &s);
+        fprintf(stderr, "reusing the window of %" PRIu64 " keys in %s; ids from %" PRIu64 "\n",
+                s.keys, o.data_dir, id_base);
+    } else if (o.preload_sealed && o.preload > 0) {
+        uint8_t secret[KEYHASH_SECRET_LEN];
+        memcpy(secret, commit_secret(commit), sizeof(secret));
+        commit_close(commit);
+        commit = NULL;
+        fprintf(stderr, "preloading %" PRIu64 " keys into sealed generations\n", o.preload);
+        double f0 = now_s();
+        if (preload_sealed(secret, o.preload) != 0) {
+            fprintf(stderr, "ingestd-commit-bench: the sealed preload failed (is DIR new?)\n");
+            return 1;
+        }
+        if (commit_open(&co, &commit, err, sizeof(err)) != COMMIT_OK) {
+            fprintf(stderr, "ingestd-commit-bench: %s\n", err);
+            return 1;
+        }
+        fill_s = now_s() - f0;
+    }
     lat_cap = o.events / o.batch + o.clients + 1;
     lat_us = calloc(lat_cap, sizeof(*lat_us));
     if (!lat_us)
         return 1;
     uint64_t events = o.events; /* run() overwrites o.events */
-    if (o.preload > 0) {
+    if (!reuse && o.preload > 0 && !o.preload_sealed) {
         /* Fill the window with distinct ids at the largest batches the writer takes. */
         fprintf(stderr, "preloading %" PRIu64 " keys\n", o.preload);
+        double f0 = now_s();
         uint64_t keep = o.preload;
         unsigned b = o.batch;
-        o.preload = 0;
         o.batch = 2500;
         run("fill", keep, o.clients);
         o.batch = b;
-        o.preload = keep;
+        fill_s = now_s() - f0;
     }
+    if (!reuse)
+        id_base = o.preload;
     commit_stats_t s0, s1;
     commit_get_stats(commit, &s0);
     double t0 = now_s();
@@ -324,6 +475,13 @@ int main(int argc, char **argv)
            " in use; generations %" PRIu64 "); memory %.2f bytes per key (filters and fences)\n",
            keys > 0 ? (double)(wd.lmdb_file + wd.gen_file) / keys : 0.0, wd.lmdb_file,
            si.used_bytes, wd.gen_file, keys > 0 ? (double)wd.gen_memory / keys : 0.0);
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    write_next_id(id_base + events);
+    if (o.preload > 0 && !reuse)
+        printf("fill of %" PRIu64 " keys%s took %.1f s\n", o.preload,
+               o.preload_sealed ? " (sealed)" : "", fill_s);
+    printf("max RSS %.0f MiB\n", (double)ru.ru_maxrss / 1024.0);
     printf("SUMMARY events_per_s=%.0f p50_ms=%.2f p99_ms=%.2f max_ms=%.1f avg_batch=%.0f "
            "bytes_per_key=%.1f memory_bytes_per_key=%.2f sync=%d\n",
            (double)events / drained, n ? (double)lat_us[n / 2] / 1e3 : 0.0,

@@ -884,6 +884,14 @@ int store_seal(store_t *st, uint64_t sealed_below)
     return rc;
 }
 
+int store_advance_seq(store_t *st, uint64_t next_seq)
+{
+    if (!st->txn || next_seq < st->txn_seq)
+        return STORE_ERROR;
+    st->txn_seq = next_seq;
+    return STORE_OK;
+}
+
 int store_set_applied(store_t *st, uint64_t next_offset)
 {
     return meta_put(st, st->txn, "applied", &next_offset, sizeof(next_offset));

@@ -150,6 +150,15 @@ int store_evict_below(store_t *st, uint64_t floor_seq, size_t max_steps, uint64_
  */
 int store_seal(store_t *st, uint64_t sealed_below);
 
+/*
+ * In the open write transaction: the next sequence becomes `next_seq` (at
+ * least the current one; STORE_ERROR otherwise). For a window sealed into
+ * generation files by other means than the young store, such as
+ * ingestd-commit-bench --preload-sealed: its sequences must be behind the
+ * store's before store_seal records them.
+ */
+int store_advance_seq(store_t *st, uint64_t next_seq);
+
 /* Records that the log up to (not including) `next_offset` is applied. */
 int store_set_applied(store_t *st, uint64_t next_offset);
 
