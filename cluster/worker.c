@@ -16,7 +16,10 @@
 #include <unistd.h>
 
 #include "cluster/internal.h"
+#include "storage/fsutil.h"
+#include "storage/genset.h"
 #include "storage/keyhash.h"
+#include "storage/seal.h"
 #include "storage/store.h"
 
 #define DEFAULT_MAX_BATCH 1000
@@ -26,11 +29,15 @@
 #define KAFKA_TIMEOUT_MS  30000 /* one transactional call (commit, abort, offsets) */
 #define COMMITTED_TIMEOUT 10000 /* fetching the group's committed offsets */
 #define RETRY_PAUSE_MS    500   /* between attempts while the cluster is unreachable */
+#define MAINTAIN_EVERY_MS 1000  /* generations' drops and merges of a partition, at most */
 
 /* One assigned raw partition and its store. */
 typedef struct part {
     int32_t id;
-    store_t *st;
+    store_t *st;        /* the young store */
+    genset_t *gs;       /* the sealed generations (DIR/gens) */
+    genset_view_t *gv;  /* their view, taken again after every change */
+    int64_t maintained; /* when the generations were last kept to the rule (now_ms) */
     uint8_t secret[KEYHASH_SECRET_LEN];
     int64_t repair_until; /* records below this offset only insert their keys */
     int64_t committed;    /* the group's committed offset as last known; -1 unknown */
@@ -44,7 +51,8 @@ typedef struct part {
 /* What /stats shows of one partition (copied under snap_mu). */
 typedef struct part_snap {
     int32_t id;
-    uint64_t keys, applied;
+    uint64_t keys, applied; /* keys: the young store's and the generations' */
+    uint64_t generations, generation_keys;
     int64_t oldest_ms, committed, high, position;
 } part_snap_t;
 
@@ -139,6 +147,87 @@ static int mkdir_p(const char *path)
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/*
+ * Opens the partition's generations (DIR/gens) and finishes a seal a crash
+ * cut short between its file and its LMDB transaction. A store status.
+ */
+static int part_open_gens(cluster_worker_t *w, part_t *p, const char *dir)
+{
+    char *gdir = fsutil_join(dir, "gens");
+    int grc = gdir ? genset_open(gdir, 0, &p->gs) : GEN_NOMEM;
+    if (grc != GEN_OK)
+        wlog(w, 0, "partition %" PRId32 ": generations in %s/gens: %s", p->id, dir,
+             gen_strerror(grc));
+    free(gdir);
+    if (grc != GEN_OK)
+        return grc == GEN_NOMEM ? STORE_NOMEM : STORE_CORRUPT;
+    int src = seal_recover(p->st, p->gs);
+    if (src == STORE_OK)
+        p->gv = genset_view(p->gs);
+    return src;
+}
+
+static uint64_t young_keys(const cluster_worker_t *w)
+{
+    return w->o.young_keys ? w->o.young_keys : GENSET_YOUNG_KEYS;
+}
+
+/*
+ * Between batches (no LMDB transaction open): seals a full young store, then
+ * drops and merges generations as the window's rule says, at most once a
+ * second unless a seal was done. A failure is logged and left for the next
+ * time: the window stays whole either way (seal.h).
+ */
+static void part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
+{
+    store_info_t info;
+    uint64_t sealed = 0, young = young_keys(w);
+    int src = store_get_info(p->st, &info);
+    if (src == STORE_OK && genset_seals(w->o.max_keys, young) && info.keys >= young) {
+        src = seal_young(p->st, p->gs, 0, &sealed);
+        if (src == STORE_BUSY)
+            src = STORE_OK; /* the young store is being made whole: seal later */
+        if (src == STORE_OK && sealed > 0)
+            src = store_get_info(p->st, &info);
+    }
+    if (src == STORE_OK && (sealed > 0 || now - p->maintained >= MAINTAIN_EVERY_MS)) {
+        genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young);
+        seal_result_t sr;
+        p->maintained = now;
+        src = seal_maintain(p->gs, &gp, now, info.keys, &sr);
+    }
+    genset_view_release(p->gv);
+    p->gv = genset_view(p->gs);
+    if (src != STORE_OK) {
+        wlog(w, 1, "partition %" PRId32 ": sealing or keeping the generations: %s", p->id,
+             store_strerror(src));
+        w->c.store_errors++;
+    }
+}
+
+/* Keeps every partition's generations to the rule while no batch comes (rate-limited). */
+static void maintain_idle(cluster_worker_t *w)
+{
+    int64_t now = now_ms();
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        part_t *p = w->parts[i];
+        if (p != NULL && !p->txn_open && now - p->maintained >= MAINTAIN_EVERY_MS)
+            part_maintain(w, p, now);
+    }
+}
+
+/* Whether a generation holds `key`: *found, and its owner's offset. A store status. */
+static int part_find_sealed(const part_t *p, const uint8_t key[KEYHASH_LEN], bool *found,
+                            uint64_t *owner)
+{
+    gen_entry_t e;
+    int grc = genset_view_find(p->gv, key, found, &e);
+    if (grc != GEN_OK)
+        return grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
+    *owner = *found ? e.offset : 0;
+    return STORE_OK;
+}
+
 static part_t *part_get(cluster_worker_t *w, int32_t id)
 {
     return id >= 0 && id < w->nparts_cap ? w->parts[id] : NULL;
@@ -181,7 +270,7 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     int src = store_open(dir, &so, &p->st);
     if (src == STORE_OK)
         src = store_secret(p->st, NULL, p->secret);
-    if (src == STORE_OK)
+    if (src == STORE_OK && (src = part_open_gens(w, p, dir)) == STORE_OK)
         src = store_get_info(p->st, &info);
     if (src != STORE_OK) {
         wlog(w, 0, "partition %" PRId32 ": store %s: %s", id, dir, store_strerror(src));
@@ -192,6 +281,8 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     *out = p;
     return CLUSTER_OK;
 fail:
+    genset_view_release(p->gv);
+    genset_close(p->gs);
     store_close(p->st);
     free(p);
     return rc;
@@ -203,6 +294,8 @@ static void part_close(cluster_worker_t *w, int32_t id)
     if (p == NULL)
         return;
     store_close(p->st); /* aborts an open txn, if any */
+    genset_view_release(p->gv);
+    genset_close(p->gs);
     free(p);
     w->parts[id] = NULL;
 }
@@ -673,20 +766,22 @@ static int stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, 
         int64_t ts = rd_kafka_message_timestamp(m, &tst);
         if (ts <= 0)
             ts = now;
-        bool dup = false;
-        if ((src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
+        /* A sealed key is in the window: the young store must not take it again. */
+        bool dup = false, present = false;
+        uint64_t owner = 0;
+        if ((src = part_find_sealed(p, key, &present, &owner)) != STORE_OK)
+            goto fail;
+        if (!present && (src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
             goto fail;
         if (m->offset < p->repair_until) {
             c->repaired++;
             continue;
         }
-        if (!dup) {
+        if (!present && !dup) {
             produce[i] = true;
             continue;
         }
-        bool present = false;
-        uint64_t owner = 0;
-        if ((src = store_lookup(p->st, key, &present, &owner)) != STORE_OK)
+        if (!present && (src = store_lookup(p->st, key, &present, &owner)) != STORE_OK)
             goto fail;
         if (present && owner == (uint64_t)m->offset) {
             produce[i] = true; /* the record that inserted the key, re-processed */
@@ -901,6 +996,7 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
             p->repair_until = -1;
         p->batch_last = -1;
         p->needs_kafka = false;
+        part_maintain(w, p, now_ms());
     }
     crash_hook(w, "stored");
     w->c.consumed += c.consumed;
@@ -1014,8 +1110,10 @@ int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
     int64_t last_snap = 0;
     while (!atomic_load(&w->stop)) {
         n = gather(w, msgs, epochs, &last_snap);
-        if (n == 0)
+        if (n == 0) {
+            maintain_idle(w); /* generations age out while no record comes */
             continue;
+        }
         rc = process(w, msgs, n, err, errlen);
         for (size_t i = 0; i < n; i++)
             rd_kafka_message_destroy(msgs[i]);
@@ -1061,12 +1159,18 @@ static void snapshot(cluster_worker_t *w)
         memset(&info, 0, sizeof info);
         if (!p->txn_open)
             store_get_info(p->st, &info);
+        genset_totals_t gt;
+        genset_view_totals(p->gv, &gt);
+        int64_t oldest =
+            gt.keys ? gt.oldest_received_ms : (info.keys ? info.oldest_received_ms : 0);
         int64_t lo = -1, hi = -1;
         rd_kafka_get_watermark_offsets(w->consumer, w->o.raw_topic, p->id, &lo, &hi);
         s[k++] = (part_snap_t){.id = p->id,
-                               .keys = info.keys,
+                               .keys = info.keys + gt.keys,
+                               .generations = genset_view_count(p->gv),
+                               .generation_keys = gt.keys,
                                .applied = p->applied,
-                               .oldest_ms = info.keys ? info.oldest_received_ms : 0,
+                               .oldest_ms = oldest,
                                .committed = p->committed,
                                .high = hi,
                                .position = (int64_t)p->applied};
@@ -1110,11 +1214,12 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
         int64_t lag =
             s->high >= 0 && s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
         fprintf(f,
-                "%s{\"partition\":%" PRId32 ",\"keys\":%" PRIu64
-                ",\"effective_window_seconds\":%" PRId64 ",\"applied_offset\":%" PRIu64
-                ",\"committed_offset\":%" PRId64 ",\"high_watermark\":%" PRId64 ",\"lag\":%" PRId64
-                "}",
-                i ? "," : "", s->id, s->keys, eff, s->applied, s->committed, s->high, lag);
+                "%s{\"partition\":%" PRId32 ",\"keys\":%" PRIu64 ",\"generations\":%" PRIu64
+                ",\"generation_keys\":%" PRIu64 ",\"effective_window_seconds\":%" PRId64
+                ",\"applied_offset\":%" PRIu64 ",\"committed_offset\":%" PRId64
+                ",\"high_watermark\":%" PRId64 ",\"lag\":%" PRId64 "}",
+                i ? "," : "", s->id, s->keys, s->generations, s->generation_keys, eff, s->applied,
+                s->committed, s->high, lag);
     }
     pthread_mutex_unlock(&w->snap_mu);
     fputs("]}", f);

@@ -10,18 +10,21 @@
 
 /*
  * One consumer-group member (read_committed, no auto commit) plus one
- * transactional producer. Each assigned raw partition P has its own LMDB
- * environment under DATA/partitions/RAWTOPIC-P/ (storage/store.h: the same
- * key layout, window and eviction as single-node; the `offset` of a key's
- * sequence entry is the raw-topic offset of the record that inserted it: its
- * owner). Per polled batch:
+ * transactional producer. Each assigned raw partition P has its own window
+ * under DATA/partitions/RAWTOPIC-P/, the same store as single-node: a young
+ * LMDB environment (storage/store.h) sealed into generation files in gens/
+ * (storage/genset.h, seal.h) once it holds young_keys, dropped whole by the
+ * same rule (genset_plan). The `offset` a key keeps is the raw-topic offset
+ * of the record that inserted it: its owner. A key in a generation is in the
+ * window, and is asked before the young store takes a key. Per polled batch:
  *   1. one LMDB write txn per partition: insert the keys (a key already held
  *      by another offset is a duplicate; held by this very offset, the record
  *      is its owner being re-processed, and is produced again), evict by age
  *      and size, record the applied input offset;
  *   2. one Kafka transaction: produce the non-duplicates to the output topic,
  *      send_offsets_to_transaction with the group metadata, commit;
- *   3. commit the LMDB txns.
+ *   3. commit the LMDB txns; then seal a young store that is full, and drop
+ *      and merge generations as the rule says (also while idle).
  * Any failure in 2 aborts the LMDB txns as well (an aborted transaction never
  * leaves keys behind) and rewinds the consumer to its positions below; a
  * fatal producer error (fencing) re-creates the producer first.
@@ -50,6 +53,9 @@ typedef struct cluster_worker_options {
     const char *txn_id_prefix; /* transactional.id = PREFIX-GROUP-WORKERID; NULL: "ingestd" */
     int64_t window_ms;         /* dedupe window (> 0) */
     uint64_t max_keys;         /* per partition; 0: no size bound */
+    uint64_t young_keys;       /* keys a partition's LMDB store holds before they are sealed
+                                  into a generation file (docs/window.md), as single-node;
+                                  0: GENSET_YOUNG_KEYS */
     uint64_t map_size;         /* initial LMDB map size per partition; 0: 64 MiB */
     int store_sync;            /* enum store_sync */
     uint32_t max_batch;        /* records per transaction; 0: 1000 */

@@ -26,6 +26,8 @@
 #define DEFAULT_LISTEN    "127.0.0.1:8081"
 #define DEFAULT_PREFIX    "ingestd"
 #define DEFAULT_MAX_BATCH "1000"
+#define DEFAULT_YOUNG     "1048576"
+#define YOUNG_KEYS_MAX    (UINT64_C(1) << 32)
 #define WINDOW_MIN_MS     INT64_C(1000)
 #define WINDOW_MAX_MS     (INT64_C(365) * 86400 * 1000)
 #define MAX_KEYS_MAX      UINT64_C(1000000000000)
@@ -67,6 +69,9 @@ static void usage(FILE *out)
             "  --max-keys N           keys kept per partition before the window shortens\n"
             "                         (INGESTD_MAX_KEYS; default " DEFAULT_MAX_KEYS
             "; 0: no bound)\n"
+            "  --young-keys N         keys a partition's LMDB store holds before they are\n"
+            "                         sealed into a generation file, as serve's\n"
+            "                         (INGESTD_YOUNG_KEYS; default " DEFAULT_YOUNG ")\n"
             "  --listen HOST:PORT     /stats, /metrics, /healthz (INGESTD_LISTEN; default\n"
             "                         " DEFAULT_LISTEN "; port 0 picks one; \"none\": no HTTP)\n"
             "  --kafka-opt NAME=VALUE librdkafka setting, repeatable, e.g.\n"
@@ -96,8 +101,8 @@ static void usage(FILE *out)
 }
 
 struct args {
-    const char *brokers, *raw, *out, *group, *data, *window, *max_keys, *listen, *prefix, *batch,
-        *level;
+    const char *brokers, *raw, *out, *group, *data, *window, *max_keys, *young, *listen, *prefix,
+        *batch, *level;
     bool mirror, dynamic;
     const char *opts[MAX_KAFKA_OPTS];
     size_t nopts;
@@ -124,6 +129,7 @@ static int parse(int argc, char **argv, struct args *a)
         {"--data", offsetof(struct args, data)},
         {"--window", offsetof(struct args, window)},
         {"--max-keys", offsetof(struct args, max_keys)},
+        {"--young-keys", offsetof(struct args, young)},
         {"--listen", offsetof(struct args, listen)},
         {"--transactional-id-prefix", offsetof(struct args, prefix)},
         {"--max-batch", offsetof(struct args, batch)},
@@ -136,6 +142,7 @@ static int parse(int argc, char **argv, struct args *a)
     a->data = env("INGESTD_DATA") ? env("INGESTD_DATA") : DEFAULT_DATA;
     a->window = env("INGESTD_WINDOW") ? env("INGESTD_WINDOW") : DEFAULT_WINDOW;
     a->max_keys = env("INGESTD_MAX_KEYS") ? env("INGESTD_MAX_KEYS") : DEFAULT_MAX_KEYS;
+    a->young = env("INGESTD_YOUNG_KEYS") ? env("INGESTD_YOUNG_KEYS") : DEFAULT_YOUNG;
     a->listen = env("INGESTD_LISTEN") ? env("INGESTD_LISTEN") : DEFAULT_LISTEN;
     a->prefix = env("INGESTD_TRANSACTIONAL_ID_PREFIX") ? env("INGESTD_TRANSACTIONAL_ID_PREFIX")
                                                        : DEFAULT_PREFIX;
@@ -364,7 +371,7 @@ int cli_worker_main(int argc, char **argv)
         goto out;
     }
     int64_t window_ms = 0;
-    uint64_t max_keys = 0, batch = 0;
+    uint64_t max_keys = 0, young = 0, batch = 0;
     int level = logging_parse_level(a.level);
     if (level < 0) {
         fprintf(stderr, "ingestd worker: invalid --log-level \"%s\"\n", a.level);
@@ -378,6 +385,11 @@ int cli_worker_main(int argc, char **argv)
     }
     if (config_parse_count(a.max_keys, &max_keys) != 0 || max_keys > MAX_KEYS_MAX) {
         fprintf(stderr, "ingestd worker: invalid --max-keys \"%s\"\n", a.max_keys);
+        goto out;
+    }
+    if (config_parse_count(a.young, &young) != 0 || young == 0 || young > YOUNG_KEYS_MAX) {
+        fprintf(stderr, "ingestd worker: invalid --young-keys \"%s\": 1..%" PRIu64 "\n", a.young,
+                YOUNG_KEYS_MAX);
         goto out;
     }
     if (config_parse_count(a.batch, &batch) != 0 || batch == 0 || batch > MAX_BATCH_MAX) {
@@ -397,6 +409,7 @@ int cli_worker_main(int argc, char **argv)
         .txn_id_prefix = a.prefix,
         .window_ms = window_ms,
         .max_keys = max_keys,
+        .young_keys = young,
         .store_sync = STORE_SYNC_META,
         .max_batch = (uint32_t)batch,
         .mirror_offsets = a.mirror,
@@ -415,9 +428,10 @@ int cli_worker_main(int argc, char **argv)
         goto out;
     }
     LOG_INFO("ingestd %s worker: brokers %s, %s -> %s, group %s, data %s, window %" PRId64
-             "s, max-keys %" PRIu64 ", max-batch %" PRIu64 ", %s membership, %zu kafka option(s)%s",
+             "s, max-keys %" PRIu64 ", young-keys %" PRIu64 ", max-batch %" PRIu64
+             ", %s membership, %zu kafka option(s)%s",
              INGESTD_VERSION, a.brokers, a.raw, a.out, a.group, a.data, window_ms / 1000, max_keys,
-             batch, a.dynamic ? "dynamic" : "static", a.nopts,
+             young, batch, a.dynamic ? "dynamic" : "static", a.nopts,
              a.mirror ? ", mirrored offsets" : "");
 
     struct sigaction sa;

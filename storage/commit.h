@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "storage/genset.h"
 #include "storage/histogram.h"
 #include "storage/keyhash.h"
 
@@ -101,7 +102,7 @@ typedef struct commit_options {
     void *replay_progress_arg;
 } commit_options_t;
 
-#define COMMIT_YOUNG_KEYS (1u << 20)
+#define COMMIT_YOUNG_KEYS GENSET_YOUNG_KEYS
 
 typedef struct commit_stats {
     uint64_t accepted, duplicates;  /* events */

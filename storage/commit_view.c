@@ -188,17 +188,13 @@ void commit_view_take_gens(commit_t *c)
 bool commit_view_seals(const commit_t *c)
 {
     uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
-    return c->opts.max_keys == 0 || c->opts.max_keys > young;
+    return genset_seals(c->opts.max_keys, young);
 }
 
 genset_policy_t commit_view_gen_policy(const commit_t *c)
 {
     uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
-    return (genset_policy_t){.window_ms = c->opts.window_ms,
-                             .max_keys = c->opts.max_keys,
-                             .merge_min_keys = young,
-                             .target_count = 16,
-                             .fanin = 4};
+    return genset_policy_for(c->opts.window_ms, c->opts.max_keys, young);
 }
 
 /* The oldest key in the window (the entry at or after the floor): *found, and *e. */

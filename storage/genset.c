@@ -462,3 +462,17 @@ void genset_plan(const genset_view_t *v, const genset_policy_t *p, int64_t now_m
         }
     }
 }
+
+genset_policy_t genset_policy_for(int64_t window_ms, uint64_t max_keys, uint64_t young_keys)
+{
+    return (genset_policy_t){.window_ms = window_ms,
+                             .max_keys = max_keys,
+                             .merge_min_keys = young_keys,
+                             .target_count = 16,
+                             .fanin = 4};
+}
+
+bool genset_seals(uint64_t max_keys, uint64_t young_keys)
+{
+    return max_keys == 0 || max_keys > young_keys;
+}

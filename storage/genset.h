@@ -24,6 +24,9 @@
  * Status codes are gen.h's.
  */
 
+/* The young store's default size before its keys are sealed into a generation (docs/window.md). */
+#define GENSET_YOUNG_KEYS (1u << 20)
+
 typedef struct genset genset_t;
 typedef struct genset_view genset_view_t;
 
@@ -122,5 +125,16 @@ typedef struct genset_plan {
 
 void genset_plan(const genset_view_t *v, const genset_policy_t *p, int64_t now_ms,
                  uint64_t young_keys, genset_plan_t *out);
+
+/*
+ * The policy every user of generations applies (the single-node commit and
+ * each Kafka worker partition): the window's bounds, merges towards 16
+ * generations, 4 at a time, none smaller than the young store's
+ * `young_keys`. And whether keys are sealed at all: without a size bound, or
+ * with one above young_keys (at or under it the young store alone holds the
+ * window and evicts key by key, exactly).
+ */
+genset_policy_t genset_policy_for(int64_t window_ms, uint64_t max_keys, uint64_t young_keys);
+bool genset_seals(uint64_t max_keys, uint64_t young_keys);
 
 #endif

@@ -276,6 +276,44 @@ class WorkerTest(unittest.TestCase):
         self.check_once(consume(self.mock), expected)
         w2.stop()
 
+    def test_generations_exactly_once(self):
+        """A small young store seals each partition's keys into generations: retries of sealed
+        keys stay out, across a SIGKILL and restart too."""
+        args = ["--young-keys", "20", "--max-batch", "25"]
+        w = self.worker(args=args)
+        w.wait_ready()
+        evs = batch("g", 400)
+        produce(self.mock, evs)
+        expected = {(s, m) for s, m, _ in evs}
+        self.wait_output(expected)
+        deadline_wait(lambda: w.stats()["events"]["consumed"] == 400, WAIT, "400 consumed")
+        parts = w.stats()["partitions"]
+        self.assertEqual(sum(p["keys"] for p in parts), 400)
+        self.assertTrue(all(p["generations"] > 0 for p in parts), parts)
+        self.assertGreaterEqual(sum(p["generation_keys"] for p in parts), 4 * 20, parts)
+        for p in parts:
+            gens = os.listdir(os.path.join(w.data_dir, "partitions", "raw-%d" % p["partition"],
+                                           "gens"))
+            self.assertTrue(any(g.endswith(".gen") for g in gens), gens)
+        # Retries of sealed (and young) keys, beside new ones.
+        fresh = batch("h", 40)
+        produce(self.mock, evs[:300] + fresh)
+        expected |= {(s, m) for s, m, _ in fresh}
+        self.wait_output(expected)
+        deadline_wait(lambda: w.stats()["events"]["consumed"] == 740, WAIT, "740 consumed")
+        st = w.stats()
+        self.assertEqual(st["events"]["duplicates"], 300)
+        self.assertEqual(st["events"]["produced"], 440)
+        self.check_once(consume(self.mock), expected)
+        # SIGKILL, restart on the same data: the generations are still the window.
+        w.kill()
+        w2 = self.worker(args=args)
+        produce(self.mock, evs[100:])
+        deadline_wait(lambda: w2.stats()["events"]["consumed"] == 300, WAIT, "300 consumed")
+        self.assertEqual(w2.stats()["events"]["duplicates"], 300)
+        self.check_once(consume(self.mock), expected)
+        w2.stop()
+
     def crash_at(self, point, reproduced_ok):
         """SIGKILL at an exact point of the second transaction, restart, check."""
         w = self.worker(extra_env={"INGESTD_WORKER_CRASH_AT": "%s:2" % point},
