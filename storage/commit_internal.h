@@ -36,7 +36,7 @@ enum job_state {
 
 /* One checkpoint: a frozen generation and the window floor, into LMDB. */
 typedef struct {
-    int state;            /* enum job_state */
+    enum job_state state;
     uint64_t commits;     /* LMDB transactions committed by checkpoints so far */
     bool cancel;          /* stop before the next transaction (storage is being re-opened) */
     bool quit;            /* the checkpointer thread ends */

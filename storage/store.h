@@ -60,7 +60,7 @@ enum store_sync {
 typedef struct store_options {
     uint64_t map_size; /* initial map size in bytes (grown on demand); 0: 1 GiB */
     bool read_only;    /* open for reading only (e.g. `log cat`, `check`) */
-    int sync;          /* enum store_sync */
+    enum store_sync sync;
 } store_options_t;
 
 typedef struct store_info {
