@@ -473,7 +473,7 @@ static void q_mark(struct req *r, const char *reason, const char *error)
 static void q_keep(struct req *r, const char *data, size_t n)
 {
     r->q_seen += n;
-    if (r->q_reason == NULL || r->q_len >= QUARANTINE_REQUEST_BYTES)
+    if (n == 0 || r->q_reason == NULL || r->q_len >= QUARANTINE_REQUEST_BYTES)
         return;
     if (r->q_head == NULL && (r->q_head = malloc(QUARANTINE_REQUEST_BYTES)) == NULL)
         return;
