@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "storage/commit.h"
+#include "storage/quarantine.h"
 
 /* Limits of the contract (DESIGN.md). */
 #define API_MAX_EVENT_BYTES   (32 * 1024)  /* one event, as serialised JSON */
@@ -94,6 +95,9 @@ typedef struct api_options {
      * (not reported): ingestd_fsync_duration_seconds and ingestd_commit_batch_events. */
     const histogram_t *fsync_seconds;
     const histogram_t *batch_events;
+    /* Where refused input is kept (storage/quarantine.h; GET /v1/log?log=rejected), borrowed,
+     * must outlive the api; NULL: nothing is kept (the rejections are still counted). */
+    quarantine_t *quarantine;
 } api_options_t;
 
 /*
@@ -130,6 +134,8 @@ typedef struct api_req {
     const char *client_ip;
     api_param_fn param; /* query parameters; NULL: the request has none */
     void *transport;    /* passed to param */
+    /* The request's id (X-Request-Id), kept with what the quarantine records of it; NULL: none. */
+    const char *request_id;
 } api_req_t;
 
 #define API_MAX_HEADERS 8 /* a CORS preflight answer takes 5 */
@@ -245,5 +251,20 @@ void api_count_duration(api_t *api, const char *path, int status, int64_t ns);
  * or -1 when out of memory (the body is then unchanged). The transport calls it for every answer.
  */
 int api_resp_add_request_id(api_resp_t *resp, const char *id);
+
+/* Reasons of refusals the transport decides itself (ingestd_events_rejected_total{reason}). */
+#define API_REASON_REQUEST_TOO_LARGE "request_too_large"
+#define API_REASON_BAD_ENCODING      "bad_encoding"
+
+/*
+ * A request the transport refused whole with a 400 (body over the byte cap, bad gzip, an
+ * unsupported Content-Encoding): counted under `reason` (an API_REASON_*) and recorded once in
+ * the quarantine with `error` (the answer's sentence) and body[0..len), the first bytes received
+ * (raw, maybe compressed; QUARANTINE_REQUEST_BYTES of them are kept), `total` the body's whole
+ * size when known (else 0). Only req->authorization (the source, when it names a known key),
+ * req->request_id and req->now_ms are read. Never blocks; thread-safe.
+ */
+void api_refused_request(api_t *api, const api_req_t *req, const char *reason, const char *error,
+                         const char *body, size_t len, uint64_t total);
 
 #endif

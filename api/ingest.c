@@ -368,10 +368,12 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
 
     if (!api_content_type_ok(req->content_type)) {
         api_error(resp, 400, "unsupported Content-Type");
+        api_reject_request(api, req, NULL, "unsupported Content-Type");
         return API_DONE;
     }
     if (req->body_len > API_MAX_REQUEST_BYTES) {
         api_error(resp, 400, "request body too large (max 512000 bytes)");
+        api_reject_request(api, req, NULL, "request body too large (max 512000 bytes)");
         return API_DONE;
     }
     /* One key set for the whole request, even if a reload swaps it meanwhile. */
@@ -387,6 +389,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     }
     if (prc != BATCH_OK) {
         api_error(resp, 400, err.text);
+        api_reject_request(api, req, wk ? wk->source : NULL, err.text);
         goto out;
     }
     if (!wk) {
@@ -418,16 +421,13 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     int brc = batch_build(root, &o, &b, &err);
     if (brc == BATCH_BAD_REQUEST) {
         api_error(resp, 400, err.text);
+        api_reject_request(api, req, wk->source, err.text);
         goto out;
     }
     if (brc != BATCH_OK) {
         api_error_commit(resp, COMMIT_NOMEM);
         goto out;
     }
-    /* The parsed tree is no longer needed: the events are serialised; drop it before waiting. */
-    json_decref(root);
-    root = NULL;
-
     /* Every event of the request counts, valid or not, and all of them or none are taken: a
      * refused request leaves nothing behind, so its retry is exactly the same request. */
     size_t nall = b.nevents + b.nrejected;
@@ -438,6 +438,15 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     }
 
     atomic_fetch_add_explicit(&api->rejected, b.nrejected, memory_order_relaxed);
+    for (size_t i = 0; i < b.nrejected; i++) {
+        json_t *ev = single_type
+                         ? root
+                         : json_array_get(json_object_get(root, "batch"), b.rejected[i].index);
+        api_reject_event(api, req, wk->source, ev, b.rejected[i].index, b.rejected[i].error);
+    }
+    /* The parsed tree is no longer needed: the events are serialised; drop it before waiting. */
+    json_decref(root);
+    root = NULL;
     if (single_type && b.nrejected > 0) {
         api_error(resp, 400, b.rejected[0].error);
         goto out;

@@ -11,6 +11,7 @@
 #include "api/api.h"
 
 #define API_STATUS_SLOTS 600 /* counters for statuses 0..599 */
+#define API_REASONS      11  /* ingestd_events_rejected_total{reason} (reject.c's table) */
 
 struct api_poll; /* a parked long-poll (logread.c) */
 struct cors;     /* --cors-origin (cors.h) */
@@ -46,6 +47,8 @@ struct api {
     atomic_uint_fast64_t sink_accepted;              /* events of requests the sink answered 200 */
     struct reqhist *reqhist;                         /* request durations by route (reqhist.h) */
     const histogram_t *fsync_seconds, *batch_events; /* api_options_t's, may be NULL */
+    quarantine_t *quarantine;                        /* api_options_t's, may be NULL */
+    atomic_uint_fast64_t by_reason[API_REASONS];     /* rejections by reason (reject.c) */
 };
 
 /* Fills *resp with `json` (compact) and `status`. Steals the reference. Returns 0 or -1 (then *resp
@@ -106,6 +109,28 @@ void api_metrics_histograms(const api_t *api, FILE *f);
 
 /* GET /dashboard: the operator's page, embedded at build time (dashboard.c). */
 void api_dashboard(api_resp_t *resp);
+
+/* Refusals by reason and the quarantine (reject.c). Sets up api's part from opts. */
+void api_reject_init(api_t *api, const api_options_t *opts);
+
+/* The reason word (ingestd_events_rejected_total{reason}) of a rejection sentence of batch.c or
+ * ingest.c; "other" for a sentence it does not know. */
+const char *api_reject_reason(const char *error);
+
+/* One event of a batch rejected with `error`: counted by reason and recorded (the event
+ * re-serialised compactly, cut at QUARANTINE_EVENT_BYTES). `source` is the write key's. */
+void api_reject_event(api_t *api, const api_req_t *req, const char *source, const json_t *ev,
+                      size_t index, const char *error);
+
+/* The request refused whole with `error` (400): counted and recorded with the first
+ * QUARANTINE_REQUEST_BYTES of req->body. source NULL: the Authorization header's, if any. */
+void api_reject_request(api_t *api, const api_req_t *req, const char *source, const char *error);
+
+/* ingestd_events_rejected_total{reason} and the quarantine's gauges for /metrics. */
+void api_reject_metrics(api_t *api, FILE *f);
+
+/* /stats: adds events.rejected_by_reason and "quarantine" to the /stats object j. */
+void api_reject_stats(api_t *api, json_t *j);
 
 /* Milliseconds of CLOCK_MONOTONIC. */
 int64_t api_monotonic_ms(void);

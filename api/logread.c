@@ -237,22 +237,24 @@ static int park(api_t *api, uint64_t from, int64_t deadline_ms, api_resp_t *resp
     return API_PENDING;
 }
 
-/* Appends up to `max` committed records from `from` as NDJSON lines; answers *resp. */
-static void read_records(api_t *api, uint64_t from, uint64_t limit, uint64_t max, uint64_t first,
-                         api_resp_t *resp)
+/* Appends up to `max` committed records of the log in `dir` from `from` as NDJSON lines; answers
+ * *resp. */
+static void read_records(const char *dir, uint64_t from, uint64_t limit, uint64_t max,
+                         uint64_t first, api_resp_t *resp)
 {
     log_reader_t *r = NULL;
     log_record_t rec;
     char *buf = NULL;
     size_t len = 0, cap = 0;
     uint64_t next = from;
-    int rc = log_reader_open(commit_log_dir(api->commit), from, &r);
+    int rc = log_reader_open(dir, from, &r);
 
     if (rc == LOG_INVALID) {
         /* Retention deleted `from` after we looked: report the log as it is now. */
-        commit_stats_t s;
-        commit_get_stats(api->commit, &s);
-        out_of_range(resp, from, s.log_first_offset, limit);
+        log_info_t li;
+        if (log_describe(dir, &li, NULL) == LOG_OK && li.first_offset > first)
+            first = li.first_offset;
+        out_of_range(resp, from, first, limit);
         return;
     }
     if (rc != LOG_OK) {
@@ -296,6 +298,32 @@ fail:
     log_error(resp, rc);
 }
 
+/*
+ * GET /v1/log?log=rejected: the quarantine (storage/quarantine.h), paged like the event log. Its
+ * records are final once fsynced (quarantine next_offset), nobody is told when one comes, so
+ * `wait` is not supported: the answer comes at once.
+ */
+static int read_rejected(api_t *api, uint64_t from, int has_from, uint64_t max, api_resp_t *resp)
+{
+    quarantine_stats_t qs;
+
+    if (!api->quarantine) {
+        api_error(resp, 404, "the quarantine is off (serve --rejected-max-bytes 0)");
+        return API_DONE;
+    }
+    quarantine_get_stats(api->quarantine, &qs);
+    if (!has_from)
+        from = qs.first_offset;
+    if (from < qs.first_offset || from > qs.next_offset)
+        out_of_range(resp, from, qs.first_offset, qs.next_offset);
+    else if (from < qs.next_offset)
+        read_records(quarantine_dir(api->quarantine), from, qs.next_offset, max, qs.first_offset,
+                     resp);
+    else
+        ndjson(resp, NULL, 0, from, qs.first_offset);
+    return API_DONE;
+}
+
 int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg)
 {
     uint64_t from = 0, max = API_LOG_MAX_DEFAULT, wait = 0;
@@ -308,6 +336,13 @@ int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn
         param_u64(req, "max", 1, API_LOG_MAX_LIMIT, &max, resp) < 0 ||
         param_u64(req, "wait", 0, API_LOG_WAIT_MAX_MS, &wait, resp) < 0)
         return API_DONE;
+    const char *which = req->param ? req->param(req->transport, "log") : NULL;
+    if (which && strcmp(which, "rejected") == 0)
+        return read_rejected(api, from, has_from, max, resp);
+    if (which && strcmp(which, "events") != 0) {
+        api_error(resp, 400, "invalid log: expected events (the default) or rejected");
+        return API_DONE;
+    }
 
     /* The committed offset before the first one: retention only deletes committed records, so
      * first <= committed here unless a whole segment came and went in between (then 416). */
@@ -321,7 +356,7 @@ int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn
         return API_DONE;
     }
     if (from < committed) {
-        read_records(api, from, committed, max, first, resp);
+        read_records(commit_log_dir(api->commit), from, committed, max, first, resp);
         return API_DONE;
     }
 

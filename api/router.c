@@ -82,6 +82,7 @@ int api_new(const api_options_t *opts, api_t **out)
         goto fail;
     if (new_reqhist(api) != 0)
         goto fail;
+    api_reject_init(api, opts); /* reject.c */
     api->fsync_seconds = opts->fsync_seconds;
     api->batch_events = opts->batch_events;
     api->commit = opts->commit;

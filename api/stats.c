@@ -221,6 +221,7 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         "queue_full_requests", (json_int_t)load(&api->queue_full_requests),
         "queue_full_events", (json_int_t)load(&api->queue_full_events)));
     // clang-format on
+    api_reject_stats(api, j);
     api_resp_json(resp, 200, j);
 }
 
@@ -280,8 +281,7 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
            (double)s.accepted);
     metric(f, "events_duplicates_total", "counter", "Events dropped as duplicates.",
            (double)s.duplicates);
-    metric(f, "events_rejected_total", "counter", "Events rejected by validation.",
-           (double)load(&api->rejected));
+    api_reject_metrics(api, f);
     metric_requests(f, api);
     metric(f, "dedupe_keys", "gauge", "Keys in the dedupe window.", (double)s.keys);
     metric(f, "dedupe_window_seconds", "gauge", "Configured dedupe window.",
@@ -437,6 +437,7 @@ void api_stats_sink(api_t *api, api_resp_t *resp)
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
+    api_reject_stats(api, j);
     api_resp_json(resp, 200, j);
 }
 
@@ -454,8 +455,7 @@ void api_metrics_sink(api_t *api, api_resp_t *resp)
     metric(f, "events_accepted_total", "counter",
            "Events of requests answered 200 (handed on; duplicates are decided downstream).",
            (double)load(&api->sink_accepted));
-    metric(f, "events_rejected_total", "counter", "Events rejected by validation.",
-           (double)load(&api->rejected));
+    api_reject_metrics(api, f);
     metric_requests(f, api);
     metric(f, "rate_limit_events_per_second", "gauge",
            "Configured rate limit per write key (--rate-limit; 0: none).", (double)api->rate_limit);

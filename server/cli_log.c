@@ -97,11 +97,17 @@ static void usage_cat(FILE *out)
 {
     fprintf(out,
             "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
-            "                       [--stop-timeout DURATION]\n"
+            "                       [--stop-timeout DURATION] [--log events|rejected]\n"
             "\n"
             "Prints every acknowledged event (applied to the store) as one JSON line on\n"
             "stdout, in log order; works while the server runs. Messages go to stderr.\n"
             "  --data DIR       data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
+            "  --log events|rejected\n"
+            "                   which log: the accepted events (default), or the quarantine\n"
+            "                   DIR/rejected/: what the server refused, one JSON object a\n"
+            "                   line with reason, error, requestId, source, receivedAt and\n"
+            "                   the raw bytes (every record that reached the disk whole; no\n"
+            "                   --group)\n"
             "  --from OFFSET    start at this log offset (default: the oldest retained, or\n"
             "                   the group's committed offset)\n"
             "  --follow, -f     keep printing new events, across segment rotation and\n"
@@ -139,7 +145,7 @@ static void usage_groups(FILE *out)
 static void usage(FILE *out)
 {
     fprintf(out, "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
-                 "                       [--stop-timeout DURATION]\n"
+                 "                       [--stop-timeout DURATION] [--log events|rejected]\n"
                  "       ingestd log groups [--data DIR] [--json]\n"
                  "\n"
                  "  cat      print acknowledged events as NDJSON, in log order\n"
@@ -427,7 +433,7 @@ static int flushed(int w)
 static int cat(int argc, char **argv)
 {
     cat_t c = {.data = default_data()};
-    const char *from_s = NULL, *stop_s = DEFAULT_STOP;
+    const char *from_s = NULL, *stop_s = DEFAULT_STOP, *which = "events";
     int64_t stop_ms = 0;
     bool follow = false, have_from;
     store_t *st = NULL;
@@ -439,7 +445,7 @@ static int cat(int argc, char **argv)
     struct flag flags[] = {
         {"--data", NULL, &c.data, NULL},         {"--from", NULL, &from_s, NULL},
         {"--group", NULL, &c.group, NULL},       {"--follow", "-f", NULL, &follow},
-        {"--stop-timeout", NULL, &stop_s, NULL},
+        {"--stop-timeout", NULL, &stop_s, NULL}, {"--log", NULL, &which, NULL},
     };
 
     switch (parse_flags("cat", argc, argv, flags, sizeof flags / sizeof flags[0])) {
@@ -462,6 +468,17 @@ static int cat(int argc, char **argv)
                         "2s\n");
         return 2;
     }
+    /* The quarantine has no acknowledged mark (nobody was told it holds anything) and no
+     * groups: its group files would share DIR/groups/ with the event log's. */
+    bool rejected = strcmp(which, "rejected") == 0;
+    if (!rejected && strcmp(which, "events") != 0) {
+        fprintf(stderr, "ingestd log cat: --log takes events or rejected\n");
+        return 2;
+    }
+    if (rejected && c.group != NULL) {
+        fprintf(stderr, "ingestd log cat: --group reads the events log only, not --log rejected\n");
+        return 2;
+    }
     if (c.group != NULL && !groups_valid_name(c.group)) {
         fprintf(stderr,
                 "ingestd log cat: bad group name \"%s\" (1..64 of A-Z a-z 0-9 . _ -, not "
@@ -475,7 +492,7 @@ static int cat(int argc, char **argv)
     }
     snprintf(c.storedir, sizeof c.storedir, "%s/store", c.data);
     snprintf(c.mdb, sizeof c.mdb, "%s/data.mdb", c.storedir);
-    snprintf(c.logdir, sizeof c.logdir, "%s/log", c.data);
+    snprintf(c.logdir, sizeof c.logdir, "%s/%s", c.data, rejected ? "rejected" : "log");
 
     if (have_from) {
         pos_known = true;
@@ -522,10 +539,10 @@ static int cat(int argc, char **argv)
          * started, or being rebuilt) has no such mark, so all of it goes.
          */
         uint64_t acked;
-        bool have_acked = commit_read_acked(c.data, &acked) == 0;
+        bool have_acked = !rejected && commit_read_acked(c.data, &acked) == 0;
         if (have_acked)
             limit = acked;
-        if (!have_acked && st == NULL && exists(c.mdb)) {
+        if (!have_acked && !rejected && st == NULL && exists(c.mdb)) {
             store_options_t so = {.map_size = 0, .read_only = true};
             rc = store_open(c.storedir, &so, &st);
             if (rc != STORE_OK) {

@@ -99,6 +99,11 @@ static const struct setting settings[] = {
     {"log-max-bytes", "INGESTD_LOG_MAX_BYTES", "0", K_SIZE, 0, 1024 * TIB, FIELD(log_max_bytes),
      "SIZE",
      "delete the oldest closed log segments while the log is larger than this; 0: no bound"},
+    {"rejected-max-bytes", "INGESTD_REJECTED_MAX_BYTES", "256MiB", K_SIZE, 0, 1024 * TIB,
+     FIELD(rejected_max_bytes), "SIZE",
+     "keep refused events and requests (reason, request id, raw bytes) in DATA/rejected/, "
+     "deleting its oldest segments past this size (GET /v1/log?log=rejected, `log cat --log "
+     "rejected`); 0: keep none (single role only)"},
     {"store", "INGESTD_STORE", "lmdb", K_PATH, 1, sizeof(((config_t *)0)->store) - 1, FIELD(store),
      "lmdb|memory:SPEC",
      "where the de-duplication window lives: lmdb (exact, on disk), or memory:SPEC, a "

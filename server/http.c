@@ -107,6 +107,11 @@ struct req {
     bool parked;        /* MHD_suspend_connection was called */
     bool counted;       /* in h->inflight (a request refused while shutting down is not) */
     api_resp_t resp;
+    /* Quarantine: a body refused whole here is recorded once, with its first bytes (q_keep). */
+    const char *q_reason, *q_error; /* set: this refusal is recorded (static strings) */
+    char *q_head;                   /* the first QUARANTINE_REQUEST_BYTES of the body */
+    size_t q_len;
+    uint64_t q_seen, q_declared; /* body bytes that came; its Content-Length (0: none) */
 };
 
 static void counter_add(http_t *h, unsigned *c, int delta)
@@ -174,6 +179,8 @@ static void budget_give(http_t *h, struct req *r)
     atomic_fetch_sub(&h->body_used, r->reserved);
     r->reserved = 0;
 }
+
+#define TOO_LARGE_MSG "request body too large (max 512000 bytes)" /* API_MAX_REQUEST_BYTES */
 
 static void too_large(api_resp_t *resp)
 {
@@ -294,6 +301,7 @@ static bool expects_continue(const struct req *r)
 }
 
 static enum MHD_Result linger(struct req *r, api_resp_t *resp);
+static void q_record(struct req *r, const char *body, size_t len);
 
 /* Whether a refusal may wait for the body (see LINGER_MAX_BYTES): one comes, within the bound,
  * and the client does not wait for an invitation. */
@@ -340,8 +348,10 @@ static void linger_start(http_t *h, struct req *r)
  */
 static enum MHD_Result refuse(struct req *r, api_resp_t *resp)
 {
-    if (!may_linger(r))
+    if (!may_linger(r)) {
+        q_record(r, NULL, 0);
         return answer(r, resp);
+    }
     return linger(r, resp);
 }
 
@@ -449,6 +459,44 @@ static void fill_req(const struct req *r, const char *method, api_req_t *areq)
     areq->param = get_param;
     areq->transport = r->conn;
     areq->client_ip = r->h->context_ip && r->client_ip[0] != '\0' ? r->client_ip : NULL;
+    areq->request_id = r->rid;
+}
+
+/* Marks the request's refusal for the quarantine (q_record), e.g. the body over the byte cap. */
+static void q_mark(struct req *r, const char *reason, const char *error)
+{
+    r->q_reason = reason;
+    r->q_error = error;
+}
+
+/* Counts body bytes and, when the refusal is to be recorded, keeps the first ones. */
+static void q_keep(struct req *r, const char *data, size_t n)
+{
+    r->q_seen += n;
+    if (n == 0 || r->q_reason == NULL || r->q_len >= QUARANTINE_REQUEST_BYTES)
+        return;
+    if (r->q_head == NULL && (r->q_head = malloc(QUARANTINE_REQUEST_BYTES)) == NULL)
+        return;
+    size_t take = n < QUARANTINE_REQUEST_BYTES - r->q_len ? n : QUARANTINE_REQUEST_BYTES - r->q_len;
+    memcpy(r->q_head + r->q_len, data, take);
+    r->q_len += take;
+}
+
+/* Records a marked refusal once (api_refused_request: counted by reason, quarantined). */
+static void q_record(struct req *r, const char *body, size_t len)
+{
+    api_req_t areq;
+
+    if (r->q_reason == NULL)
+        return;
+    fill_req(r, r->method, &areq);
+    if (body == NULL) {
+        body = r->q_head;
+        len = r->q_len;
+    }
+    api_refused_request(r->h->api, &areq, r->q_reason, r->q_error, body, len,
+                        r->q_seen > r->q_declared ? r->q_seen : r->q_declared);
+    r->q_reason = NULL;
 }
 
 /* MHD_get_connection_values iterator: adds up the bytes of a request's headers. */
@@ -788,6 +836,8 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
         unsigned long long n = strtoull(cl, &end, 10);
         /* MHD has already rejected a malformed Content-Length; be strict anyway. */
         if (errno != 0 || end == cl || n > API_MAX_REQUEST_BYTES) {
+            r->q_declared = errno == 0 ? n : 0;
+            q_mark(r, API_REASON_REQUEST_TOO_LARGE, TOO_LARGE_MSG);
             too_large(&resp);
             transport_headers(r, &resp);
             return refuse(r, &resp);
@@ -798,8 +848,10 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
     r->enc = parse_encoding(
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING),
         &enc_ok);
-    if (!enc_ok)
+    if (!enc_ok) {
+        q_mark(r, API_REASON_BAD_ENCODING, "unsupported Content-Encoding (use gzip or none)");
         return refuse_error(r, 400, "unsupported Content-Encoding (use gzip or none)");
+    }
     return MHD_YES;
 }
 
@@ -851,6 +903,8 @@ static enum MHD_Result body_chunk(struct req *r, const char *data, size_t *size)
 
     *size = 0; /* always consumed: MHD would otherwise call again with the same bytes */
     if (r->phase == PH_BODY && n > API_MAX_REQUEST_BYTES - r->len) {
+        q_mark(r, API_REASON_REQUEST_TOO_LARGE, TOO_LARGE_MSG);
+        q_keep(r, r->body, r->len);
         free(r->body);
         r->body = NULL;
         budget_give(r->h, r);
@@ -858,6 +912,7 @@ static enum MHD_Result body_chunk(struct req *r, const char *data, size_t *size)
         r->phase = PH_DISCARD;
     }
     if (r->phase == PH_DISCARD) {
+        q_keep(r, data, n);
         r->discarded += n;
         return r->discarded > LINGER_MAX_BYTES ? MHD_NO : MHD_YES;
     }
@@ -956,6 +1011,7 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     if (!http_conn_disarm(r->c))
         return MHD_NO;
     if (r->phase == PH_DISCARD) {
+        q_record(r, NULL, 0);
         if (r->has_early) {
             r->has_early = false;
             return answer(r, &r->early);
@@ -967,10 +1023,14 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
     areq.body = r->body;
     areq.body_len = r->len;
     if (r->enc == ENC_GZIP) {
-        switch (gzip_inflate(r->body, r->len, API_MAX_REQUEST_BYTES, &inflated, &ilen)) {
+        int grc = gzip_inflate(r->body, r->len, API_MAX_REQUEST_BYTES, &inflated, &ilen);
+        r->q_seen = r->len;
+        switch (grc) {
         case GZIP_OK:
             break;
         case GZIP_TOO_LARGE:
+            q_mark(r, API_REASON_REQUEST_TOO_LARGE, TOO_LARGE_MSG);
+            q_record(r, r->body, r->len);
             return answer_too_large(r);
         case GZIP_RATIO: {
             char msg[160];
@@ -978,11 +1038,15 @@ static enum MHD_Result final_call(http_t *h, struct req *r, const char *method)
                      "request body too large: gzip expands more than %d to 1 (a decompression "
                      "bomb; max %d bytes after decompression)",
                      GZIP_MAX_RATIO, API_MAX_REQUEST_BYTES);
+            q_mark(r, API_REASON_REQUEST_TOO_LARGE, msg); /* recorded at once: msg lives */
+            q_record(r, r->body, r->len);
             return answer_error(r, 400, msg);
         }
         case GZIP_NOMEM:
             return answer_error(r, 503, "server out of memory, retry later");
         default:
+            q_mark(r, API_REASON_BAD_ENCODING, "invalid gzip body");
+            q_record(r, r->body, r->len);
             return answer_error(r, 400, "invalid gzip body");
         }
         areq.body = inflated;
@@ -1083,6 +1147,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->resp.body);
     free(r->early.body);
     free(r->body);
+    free(r->q_head);
     budget_give(h, r);
     free(r->path_copy);
     pthread_mutex_destroy(&r->mu);

@@ -1,4 +1,6 @@
 /* main: the ingestd binary; wires config, storage, api and http together per subcommand. */
+#include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +21,8 @@
 #include "server/http.h"
 #include "server/logging.h"
 #include "storage/commit.h"
+#include "storage/log.h"
+#include "storage/quarantine.h"
 
 #ifndef INGESTD_VERSION
 #define INGESTD_VERSION "0.0.0"
@@ -40,6 +44,8 @@ static void usage(FILE *out)
                  "  log cat --data DIR [--from OFFSET] [--follow] [--group NAME]\n"
                  "      print acknowledged events as NDJSON, in log order; --group resumes\n"
                  "      after the group's committed offset and commits what it printed\n"
+                 "  log cat --data DIR --log rejected [--from OFFSET] [--follow]\n"
+                 "      print the quarantine: refused events and requests with their reason\n"
                  "  log groups --data DIR [--json]\n"
                  "      list consumer groups with their committed offsets and lag\n"
                  "  check --data DIR\n"
@@ -81,6 +87,52 @@ static void on_storage_notice(void *arg, int level, const char *msg)
         LOG_INFO("storage: %s", msg);
         break;
     }
+}
+
+/*
+ * The quarantine (DATA/rejected/, storage/quarantine.h) when --rejected-max-bytes is not 0. Opened
+ * after the commit, whose data dir lock makes this process its one writer. Returns 0 or -1
+ * (logged).
+ */
+static int open_quarantine(const config_t *cfg, quarantine_t **q)
+{
+    char dir[4200];
+    int lrc = 0;
+
+    *q = NULL;
+    if (cfg->rejected_max_bytes == 0) {
+        LOG_INFO("quarantine: off (--rejected-max-bytes 0): refused input is counted, not kept");
+        return 0;
+    }
+    snprintf(dir, sizeof dir, "%s/rejected", cfg->data_dir);
+    quarantine_options_t qo = {.max_bytes = cfg->rejected_max_bytes};
+    int rc = quarantine_open(dir, &qo, q, &lrc);
+    if (rc != QUARANTINE_OK) {
+        LOG_ERROR("cannot open the quarantine %s: %s (%s)", dir, quarantine_strerror(rc),
+                  lrc == LOG_EIO ? strerror(errno) : log_strerror(lrc));
+        return -1;
+    }
+    quarantine_stats_t s;
+    quarantine_get_stats(*q, &s);
+    LOG_INFO("quarantine: %s, %" PRIu64 " records, %" PRIu64 " bytes (bound %" PRIu64 ")", dir,
+             s.records, s.bytes, s.max_bytes);
+    return 0;
+}
+
+/* Writes what the quarantine still queues and closes it, saying what it could not keep. */
+static void close_quarantine(quarantine_t *q)
+{
+    quarantine_stats_t s;
+
+    if (q == NULL)
+        return;
+    quarantine_flush(q, DRAIN_MS);
+    quarantine_get_stats(q, &s);
+    if (s.dropped > 0 || s.failed > 0)
+        LOG_WARN("quarantine: %" PRIu64 " records dropped (queue full) and %" PRIu64
+                 " lost to write errors since start",
+                 s.dropped, s.failed);
+    quarantine_close(q);
 }
 
 /*
@@ -137,6 +189,7 @@ static int serve(int argc, char **argv)
 {
     config_t *cfg = NULL;
     commit_t *commit = NULL;
+    quarantine_t *quarantine = NULL;
     cluster_edge_t *edge = NULL;
     api_sink_t sink = {0};
     api_t *api = NULL;
@@ -255,6 +308,9 @@ static int serve(int argc, char **argv)
         goto out;
     }
 
+    if (open_quarantine(cfg, &quarantine) != 0)
+        goto out;
+
 storage_ready:;
     api_options_t aopts = {
         .keys = keys,
@@ -269,6 +325,7 @@ storage_ready:;
         .rate_limit = cfg->rate_limit,
         .fsync_seconds = edge == NULL ? fsync_hist : NULL, /* the edge has no commit */
         .batch_events = edge == NULL ? batch_hist : NULL,
+        .quarantine = quarantine,
     };
     if (api_new(&aopts, &api) != 0) {
         LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");
@@ -305,6 +362,8 @@ storage_ready:;
     commit = NULL;
     http_stop(http);
     http = NULL;
+    close_quarantine(quarantine); /* after the transport: nothing adds to it any more */
+    quarantine = NULL;
     LOG_INFO("stopped");
     ret = 0;
 
@@ -312,6 +371,7 @@ out:
     /* On the error paths: nothing is listening yet or any more. */
     http_stop(http);
     commit_close(commit);
+    close_quarantine(quarantine);
     cluster_edge_free(edge, DRAIN_MS);
     api_free(api);
     histogram_free(fsync_hist); /* after commit_close and api_free, their last users */

@@ -698,6 +698,7 @@ void log_get_info(const log_t *log, log_info_t *info)
     info->segments = log->segments;
     info->truncated_bytes = log->truncated_bytes;
     info->synced_offset = log->synced_next;
+    info->active_bytes = log->seg_size;
 }
 
 int log_errno(const log_t *log)

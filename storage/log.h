@@ -65,6 +65,7 @@ typedef struct log_info {
     uint64_t segments;        /* number of segment files */
     uint64_t truncated_bytes; /* torn tail bytes cut off at open */
     uint64_t synced_offset;   /* offset after the last record made durable by log_sync */
+    uint64_t active_bytes;    /* bytes of the active (last) segment; log_describe: 0 */
 } log_info_t;
 
 /*

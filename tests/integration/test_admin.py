@@ -323,8 +323,8 @@ class Rebuild(AdminCase):
         p = admin("rebuild", "--data", srv.data_dir)
         self.assertNotEqual(p.returncode, 0, show(p))
         self.assertRegex((p.stdout + p.stderr).lower(), r"running|lock|stop", show(p))
-        self.assertEqual(sorted(os.listdir(srv.data_dir)), ["LOCK", "log", "secret", "store"],
-                         "nothing moved aside")
+        self.assertEqual(sorted(os.listdir(srv.data_dir)),
+                         ["LOCK", "log", "rejected", "secret", "store"], "nothing moved aside")
         self.assertDuplicates(srv, ids)  # the server is unharmed
         self.assertEqual(srv.batch([track(mid=new_id())]).status, 200)
         srv.stop()
@@ -381,7 +381,8 @@ class Rebuild(AdminCase):
         p = admin("rebuild", "--data", srv.data_dir)
         self.assertEqual(p.returncode, 1, show(p))
         self.assertTrue([l for l in problems(p) if re.search(r"\b%d\b" % off, l)], show(p))
-        self.assertEqual(sorted(os.listdir(srv.data_dir)), ["LOCK", "log", "secret", "store"])
+        self.assertEqual(sorted(os.listdir(srv.data_dir)),
+                         ["LOCK", "log", "rejected", "secret", "store"])
         with open(store, "rb") as f:
             self.assertEqual(f.read(), old, "the store is as it was")
 

@@ -126,7 +126,11 @@ class Stats(ServerTestCase):
                 self.assertIn(full, types, "no # TYPE")
         self.assertEqual(samples["ingestd_events_accepted_total"][""], 3)
         self.assertEqual(samples["ingestd_events_duplicates_total"][""], 3)
-        self.assertEqual(samples["ingestd_events_rejected_total"][""], 2)
+        # Both rejections lack an event name: by reason, with every reason of the set present.
+        rej = samples["ingestd_events_rejected_total"]
+        self.assertEqual(rej['{reason="missing_field"}'], 2, rej)
+        self.assertEqual(sum(rej.values()), 2, rej)
+        self.assertIn('{reason="invalid_json"}', rej)
         self.assertEqual(samples["ingestd_dedupe_keys"][""], 3)
         self.assertEqual(samples["ingestd_dedupe_window_seconds"][""], 90)
         self.assertEqual(samples["ingestd_dedupe_max_keys"][""], 1000)

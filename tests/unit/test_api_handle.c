@@ -593,7 +593,9 @@ static void test_metrics(void **state)
             fail_msg("no or wrong TYPE for %s", names[i]);
     }
     assert_true(sample(r.body, "ingestd_events_accepted_total") == 2);
-    assert_true(sample(r.body, "ingestd_events_rejected_total") == 1);
+    /* "type must be one of ...": one rejection, counted by its reason. */
+    assert_true(sample(r.body, "ingestd_events_rejected_total{reason=\"bad_value\"}") == 1);
+    assert_true(sample(r.body, "ingestd_events_rejected_total{reason=\"missing_field\"}") == 0);
     assert_true(sample(r.body, "ingestd_dedupe_keys") == 2);
     assert_true(sample(r.body, "ingestd_dedupe_window_seconds") == 86400);
     assert_true(sample(r.body, "ingestd_commit_batches_total") == 1);

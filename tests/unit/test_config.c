@@ -462,12 +462,13 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 40);
+    assert_int_equal(lines, 41);
     assert_non_null(strstr(log, "admin-token = none"));
     assert_non_null(strstr(log, "data-mode = private\n"));
     assert_non_null(strstr(log, "store-sync = meta\n"));
     assert_non_null(strstr(log, "store = lmdb\n"));
     assert_non_null(strstr(log, "log-retention = 0\n"));
+    assert_non_null(strstr(log, "rejected-max-bytes = 256MiB\n"));
     assert_non_null(strstr(log, "log-max-bytes = 0\n"));
     assert_non_null(strstr(log, "Z INFO config "));
     free(log);
