@@ -98,6 +98,10 @@ typedef struct api_options {
     /* Where refused input is kept (storage/quarantine.h; GET /v1/log?log=rejected), borrowed,
      * must outlive the api; NULL: nothing is kept (the rejections are still counted). */
     quarantine_t *quarantine;
+    /* The same for ingestd_duplicate_age_seconds, also read for /stats dedupe.duplicate_age_seconds
+     * (commit_options_t.duplicate_age_seconds); may be NULL. */
+    const histogram_t *duplicate_age_seconds;
+    int64_t window_floor_ms; /* --window-floor, reported in /stats (0: off) */
 } api_options_t;
 
 /*

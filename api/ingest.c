@@ -9,13 +9,15 @@
 #include "api/auth.h"
 #include "api/batch.h"
 #include "api/ratelimit.h"
+#include "api/verdict.h"
 
 /* One pending request: all the commit borrows lives here until the done callback frees it. */
 struct pending {
     commit_req_t req;
     api_done_fn done;
     void *arg;
-    batch_t batch; /* owns the event bytes the commit events point at, and the rejected list */
+    batch_t batch;     /* owns the event bytes the commit events point at, and the rejected list */
+    verdict_t verdict; /* ?verbose=true */
     commit_event_t events[];
 };
 
@@ -168,30 +170,6 @@ int api_header_auth(api_t *api, const char *authorization, api_resp_t *resp)
     return rc;
 }
 
-/* Appends s as a JSON string body (the rejection reasons are static ASCII sentences; escaped
- * anyway so the answer stays JSON whatever they say). Returns the end of what was written. */
-static char *put_json_str(char *p, const char *s)
-{
-    static const char HEX[] = "0123456789ABCDEF";
-    *p++ = '"';
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') {
-            *p++ = '\\';
-            *p++ = (char)c;
-        } else if (c < 0x20) {
-            memcpy(p, "\\u00", 4);
-            p[4] = HEX[c >> 4];
-            p[5] = HEX[c & 15];
-            p += 6;
-        } else {
-            *p++ = (char)c;
-        }
-    }
-    *p++ = '"';
-    return p;
-}
-
 /*
  * 200 {"success":true,"accepted":A,"duplicates":D,"rejected":[...]}, the bytes json_pack +
  * json_dumps made, written directly: this runs on the storage writer thread for every request.
@@ -213,7 +191,7 @@ static void success(api_resp_t *resp, size_t accepted, size_t duplicates, const 
                        accepted, duplicates);
     for (size_t i = 0; i < b->nrejected; i++) {
         p += sprintf(p, "%s{\"index\":%zu,\"error\":", i ? "," : "", b->rejected[i].index);
-        p = put_json_str(p, b->rejected[i].error);
+        p = verdict_put_json_str(p, b->rejected[i].error, strlen(b->rejected[i].error));
         *p++ = '}';
     }
     memcpy(p, "]}", 3);
@@ -244,15 +222,17 @@ static void committed(commit_req_t *req, void *arg)
                 accepted++;
         }
         success(&resp, accepted, duplicates, &p->batch);
+        verdict_append(&resp, &p->verdict, &p->batch, p->events);
     }
     p->done(&resp, p->arg);
     free(resp.body);
     batch_clear(&p->batch);
+    verdict_clear(&p->verdict);
     free(p);
 }
 
-static int submit(api_t *api, const api_req_t *req, batch_t *b, api_resp_t *resp, api_done_fn done,
-                  void *arg)
+static int submit(api_t *api, const api_req_t *req, batch_t *b, verdict_t *vd, api_resp_t *resp,
+                  api_done_fn done, void *arg)
 {
     struct pending *p = calloc(1, sizeof(*p) + b->nevents * sizeof(p->events[0]));
     if (!p) {
@@ -274,6 +254,8 @@ static int submit(api_t *api, const api_req_t *req, batch_t *b, api_resp_t *resp
     p->arg = arg;
     p->batch = *b;
     memset(b, 0, sizeof(*b));
+    p->verdict = *vd;
+    memset(vd, 0, sizeof(*vd));
 
     int rc = commit_submit(api->commit, &p->req);
     if (rc != COMMIT_OK) {
@@ -283,6 +265,7 @@ static int submit(api_t *api, const api_req_t *req, batch_t *b, api_resp_t *resp
         else
             api_error_commit(resp, rc);
         batch_clear(&p->batch);
+        verdict_clear(&p->verdict);
         free(p);
         return API_DONE;
     }
@@ -296,6 +279,7 @@ struct sink_pending {
     api_done_fn done;
     void *arg;
     batch_t batch; /* the rejected list for the 200 */
+    verdict_t verdict;
     size_t n;
 };
 
@@ -312,15 +296,17 @@ static void sink_done(const char *error, void *arg)
         atomic_fetch_add_explicit(&p->api->sink_accepted, p->n, memory_order_relaxed);
         /* Duplicates are decided downstream (the workers): every valid event is accepted here. */
         success(&resp, p->n, 0, &p->batch);
+        verdict_append(&resp, &p->verdict, &p->batch, NULL); /* accepted, without offsets */
     }
     p->done(&resp, p->arg);
     free(resp.body);
     batch_clear(&p->batch);
+    verdict_clear(&p->verdict);
     free(p);
 }
 
 static int sink_submit(api_t *api, const api_req_t *req, const char *source, batch_t *b,
-                       api_resp_t *resp, api_done_fn done, void *arg)
+                       verdict_t *vd, api_resp_t *resp, api_done_fn done, void *arg)
 {
     struct sink_pending *p = calloc(1, sizeof(*p));
     api_sink_event_t *evs = calloc(b->nevents, sizeof(*evs));
@@ -342,12 +328,15 @@ static int sink_submit(api_t *api, const api_req_t *req, const char *source, bat
     /* The events are only borrowed during submit, so the batch itself may go with p. */
     p->batch = *b;
     memset(b, 0, sizeof(*b));
+    p->verdict = *vd;
+    memset(vd, 0, sizeof(*vd));
     int rc = api->sink.submit(api->sink.ctx, source, req->now_ms, evs, p->n, sink_done, p);
     free(evs);
     if (rc != 0) {
         /* Refused at once: sink_done will not run. */
         api_error(resp, 503, "events could not be handed on now, retry later");
         batch_clear(&p->batch);
+        verdict_clear(&p->verdict);
         free(p);
         return API_DONE;
     }
@@ -364,8 +353,11 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     json_t *root = NULL;
     batch_t b = {0};
     batch_error_t err = {{0}};
+    verdict_t vd = {0};
     int rc = API_DONE;
 
+    if (verdict_param(req, &vd, resp) != 0)
+        return API_DONE;
     if (!api_content_type_ok(req->content_type)) {
         api_error(resp, 400, "unsupported Content-Type");
         api_reject_request(api, req, NULL, "unsupported Content-Type");
@@ -428,6 +420,10 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         api_error_commit(resp, COMMIT_NOMEM);
         goto out;
     }
+    if (verdict_collect(&vd, root, single_type != NULL, &b) != 0) {
+        api_error_commit(resp, COMMIT_NOMEM);
+        goto out;
+    }
     /* Every event of the request counts, valid or not, and all of them or none are taken: a
      * refused request leaves nothing behind, so its retry is exactly the same request. */
     size_t nall = b.nevents + b.nrejected;
@@ -453,10 +449,11 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     }
     if (b.nevents == 0) {
         success(resp, 0, 0, &b);
+        verdict_append(resp, &vd, &b, NULL);
         goto out;
     }
-    rc = api->has_sink ? sink_submit(api, req, wk->source, &b, resp, done, arg)
-                       : submit(api, req, &b, resp, done, arg);
+    rc = api->has_sink ? sink_submit(api, req, wk->source, &b, &vd, resp, done, arg)
+                       : submit(api, req, &b, &vd, resp, done, arg);
     if (rc == API_DONE && limit) {
         /* Not queued (503): the retry will pay for these events, so this attempt must not. */
         ratelimit_give_back(limit, nall, api_monotonic_ms());
@@ -464,6 +461,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
 out:
     json_decref(root);
     batch_clear(&b);
+    verdict_clear(&vd);
     auth_keyset_release(ks);
     return rc;
 }

@@ -49,6 +49,8 @@ struct api {
     const histogram_t *fsync_seconds, *batch_events; /* api_options_t's, may be NULL */
     quarantine_t *quarantine;                        /* api_options_t's, may be NULL */
     atomic_uint_fast64_t by_reason[API_REASONS];     /* rejections by reason (reject.c) */
+    const histogram_t *duplicate_ages;               /* api_options_t's, may be NULL */
+    int64_t window_floor_ms;
 };
 
 /* Fills *resp with `json` (compact) and `status`. Steals the reference. Returns 0 or -1 (then *resp
@@ -104,7 +106,8 @@ void api_metrics_sink(api_t *api, api_resp_t *resp);
 void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp);
 void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp);
 
-/* The /metrics histograms: request durations, fsync durations, group commit sizes (reqhist.c). */
+/* The /metrics histograms: request durations, fsync durations, group commit sizes, duplicate
+ * ages (reqhist.c). */
 void api_metrics_histograms(const api_t *api, FILE *f);
 
 /* GET /dashboard: the operator's page, embedded at build time (dashboard.c). */

@@ -98,4 +98,11 @@ void api_metrics_histograms(const api_t *api, FILE *f)
               f);
         histogram_write(api->batch_events, f, "ingestd_commit_batch_events", NULL);
     }
+    if (api->duplicate_ages) {
+        fputs("# HELP ingestd_duplicate_age_seconds Age of each duplicate: its receivedAt minus "
+              "its first copy's.\n"
+              "# TYPE ingestd_duplicate_age_seconds histogram\n",
+              f);
+        histogram_write(api->duplicate_ages, f, "ingestd_duplicate_age_seconds", NULL);
+    }
 }

@@ -85,6 +85,8 @@ int api_new(const api_options_t *opts, api_t **out)
     api_reject_init(api, opts); /* reject.c */
     api->fsync_seconds = opts->fsync_seconds;
     api->batch_events = opts->batch_events;
+    api->duplicate_ages = opts->duplicate_age_seconds;
+    api->window_floor_ms = opts->window_floor_ms;
     api->commit = opts->commit;
     if (opts->sink) {
         api->has_sink = true;

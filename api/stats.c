@@ -26,6 +26,26 @@ static int64_t effective_window_s(const commit_stats_t *s, int64_t now_ms)
     return (now_ms - s->oldest_received_ms) / 1000;
 }
 
+/*
+ * dedupe.duplicate_age_seconds: how late retries come. The quantiles are estimated from the
+ * histogram's buckets (histogram_quantile), never above the exact max; all 0 while count is 0.
+ */
+static json_t *duplicate_ages_json(const api_t *api, const commit_stats_t *s)
+{
+    static const char *const NAMES[] = {"p50", "p99", "p999"};
+    static const double QS[] = {0.5, 0.99, 0.999};
+    double max = (double)s->duplicate_age_max_ms / 1000.0;
+    json_t *j = json_pack("{s:I, s:f}", "count", (json_int_t)histogram_count(api->duplicate_ages),
+                          "max", max);
+    for (size_t i = 0; j && i < sizeof(QS) / sizeof(QS[0]); i++) {
+        double v = 0;
+        if (histogram_quantile(api->duplicate_ages, QS[i], &v) != 0 || v > max)
+            v = histogram_count(api->duplicate_ages) ? max : 0;
+        json_object_set_new(j, NAMES[i], json_real(v));
+    }
+    return j;
+}
+
 static double ratio(double num, uint64_t den)
 {
     return den ? num / (double)den : 0.0;
@@ -184,6 +204,10 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
     /* Which store holds the window; a filter states its error rate, which operators must know. */
     json_t *dd = json_object_get(j, "dedupe");
     json_object_set_new(dd, "store", json_string(s.memory_store ? "memory" : "lmdb"));
+    /* How long the window must be, and whether it is too short (docs/operations.md). */
+    json_object_set_new(dd, "duplicate_age_seconds", duplicate_ages_json(api, &s));
+    json_object_set_new(dd, "window_floor_seconds", json_integer(api->window_floor_ms / 1000));
+    json_object_set_new(dd, "window_below_floor", json_boolean(s.window_below_floor));
     /* The window's sealed part (docs/window.md): its keys are part of `keys` above. */
     if (!s.memory_store)
         json_object_set_new(
@@ -290,6 +314,11 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
            (double)effective_window_s(&s, now_ms));
     metric(f, "dedupe_max_keys", "gauge", "Configured size bound of the window (0: none).",
            (double)api->max_keys);
+    metric(f, "dedupe_window_floor_seconds", "gauge", "Configured --window-floor (0: off).",
+           (double)api->window_floor_ms / 1000.0);
+    metric(f, "dedupe_window_below_floor", "gauge",
+           "1 while the size bound evicts keys younger than --window-floor.",
+           s.window_below_floor ? 1.0 : 0.0);
     header(f, "dedupe_evicted_total", "counter", "Keys evicted from the window, by reason.");
     fprintf(f, "ingestd_dedupe_evicted_total{reason=\"age\"} %" PRIu64 "\n", s.evicted_age);
     fprintf(f, "ingestd_dedupe_evicted_total{reason=\"size\"} %" PRIu64 "\n", s.evicted_size);

@@ -73,6 +73,11 @@ static const struct setting settings[] = {
      FIELD(young_keys), "N",
      "keys the young LMDB store holds before they are sealed into a generation file "
      "(docs/window.md; 1..2^32)"},
+    {"window-floor", "INGESTD_WINDOW_FLOOR", "0", K_DURATION, 0, (uint64_t)(365 * MS_PER_DAY),
+     FIELD(window_floor_ms), "DURATION",
+     "warn (log line, /metrics ingestd_dedupe_window_below_floor, /stats "
+     "dedupe.window_below_floor) while the size bound evicts keys younger than this, so the "
+     "effective window is shorter; at most --window; 0: off (docs/operations.md)"},
     {"segment-bytes", "INGESTD_SEGMENT_BYTES", "64MiB", K_SIZE, 4 * KIB, 64 * GIB,
      FIELD(segment_bytes), "SIZE",
      "roll the event log to a new segment at this size (4KiB..64GiB)"},
@@ -915,6 +920,11 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         set_err(errbuf, errlen, "%s without %s: give both (PEM files) or neither",
                 cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
                 cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
+        goto out;
+    }
+    if (cfg->window_floor_ms > cfg->window_ms) {
+        set_err(errbuf, errlen,
+                "--window-floor must not exceed --window: the window never reaches it");
         goto out;
     }
     if (check_role(cfg, errbuf, errlen) != 0)

@@ -58,6 +58,7 @@ typedef struct config {
     uint64_t log_max_bytes;   /* --log-max-bytes (INGESTD_LOG_MAX_BYTES), default 0: no bound */
     uint64_t rejected_max_bytes; /* --rejected-max-bytes (INGESTD_REJECTED_MAX_BYTES): bound of
                                     the quarantine DATA/rejected/, default 256 MiB; 0: off */
+    int64_t window_floor_ms;     /* --window-floor (INGESTD_WINDOW_FLOOR), default 0: off */
     /* Hardening (issue #6; README "Limits"). */
     unsigned max_connections_per_ip; /* --max-connections-per-ip (INGESTD_MAX_CONNECTIONS_PER_IP),
                                         default 0: no per-address cap (README "Limits" says why) */

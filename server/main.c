@@ -195,6 +195,7 @@ static int serve(int argc, char **argv)
     api_t *api = NULL;
     http_t *http = NULL;
     histogram_t *fsync_hist = NULL, *batch_hist = NULL; /* filled by the commit, read by the api */
+    histogram_t *age_hist = NULL;
     api_write_key_t *keys = NULL;
     size_t nkeys = 0;
     sigset_t sigs;
@@ -253,7 +254,8 @@ static int serve(int argc, char **argv)
                  nkeys - cfg->nwrite_keys, cfg->write_keys_file);
 
     if (histogram_new(HISTOGRAM_SECONDS, HISTOGRAM_SECONDS_N, &fsync_hist) != 0 ||
-        histogram_new(HISTOGRAM_EVENTS, HISTOGRAM_EVENTS_N, &batch_hist) != 0) {
+        histogram_new(HISTOGRAM_EVENTS, HISTOGRAM_EVENTS_N, &batch_hist) != 0 ||
+        histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &age_hist) != 0) {
         LOG_ERROR("out of memory");
         goto out;
     }
@@ -299,6 +301,8 @@ static int serve(int argc, char **argv)
         .notify_arg = NULL,
         .fsync_seconds = fsync_hist,
         .batch_events = batch_hist,
+        .duplicate_age_seconds = age_hist,
+        .window_floor_ms = cfg->window_floor_ms,
     };
     err[0] = '\0';
     int rc = commit_open(&copts, &commit, err, sizeof err);
@@ -326,6 +330,8 @@ storage_ready:;
         .fsync_seconds = edge == NULL ? fsync_hist : NULL, /* the edge has no commit */
         .batch_events = edge == NULL ? batch_hist : NULL,
         .quarantine = quarantine,
+        .duplicate_age_seconds = edge == NULL ? age_hist : NULL,
+        .window_floor_ms = cfg->window_floor_ms,
     };
     if (api_new(&aopts, &api) != 0) {
         LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");
@@ -376,6 +382,7 @@ out:
     api_free(api);
     histogram_free(fsync_hist); /* after commit_close and api_free, their last users */
     histogram_free(batch_hist);
+    histogram_free(age_hist);
     auth_keys_free(keys, nkeys);
     free(cfg);
     return ret;

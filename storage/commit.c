@@ -192,7 +192,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     int rc = COMMIT_OPEN_FAILED;
 
     *out = NULL;
-    if (!opts || !opts->data_dir || opts->window_ms <= 0) {
+    if (!opts || !opts->data_dir || opts->window_ms <= 0 || opts->window_floor_ms < 0) {
         commit_errf(errbuf, errlen, "invalid commit options");
         return COMMIT_INVALID;
     }
@@ -305,6 +305,7 @@ void commit_close(commit_t *c)
     free(c->look_keys);
     free(c->look_event);
     free(c->look_found);
+    free(c->look_first);
     free(c->data_dir);
     free(c->log_dir);
     free(c);

@@ -35,7 +35,15 @@ typedef struct commit_event {
     const char *data;         /* in: payload bytes, owned by the submitter */
     uint32_t len;             /* in */
     int result;               /* out: commit_result */
-    uint64_t offset;          /* out: log offset when accepted */
+    /* out: COMMIT_ACCEPTED: the log offset it was appended at. COMMIT_DUPLICATE: the log offset
+     * of the copy the window holds (the first one accepted inside the window, possibly earlier
+     * in the same batch), valid only when first_received_ms is not 0 */
+    uint64_t offset;
+    /* out: COMMIT_DUPLICATE: that copy's receivedAt (ms since the epoch), wherever the window
+     * keeps it (keys acknowledged since the last checkpoint, the young LMDB store, a sealed
+     * generation). 0: unknown, with offset: memory-filter mode keeps no positions. Not set for
+     * COMMIT_ACCEPTED */
+    int64_t first_received_ms;
 } commit_event_t;
 
 typedef struct commit_req commit_req_t;
@@ -96,6 +104,16 @@ typedef struct commit_options {
      * of every log fsync in seconds, and the events of every successful group commit */
     histogram_t *fsync_seconds;
     histogram_t *batch_events;
+    /* May be NULL, borrowed: for every duplicate whose first copy is known, its receivedAt minus
+     * the first copy's, in seconds (how late retries arrive: what --window must cover) */
+    histogram_t *duplicate_age_seconds;
+    /* The window's floor (0: none). The window is below it while it forgets keys younger than
+     * the floor: a key evicted by the size bound (max_keys, or a generation dropped for it) was
+     * received less than window_floor_ms ago and the oldest retained key is younger than the
+     * floor too. A young or idle server is not below it: nothing it received was forgotten.
+     * Each crossing is notified (level 1 when it falls below, 2 when it is back), and
+     * commit_stats_t.window_below_floor says which side it is on */
+    int64_t window_floor_ms;
     /* May be NULL: called from commit_open while it replays the log into LMDB (`ingestd
      * rebuild`), after each chunk, with the records replayed so far and the total to replay */
     void (*replay_progress)(void *arg, uint64_t done, uint64_t total);
@@ -147,6 +165,8 @@ typedef struct commit_stats {
     uint64_t retention_segments, retention_records; /* deleted by log retention */
     uint64_t retention_window_records; /* of those, records still inside the dedupe window:
                                           `rebuild` can no longer restore their keys */
+    int64_t duplicate_age_max_ms;      /* the oldest first copy a duplicate had (its age) */
+    bool window_below_floor;           /* see commit_options_t.window_floor_ms */
 } commit_stats_t;
 
 /*

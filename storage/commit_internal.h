@@ -93,6 +93,11 @@ struct commit {
     int64_t last_retain_ms;       /* monotonic time retention last ran */
     int acked_fd;                 /* DIR/store/ACKED, or -1 */
     int64_t last_short_window_ms; /* monotonic time of the last "window shortened" warning */
+    /* The window's floor (commit_reach.c): evicted_size when last judged, the receivedAt mark of
+     * the newest forgetting (0: none yet), and whether to take the mark once more. */
+    uint64_t reach_seen_evicted;
+    int64_t reach_forgot_ms;
+    bool reach_recheck;
 
     /*
      * The writer's view of the window (LMDB mode, writer-thread only): a read
@@ -111,13 +116,14 @@ struct commit {
     uint64_t handed_floor; /* the floor the last hand-over carried */
     uint64_t seen_commits; /* job.commits when the snapshot last moved on */
     /* Writer-only scratch of one batch's lookups (commit_view.c), grown as needed: per event,
-     * what the snapshot and the generations say; the keys asked of the generations together,
-     * which event each is, and their answers. */
+     * what the snapshot and the generations say (and of a key in the window, its copy); the
+     * keys asked of the generations together, which event each is, and their answers. */
     size_t look_cap;
     uint8_t *look_state;
     uint8_t (*look_keys)[KEYHASH_LEN];
     size_t *look_event;
     bool *look_found;
+    gen_entry_t *look_first; /* per event: the copy in the window (offset, receivedAt) */
 
     /* The checkpointer thread (LMDB mode). */
     pthread_t ckpt_thread;
@@ -211,6 +217,15 @@ int commit_writer_start(commit_t *c, char *errbuf, size_t errlen);
 int commit_writer_reserve(commit_t *c, size_t n);
 void commit_writer_take(commit_t *c, commit_event_t *ev, uint64_t off, size_t *nrec);
 int commit_writer_write_log(commit_t *c, size_t nrec, batch_out_t *bo);
+
+/* ---- commit_reach.c: duplicate ages and the window's floor ---- */
+
+/* Counts the ages of a durable batch's duplicates (opts.duplicate_age_seconds, the max). */
+void commit_reach_count_ages(commit_t *c, const commit_req_t *batch);
+/* Judges the window against opts.window_floor_ms from c->stats, notifying each crossing. */
+void commit_reach_judge(commit_t *c);
+/* Under mu: the monotonic time the window is next due back above the floor; INT64_MAX none. */
+int64_t commit_reach_wake(const commit_t *c);
 
 /* ---- commit_recover.c: opening from disk, at start and after a failure ---- */
 

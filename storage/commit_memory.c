@@ -129,6 +129,8 @@ static int memory_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_
             commit_event_t *ev = &q->events[i];
             if (filter_insert_if_absent(c->filter, ev->key) == FILTER_DUPLICATE) {
                 ev->result = COMMIT_DUPLICATE;
+                ev->offset = 0;
+                ev->first_received_ms = 0; /* a filter keeps no positions: unknown */
                 bo->duplicates++;
                 continue;
             }

@@ -92,7 +92,10 @@ static int look_reserve(commit_t *c, size_t n)
     bool *found = realloc(c->look_found, cap * sizeof(*found));
     if (found)
         c->look_found = found;
-    if (!st || !keys || !ev || !found)
+    gen_entry_t *first = realloc(c->look_first, cap * sizeof(*first));
+    if (first)
+        c->look_first = first;
+    if (!st || !keys || !ev || !found || !first)
         return -1;
     c->look_cap = cap;
     return 0;
@@ -107,8 +110,24 @@ static const store_entry_t *view_pending(const commit_t *c, const uint8_t key[KE
 }
 
 /*
+ * The copy of a key the young store holds at `seq`: its sequence entry's
+ * offset and receivedAt into *first (received_ms 0 when there is no such
+ * entry). Only duplicates pay for this second lookup.
+ */
+static int look_store_first(commit_t *c, uint64_t seq, gen_entry_t *first)
+{
+    store_entry_t e = {0};
+    bool found = false;
+    int rc = store_reader_first_from(c->reader, seq, &found, &e);
+    first->offset = e.offset;
+    first->received_ms = rc == STORE_OK && found && e.seq == seq ? e.received_ms : 0;
+    return rc;
+}
+
+/*
  * First pass over a batch: what the LMDB snapshot and the sealed generations
- * say of each key, into look_state. Neither changes while a batch is applied,
+ * say of each key, into look_state, and of a key in the window the copy they
+ * hold, into look_first. Neither changes while a batch is applied,
  * so they can be asked ahead of the pending keys, which do (the second pass
  * asks those in order). The keys the young store lacks are asked of the
  * generations together (genset_view_find_many): their filter blocks are
@@ -135,6 +154,9 @@ static int view_look_batch(commit_t *c, commit_req_t *batch, size_t nevents)
             if (present || !c->gview) {
                 /* The young store decides for a key it has; the generations only after. */
                 c->look_state[i] = present && seq >= c->floor ? LOOK_DUP : LOOK_NEW;
+                if (c->look_state[i] == LOOK_DUP &&
+                    (rc = look_store_first(c, seq, &c->look_first[i])))
+                    return rc;
                 continue;
             }
             c->look_state[i] = LOOK_GENS;
@@ -145,12 +167,17 @@ static int view_look_batch(commit_t *c, commit_req_t *batch, size_t nevents)
     if (nask == 0)
         return STORE_OK;
     int grc = genset_view_find_many(c->gview, (const uint8_t(*)[KEYHASH_LEN])c->look_keys, nask,
-                                    c->look_found, NULL);
+                                    c->look_found, c->look_first);
     if (grc != GEN_OK)
         return grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
-    /* Every key of a sealed generation is in the window. */
-    for (size_t j = 0; j < nask; j++)
-        c->look_state[c->look_event[j]] = c->look_found[j] ? LOOK_DUP : LOOK_NEW;
+    /* Every key of a sealed generation is in the window. The answers came in look_first by
+     * question; they move to their events backwards, since look_event[j] >= j: none is
+     * overwritten before it moved. */
+    for (size_t j = nask; j-- > 0;) {
+        size_t e = c->look_event[j];
+        c->look_state[e] = c->look_found[j] ? LOOK_DUP : LOOK_NEW;
+        c->look_first[e] = c->look_first[j];
+    }
     return STORE_OK;
 }
 
@@ -159,14 +186,19 @@ static int view_look_batch(commit_t *c, commit_req_t *batch, size_t nevents)
  * the window. The newest generation that has the key decides (a key accepted
  * again after it left the window has a newer sequence there, and a key taken
  * earlier in this very batch is pending now); the first pass only when no
- * pending generation has it.
+ * pending generation has it. When a duplicate, ev gets the copy the window
+ * holds: its offset and first_received_ms (0 when unknown).
  */
-static bool view_is_dup(const commit_t *c, const uint8_t key[KEYHASH_LEN], size_t i)
+static bool view_is_dup(const commit_t *c, commit_event_t *ev, size_t i)
 {
-    const store_entry_t *it = view_pending(c, key);
-    if (it)
-        return it->seq >= c->floor;
-    return c->look_state[i] == LOOK_DUP;
+    const store_entry_t *it = view_pending(c, ev->key);
+    const gen_entry_t *g = &c->look_first[i];
+    bool dup = it ? it->seq >= c->floor : c->look_state[i] == LOOK_DUP;
+    if (dup) {
+        ev->offset = it ? it->offset : g->offset;
+        ev->first_received_ms = it ? it->received_ms : g->received_ms;
+    }
+    return dup;
 }
 
 int commit_view_refresh(commit_t *c)
@@ -279,7 +311,7 @@ int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_ou
         for (size_t i = 0; rc == STORE_OK && i < q->n; i++, n++) {
             commit_event_t *ev = &q->events[i];
             uint64_t off = li.next_offset + nrec, seq;
-            if (view_is_dup(c, ev->key, n)) {
+            if (view_is_dup(c, ev, n)) {
                 ev->result = COMMIT_DUPLICATE;
                 bo->duplicates++;
                 continue;

@@ -17,7 +17,8 @@
  * Functions, in order: commit_writer_reserve / _take / _write_log (staging a
  * batch's log records, for the modes' apply), writer_warn_short_window,
  * writer_count, writer_process (one batch), writer_retain,
- * writer_housekeeping, writer_wait, writer_thread, commit_writer_start.
+ * writer_housekeeping (which also judges the window's floor, commit_reach.c),
+ * writer_wait, writer_thread, commit_writer_start.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -147,6 +148,8 @@ static void writer_process(commit_t *c, commit_req_t *batch, size_t nevents, siz
     pthread_mutex_unlock(&c->mu);
     if (status == COMMIT_OK && bo.evicted_size > 0)
         writer_warn_short_window(c, bo.evicted_size, oldest_ms);
+    if (status == COMMIT_OK && bo.duplicates > 0)
+        commit_reach_count_ages(c, batch);
 
     for (commit_req_t *q = batch, *next; q; q = next) {
         next = q->next; /* done() may free q */
@@ -217,6 +220,7 @@ static void writer_housekeeping(commit_t *c)
     if (c->mode->tick)
         c->mode->tick(c); /* rate-limited inside */
     writer_retain(c);     /* rate-limited inside */
+    commit_reach_judge(c);
 }
 
 /* Called with mu held; returns with it held when there is work or the writer is closing. */
@@ -240,6 +244,9 @@ static void writer_wait(commit_t *c)
         int64_t due = c->mode->due ? c->mode->due(c) : INT64_MAX;
         if (due < wake)
             wake = due; /* an idle server checkpoints too */
+        int64_t back = commit_reach_wake(c);
+        if (back < wake)
+            wake = back; /* the window may be back above its floor: say so */
         for (watch_t *w = c->watches; w; w = w->next)
             if (w->deadline_ms < wake)
                 wake = w->deadline_ms;

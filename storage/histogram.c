@@ -12,6 +12,13 @@ const size_t HISTOGRAM_SECONDS_N = sizeof(HISTOGRAM_SECONDS) / sizeof(HISTOGRAM_
 const double HISTOGRAM_EVENTS[] = {1,   2,    5,    10,   20,    50,    100,  200,
                                    500, 1000, 2000, 5000, 10000, 20000, 50000};
 const size_t HISTOGRAM_EVENTS_N = sizeof(HISTOGRAM_EVENTS) / sizeof(HISTOGRAM_EVENTS[0]);
+/* Retries come within seconds (a lost response), minutes (an app in the background) or days (an
+ * offline phone's queue): 1 s to the longest sensible --window, 28 d. */
+const double HISTOGRAM_AGE_SECONDS[] = {1,     5,     15,     30,     60,     120,     300,
+                                        600,   900,   1800,   3600,   7200,   14400,   21600,
+                                        43200, 86400, 172800, 345600, 604800, 1209600, 2419200};
+const size_t HISTOGRAM_AGE_SECONDS_N =
+    sizeof(HISTOGRAM_AGE_SECONDS) / sizeof(HISTOGRAM_AGE_SECONDS[0]);
 
 struct histogram {
     size_t n;
@@ -91,4 +98,36 @@ void histogram_write(const histogram_t *h, FILE *f, const char *name, const char
     } else {
         fprintf(f, "%s_sum %.17g\n%s_count %" PRIu64 "\n", name, sum, name, cum);
     }
+}
+
+int histogram_quantile(const histogram_t *h, double q, double *out)
+{
+    uint64_t counts[HISTOGRAM_MAX_BOUNDS + 1], total = 0;
+    if (!h || !(q >= 0 && q <= 1))
+        return -1;
+    /* One read of every bucket, so the rank and the walk agree however others observe. */
+    for (size_t i = 0; i <= h->n; i++) {
+        counts[i] = atomic_load_explicit(&h->counts[i], memory_order_relaxed);
+        total += counts[i];
+    }
+    if (total == 0)
+        return -1;
+    double rank = q * (double)total;
+    uint64_t below = 0;
+    size_t i = 0;
+    while (i < h->n && (double)(below + counts[i]) < rank) {
+        below += counts[i];
+        i++;
+    }
+    if (i == h->n) {
+        *out = h->n > 0 ? h->bounds[h->n - 1] : 0;
+        return 0;
+    }
+    double lo = i > 0 ? h->bounds[i - 1] : 0, hi = h->bounds[i];
+    if (counts[i] == 0) {
+        *out = lo; /* q == 0 over empty leading buckets */
+        return 0;
+    }
+    *out = lo + (hi - lo) * ((rank - (double)below) / (double)counts[i]);
+    return 0;
 }

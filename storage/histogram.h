@@ -15,6 +15,8 @@ extern const double HISTOGRAM_SECONDS[]; /* 0.1 ms .. 10 s: request and fsync du
 extern const size_t HISTOGRAM_SECONDS_N;
 extern const double HISTOGRAM_EVENTS[]; /* 1 .. 50,000: events per group commit */
 extern const size_t HISTOGRAM_EVENTS_N;
+extern const double HISTOGRAM_AGE_SECONDS[]; /* 1 s .. 28 d: ages of duplicates */
+extern const size_t HISTOGRAM_AGE_SECONDS_N;
 
 /*
  * A histogram with upper bounds bounds[0..n) (strictly increasing, finite; copied) and an
@@ -45,5 +47,14 @@ uint64_t histogram_count(const histogram_t *h);
  * bucket written, _sum may be one sample ahead or behind, as in Prometheus' own clients.
  */
 void histogram_write(const histogram_t *h, FILE *f, const char *name, const char *labels);
+
+/*
+ * Estimates the q-quantile (0 <= q <= 1) of the samples from the bucket counts as Prometheus'
+ * histogram_quantile() does: linear within the bucket the rank falls in, from the bound below
+ * it (0 for the first) to its own; in the +Inf bucket, the largest finite bound. So the answer
+ * is exact only to the bucket. Returns 0 and *out, or -1 when there are no samples (or q is
+ * out of range). Thread-safe, like histogram_write.
+ */
+int histogram_quantile(const histogram_t *h, double q, double *out);
 
 #endif

@@ -1,5 +1,6 @@
 """The /metrics histograms: ingestd_request_duration_seconds by route and status class,
-ingestd_fsync_duration_seconds and ingestd_commit_batch_events, against the real server.
+ingestd_fsync_duration_seconds, ingestd_commit_batch_events and
+ingestd_duplicate_age_seconds, against the real server.
 
 Each is checked as Prometheus defines a histogram (buckets cumulative and ascending, +Inf last
 and equal to _count) and against what the test did and the counters the server already had:
@@ -79,6 +80,19 @@ class HistogramsTest(ServerTestCase):
         self.assertEqual(events, 15)
         # Batches of 5 events (or several requests together): none in the le="1" bucket.
         self.assertEqual(dict(buckets)["1"], 0)
+
+        # Duplicate ages: one sample per duplicate, on the 1 s .. 28 d ladder.
+        name = "ingestd_duplicate_age_seconds"
+        self.assertEqual(self.series(m, name)[2], 0)
+        ids = [new_id() for _ in range(4)]
+        self.assertOk(self.srv.batch([track(mid=i) for i in ids]), accepted=4)
+        self.assertOk(self.srv.batch([track(mid=i) for i in ids[:3]]), accepted=0)
+        m = parse(self.srv.metrics().body.decode())
+        value = {n: v for n, l, v in m if not l}
+        buckets, _, dups = self.series(m, name)
+        self.assertEqual(dups, value["ingestd_events_duplicates_total"])
+        self.assertEqual(dups, 3)
+        self.assertEqual((buckets[0][0], buckets[-2][0]), ("1", "2.4192e+06"))
 
 
 if __name__ == "__main__":

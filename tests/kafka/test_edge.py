@@ -216,6 +216,23 @@ class EdgeTest(unittest.TestCase):
         srv.stop()
         self.assertFalse(os.path.exists(srv.data_dir), "the edge created its --data dir")
 
+    def test_verbose_accepted_without_offset(self):
+        """?verbose=true at the edge: it neither de-duplicates nor logs, so every valid event
+        is accepted without an offset (a retry too); a rejected one carries its error."""
+        self.mock = Mock(["raw:2"])
+        srv = self.edge()
+        ev = self.events("v", 1)[0]
+        body = {"batch": [ev, {"type": "nope", "userId": "x"}, ev]}
+        r = srv.post("/v1/batch?verbose=true", body, key="k_web")
+        self.assertEqual(r.status, 200, r)
+        self.assertEqual(r.json["results"], [
+            {"index": 0, "messageId": ev["messageId"], "status": "accepted"},
+            {"index": 1, "messageId": None, "status": "rejected",
+             "error": r.json["rejected"][0]["error"]},
+            {"index": 2, "messageId": ev["messageId"], "status": "accepted"}])
+        r = srv.post("/v1/batch", body, key="k_web")
+        self.assertNotIn("results", r.json)
+
     def test_two_edges_retries_worker_exactly_once(self):
         """The same events through two edges, retried: the worker's output has each once."""
         self.mock = Mock(["raw:4", "out:4"])

@@ -1610,6 +1610,186 @@ static void test_queue_bound(void **state)
     tu_waiter_destroy(&g.release);
 }
 
+/* Submits the single id, which must be a duplicate whose first copy is at `offset`, received at
+ * `first_ms` (0: unknown). */
+static void submit_one_duplicate(commit_t *c, unsigned id, int64_t received_ms, uint64_t offset,
+                                 int64_t first_ms)
+{
+    req_t r;
+    submit_wait(c, &r, &id, 1, received_ms);
+    assert_int_equal(r.ev[0].result, COMMIT_DUPLICATE);
+    assert_int_equal(r.ev[0].first_received_ms, first_ms);
+    if (first_ms != 0)
+        assert_int_equal(r.ev[0].offset, offset);
+    req_free(&r);
+}
+
+/*
+ * A duplicate names the copy the window holds, wherever it is held: pending (acknowledged since
+ * the last checkpoint, also earlier in the same request), the young LMDB store after a
+ * checkpoint, a sealed generation. Each duplicate's age is counted.
+ */
+static void test_duplicate_first_copy(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    histogram_t *ages = NULL;
+    assert_int_equal(histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &ages), 0);
+    o.duplicate_age_seconds = ages;
+    int64_t t0 = tu_now_ms() - 600 * 1000; /* ten minutes ago */
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+
+    /* Pending. Ids 0..9, each received a second after the one before, at offsets 0..9. */
+    for (unsigned i = 0; i < 10; i++)
+        submit_one_accepted(c, i, t0 + i * 1000, i);
+    submit_one_duplicate(c, 3, t0 + 20 * 1000, 3, t0 + 3000);
+    /* Within one request: the second copy names the first, accepted just before it. */
+    const unsigned twice[] = {42, 42};
+    req_t r;
+    submit_wait(c, &r, twice, 2, t0 + 30 * 1000);
+    assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
+    assert_int_equal(r.ev[0].offset, 10);
+    assert_int_equal(r.ev[1].result, COMMIT_DUPLICATE);
+    assert_int_equal(r.ev[1].offset, 10);
+    assert_int_equal(r.ev[1].first_received_ms, t0 + 30 * 1000);
+    req_free(&r);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.duplicate_age_max_ms, 17000);
+    commit_close(c);
+
+    /* The young store: close checkpoints every key into LMDB; nothing is pending after open. */
+    c = open_commit(&o);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.generations, 0);
+    assert_int_equal(s.replayed_at_open, 0);
+    submit_one_duplicate(c, 7, t0 + 500 * 1000, 7, t0 + 7000);
+    submit_one_duplicate(c, 42, t0 + 31 * 1000, 10, t0 + 30 * 1000);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.duplicate_age_max_ms, 493000);
+    commit_close(c);
+
+    /* A sealed generation: a young store of 4 keys is sealed at the next checkpoint. */
+    o.young_keys = 4;
+    c = open_commit(&o);
+    submit_range(c, 100, 1, t0, COMMIT_ACCEPTED); /* a checkpoint is due with something new */
+    commit_close(c);
+    c = open_commit(&o);
+    commit_get_stats(c, &s);
+    assert_true(s.seals + s.generations > 0);
+    assert_int_equal(s.generation_keys, 12);
+    for (unsigned i = 0; i < 10; i++)
+        submit_one_duplicate(c, i, t0 + 100 * 1000, i, t0 + i * 1000);
+    /* One request mixing them: the generations' answers reach their own events. */
+    const unsigned mixed[] = {200, 5, 200, 8};
+    submit_wait(c, &r, mixed, 4, t0 + 40 * 1000);
+    assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
+    assert_int_equal(r.ev[0].offset, 12);
+    const uint64_t want_off[] = {12, 5, 12, 8};
+    const int64_t want_ms[] = {0, t0 + 5000, t0 + 40 * 1000, t0 + 8000};
+    for (size_t i = 1; i < 4; i++) {
+        assert_int_equal(r.ev[i].result, COMMIT_DUPLICATE);
+        assert_int_equal(r.ev[i].offset, want_off[i]);
+        assert_int_equal(r.ev[i].first_received_ms, want_ms[i]);
+    }
+    req_free(&r);
+    commit_close(c);
+
+    /* Ages: 17 s (pending), 0 (same request), 493 s and 1 s (young store), then the ten above
+     * (100 s down to 91 s), and the mixed request's three. */
+    assert_int_equal(histogram_count(ages), 17);
+    double q = 0;
+    assert_int_equal(histogram_quantile(ages, 1.0, &q), 0);
+    assert_true(q > 300 && q <= 900);
+    histogram_free(ages);
+}
+
+/* Memory-filter mode keeps no positions: a duplicate's first copy is unknown, and no age. */
+static void test_memory_store_first_unknown(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    histogram_t *ages = NULL;
+    assert_int_equal(histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &ages), 0);
+    o.duplicate_age_seconds = ages;
+    o.memory_filter = "bloom:1Mbit";
+    commit_t *c = open_commit(&o);
+    submit_one_accepted(c, 1, tu_now_ms(), 0);
+    submit_one_duplicate(c, 1, tu_now_ms(), 0, 0);
+    commit_close(c);
+    assert_int_equal(histogram_count(ages), 0);
+    histogram_free(ages);
+}
+
+/* The operator notices of a commit, kept for the floor test (notify runs on the writer). */
+typedef struct {
+    pthread_mutex_t mu;
+    int below, back; /* "fell below --window-floor" (level 1), "back above" (level 2) */
+} notices_t;
+
+static void on_notice(void *arg, int level, const char *msg)
+{
+    notices_t *n = arg;
+    pthread_mutex_lock(&n->mu);
+    if (level == 1 && strstr(msg, "fell below --window-floor"))
+        n->below++;
+    if (level == 2 && strstr(msg, "back above --window-floor"))
+        n->back++;
+    pthread_mutex_unlock(&n->mu);
+}
+
+static int notices_get(notices_t *n, bool back)
+{
+    pthread_mutex_lock(&n->mu);
+    int v = back ? n->back : n->below;
+    pthread_mutex_unlock(&n->mu);
+    return v;
+}
+
+/*
+ * --window-floor: a young server holding only young keys is not below it; evictions by the size
+ * bound of keys younger than the floor put it below (one notice however many batches), and an
+ * idle server comes back above once the floor's time has passed (one notice).
+ */
+static void test_window_floor(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    notices_t n = {.below = 0, .back = 0};
+    pthread_mutex_init(&n.mu, NULL);
+    o.max_keys = 10;
+    o.window_floor_ms = 1500;
+    o.notify = on_notice;
+    o.notify_arg = &n;
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+
+    submit_range(c, 0, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_get_stats(c, &s);
+    assert_false(s.window_below_floor); /* young, but nothing was forgotten */
+    assert_int_equal(s.evicted_size, 0);
+    for (unsigned i = 1; i < 4; i++)
+        submit_range(c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.evicted_size, 30);
+    assert_true(s.window_below_floor);
+    assert_int_equal(notices_get(&n, false), 1);
+    assert_int_equal(notices_get(&n, true), 0);
+
+    /* Idle: the writer wakes when the floor's time has passed and says so once. */
+    int64_t deadline = tu_monotonic_ms() + 10000;
+    do {
+        commit_get_stats(c, &s);
+        assert_true(tu_monotonic_ms() < deadline);
+        struct timespec ts = {0, 10 * 1000000};
+        nanosleep(&ts, NULL); /* polling a condition, not a stand-in for one */
+    } while (s.window_below_floor);
+    assert_int_equal(notices_get(&n, true), 1);
+    assert_int_equal(notices_get(&n, false), 1);
+    commit_close(c);
+    pthread_mutex_destroy(&n.mu);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1641,6 +1821,9 @@ int main(void)
         T(test_memory_store),
         T(test_memory_store_bad_spec),
         T(test_queue_bound),
+        T(test_duplicate_first_copy),
+        T(test_memory_store_first_unknown),
+        T(test_window_floor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

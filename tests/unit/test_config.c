@@ -74,6 +74,22 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.admin_token, ""); /* none: GET /v1/log is off */
     assert_int_equal(cfg.log_retention_ms, 0);
     assert_int_equal(cfg.log_max_bytes, 0);
+    assert_int_equal(cfg.window_floor_ms, 0); /* off */
+}
+
+/* --window-floor: a duration, from the flag or INGESTD_WINDOW_FLOOR, never above --window. */
+static void test_window_floor(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k", "--window-floor", "15m"), 0);
+    assert_int_equal(cfg.window_floor_ms, 15LL * 60 * 1000);
+    char *env[] = {"INGESTD_WINDOW_FLOOR=2h", NULL};
+    assert_int_equal(PARSE_ENV(env, "--write-key", "k"), 0);
+    assert_int_equal(cfg.window_floor_ms, 2LL * 3600 * 1000);
+    assert_int_equal(PARSE("--write-key", "k", "--window", "1h", "--window-floor", "1h"), 0);
+    assert_int_equal(PARSE("--write-key", "k", "--window", "1h", "--window-floor", "61m"), 2);
+    assert_non_null(strstr(err, "--window-floor"));
+    assert_int_equal(PARSE("--write-key", "k", "--window-floor", "soon"), 2);
 }
 
 static void check_all_flags(void)
@@ -462,7 +478,7 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 41);
+    assert_int_equal(lines, 42);
     assert_non_null(strstr(log, "admin-token = none"));
     assert_non_null(strstr(log, "data-mode = private\n"));
     assert_non_null(strstr(log, "store-sync = meta\n"));
@@ -772,6 +788,7 @@ int main(void)
         cmocka_unit_test(test_role_edge),
         cmocka_unit_test(test_config_log_hides_kafka_opts),
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_window_floor),
         cmocka_unit_test(test_every_flag_separate_value),
         cmocka_unit_test(test_every_flag_equals_form),
         cmocka_unit_test(test_every_env),

@@ -149,6 +149,37 @@ static void test_reqhist(void **state)
     reqhist_free(NULL);
 }
 
+/* Quantiles estimated from the buckets, as Prometheus' histogram_quantile() does. */
+static void test_quantile(void **state)
+{
+    (void)state;
+    const double bounds[] = {1, 5, 15};
+    histogram_t *h = NULL;
+    double q = -1;
+    assert_int_equal(histogram_new(bounds, 3, &h), 0);
+    assert_int_equal(histogram_quantile(h, 0.5, &q), -1); /* no samples */
+    for (int i = 0; i < 8; i++)
+        histogram_observe(h, 0.5); /* (0, 1] */
+    histogram_observe(h, 3);       /* (1, 5] */
+    histogram_observe(h, 10);      /* (5, 15] */
+    assert_int_equal(histogram_quantile(h, 0.5, &q), 0);
+    assert_true(q > 0.62 && q < 0.63); /* rank 5 of the 8 in (0, 1]: 5/8 */
+    assert_int_equal(histogram_quantile(h, 0.9, &q), 0);
+    assert_true(q > 4.99 && q < 5.01); /* rank 9: the end of (1, 5] */
+    assert_int_equal(histogram_quantile(h, 0.95, &q), 0);
+    assert_true(q > 9.99 && q < 10.01); /* half way through (5, 15] */
+    histogram_observe(h, 1000);         /* +Inf: the largest finite bound */
+    assert_int_equal(histogram_quantile(h, 1.0, &q), 0);
+    assert_true(q == 15);
+    assert_int_equal(histogram_quantile(h, 1.5, &q), -1);
+    histogram_free(h);
+    /* The duplicate-age ladder is a valid one, 1 s to 28 d. */
+    assert_int_equal(histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &h), 0);
+    assert_true(HISTOGRAM_AGE_SECONDS[0] == 1);
+    assert_true(HISTOGRAM_AGE_SECONDS[HISTOGRAM_AGE_SECONDS_N - 1] == 28 * 86400);
+    histogram_free(h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -157,6 +188,7 @@ int main(void)
         cmocka_unit_test(test_bad_bounds),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_reqhist),
+        cmocka_unit_test(test_quantile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
