@@ -306,6 +306,7 @@ void commit_close(commit_t *c)
     free(c->look_event);
     free(c->look_found);
     free(c->look_first);
+    free(c->look_gen);
     free(c->data_dir);
     free(c->log_dir);
     free(c);

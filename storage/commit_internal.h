@@ -124,6 +124,7 @@ struct commit {
     size_t *look_event;
     bool *look_found;
     gen_entry_t *look_first; /* per event: the copy in the window (offset, receivedAt) */
+    gen_entry_t *look_gen;   /* per question: the generations' answer */
 
     /* The checkpointer thread (LMDB mode). */
     pthread_t ckpt_thread;

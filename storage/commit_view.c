@@ -95,7 +95,10 @@ static int look_reserve(commit_t *c, size_t n)
     gen_entry_t *first = realloc(c->look_first, cap * sizeof(*first));
     if (first)
         c->look_first = first;
-    if (!st || !keys || !ev || !found || !first)
+    gen_entry_t *gen = realloc(c->look_gen, cap * sizeof(*gen));
+    if (gen)
+        c->look_gen = gen;
+    if (!st || !keys || !ev || !found || !first || !gen)
         return -1;
     c->look_cap = cap;
     return 0;
@@ -167,16 +170,15 @@ static int view_look_batch(commit_t *c, commit_req_t *batch, size_t nevents)
     if (nask == 0)
         return STORE_OK;
     int grc = genset_view_find_many(c->gview, (const uint8_t(*)[KEYHASH_LEN])c->look_keys, nask,
-                                    c->look_found, c->look_first);
+                                    c->look_found, c->look_gen);
     if (grc != GEN_OK)
         return grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
-    /* Every key of a sealed generation is in the window. The answers came in look_first by
-     * question; they move to their events backwards, since look_event[j] >= j: none is
-     * overwritten before it moved. */
-    for (size_t j = nask; j-- > 0;) {
+    /* Every key of a sealed generation is in the window. The answers come by question (their
+     * own array: look_first already holds the young store's answers, by event). */
+    for (size_t j = 0; j < nask; j++) {
         size_t e = c->look_event[j];
         c->look_state[e] = c->look_found[j] ? LOOK_DUP : LOOK_NEW;
-        c->look_first[e] = c->look_first[j];
+        c->look_first[e] = c->look_gen[j];
     }
     return STORE_OK;
 }

@@ -508,6 +508,22 @@ static void test_duplicates_across_generations(void **state)
     assert_int_equal(s.keys, 303);
     assert_int_equal(s.accepted, 3);
     assert_int_equal(s.duplicates, 7);
+
+    /* Now 500 is in the young store (closing checkpoints it; 4 keys do not seal): a batch that
+     * asks the young store first and the generations after names each one's own first copy. */
+    commit_close(c);
+    c = open_commit(&o);
+    const unsigned mixed[] = {500, 1, 1000, 2};
+    submit_wait(c, &r, mixed, 4, now);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(r.ev[i].result, COMMIT_DUPLICATE);
+    assert_int_equal(r.ev[0].offset, 300);
+    assert_int_equal(r.ev[1].offset, 0);
+    assert_int_equal(r.ev[2].offset, 301);
+    assert_int_equal(r.ev[3].offset, 1);
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(r.ev[i].first_received_ms, now);
+    req_free(&r);
     commit_close(c);
 }
 
