@@ -147,11 +147,13 @@ static int merge_as_planned(genset_t *gs, uint64_t young, double *merge_s, unsig
         genset_view_t *v = genset_view(gs);
         genset_plan_t plan;
         genset_plan(v, &p, 0, young, &plan);
-        genset_view_release(v);
-        if (plan.merge_n == 0 || !o.merge)
+        if (plan.merge_n == 0 || !o.merge) {
+            genset_view_release(v);
             return GEN_OK;
+        }
         double t0 = now_s();
-        int rc = genset_merge(gs, plan.merge_first, plan.merge_n);
+        int rc = genset_merge(gs, v, plan.merge_first, plan.merge_n, NULL);
+        genset_view_release(v);
         *merge_s += now_s() - t0;
         (*merges)++;
         if (rc != GEN_OK)

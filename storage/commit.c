@@ -149,6 +149,7 @@ static commit_t *open_alloc(const commit_options_t *opts)
     pthread_cond_init(&c->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&c->ckpt_cv, NULL);
+    pthread_cond_init(&c->merge_cv, NULL);
     c->data_dir = strdup(opts->data_dir);
     c->log_dir = c->data_dir ? fsutil_join(c->data_dir, "log") : NULL;
     c->opts.data_dir = c->data_dir;
@@ -300,6 +301,7 @@ void commit_close(commit_t *c)
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     pthread_cond_destroy(&c->ckpt_cv);
+    pthread_cond_destroy(&c->merge_cv);
     free(c->recs);
     free(c->look_state);
     free(c->look_keys);

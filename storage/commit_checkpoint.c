@@ -202,6 +202,7 @@ static int ckpt_seal(commit_t *c, ckpt_seal_result_t *out)
             si.keys = 0;
     }
     genset_policy_t p = commit_view_gen_policy(c);
+    p.fanin = 0; /* merges are the merger's (commit_merge.c): they must not hold up checkpoints */
     if (rc == STORE_OK)
         rc = seal_maintain(c->gens, &p, commit_now_ms(CLOCK_REALTIME), si.keys, &out->maintain);
     return rc;
@@ -250,7 +251,8 @@ static void *ckpt_thread(void *arg)
             c->stats.store_used_bytes = si.used_bytes;
         }
         c->stats.seals += sr.sealed > 0;
-        c->stats.merges += sr.maintain.merges;
+        if (sr.sealed > 0 || sr.maintain.dropped_age + sr.maintain.dropped_size > 0)
+            commit_merge_kick(c);
         c->stats.evicted_age += sr.maintain.dropped_age;
         c->stats.evicted_size += sr.maintain.dropped_size;
         c->job.sealed = sr.sealed;

@@ -47,6 +47,16 @@ typedef struct {
     uint64_t applied;     /* the log offset after the last record acknowledged when handed over */
 } ckpt_job_t;
 
+/* The merger thread (commit_merge.c); under mu but `cancel`, which gen_merge reads. */
+typedef struct {
+    bool started; /* owned by commit_open / commit_close */
+    bool wanted;  /* the checkpointer changed the set: plan again */
+    bool paused;  /* storage is being re-established: the set is closed */
+    bool running; /* merging now */
+    bool quit;
+    atomic_bool cancel; /* stop the merge under way */
+} merger_t;
+
 /* A long-polling reader waiting for the committed offset to pass `offset`. */
 typedef struct watch {
     uint64_t offset;
@@ -129,9 +139,13 @@ struct commit {
     /* The checkpointer thread (LMDB mode). */
     pthread_t ckpt_thread;
     bool ckpt_started;
-    pthread_cond_t ckpt_cv;    /* wakes the checkpointer; the writer waits on cv */
-    ckpt_job_t job;            /* under mu */
-    size_t ckpt_chunk;         /* checkpointer-only: deletions per LMDB transaction (CHUNK_MAX) */
+    pthread_cond_t ckpt_cv; /* wakes the checkpointer; the writer waits on cv */
+    ckpt_job_t job;         /* under mu */
+    size_t ckpt_chunk;      /* checkpointer-only: deletions per LMDB transaction (CHUNK_MAX) */
+    /* The merger thread (LMDB mode). */
+    pthread_t merge_thread;
+    pthread_cond_t merge_cv;
+    merger_t merger;
     uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
 };
 
@@ -277,6 +291,18 @@ bool commit_view_seals(const commit_t *c);
  */
 int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
                       int *store_rc);
+
+/* ---- commit_merge.c: the merger thread (LMDB mode) ---- */
+
+int commit_merge_start(commit_t *c, char *errbuf, size_t errlen);
+/* Ends the thread, cancelling a merge under way. Safe when never started. */
+void commit_merge_stop(commit_t *c);
+/* Under mu: the set changed (a seal, a drop); the merger plans again. */
+void commit_merge_kick(commit_t *c);
+/* Before the set is closed (re-establishing storage): cancels a merge under way, waits for the
+ * merger to be idle and keeps it so until commit_merge_resume (after the set is open again). */
+void commit_merge_settle(commit_t *c);
+void commit_merge_resume(commit_t *c);
 
 /* ---- commit_files.c: DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED ---- */
 

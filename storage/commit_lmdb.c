@@ -26,8 +26,17 @@ static void lmdb_close(commit_t *c)
     c->store = NULL;
 }
 
+/* The checkpointer, and the merger beside it. */
+static int lmdb_start(commit_t *c, char *errbuf, size_t errlen)
+{
+    if (commit_ckpt_start(c, errbuf, errlen) != 0)
+        return -1;
+    return commit_merge_start(c, errbuf, errlen);
+}
+
 static void lmdb_stop(commit_t *c)
 {
+    commit_merge_stop(c);
     commit_ckpt_stop(c);
     /* Lazy mode: a synced store needs no rebuild, whatever happens to the machine next. */
     if (c->opts.store_sync == STORE_SYNC_NONE && c->store && !c->failed)
@@ -92,7 +101,7 @@ const commit_mode_t commit_lmdb_mode = {
     .name = "lmdb",
     .open = commit_recover_open_lmdb,
     .close = lmdb_close,
-    .start = commit_ckpt_start,
+    .start = lmdb_start,
     .stop = lmdb_stop,
     .apply = commit_view_apply,
     .window = lmdb_window,

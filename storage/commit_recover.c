@@ -451,6 +451,7 @@ bool commit_recover(commit_t *c, bool grow_map)
     bool was_failed = c->failed;
 
     commit_ckpt_settle(c); /* the view goes with the store (nothing to do without a checkpointer) */
+    commit_merge_settle(c); /* the set is closed and opened again */
     c->last_recover_ms = commit_now_ms(CLOCK_MONOTONIC);
     pthread_mutex_lock(&c->mu);
     uint64_t map = c->stats.store_map_size;
@@ -475,6 +476,7 @@ bool commit_recover(commit_t *c, bool grow_map)
         return false;
     }
     c->failed = false;
+    commit_merge_resume(c);
     pthread_mutex_lock(&c->mu);
     c->stats.recoveries++;
     if (grow_map)

@@ -756,8 +756,10 @@ static int merge_step(gen_iter_t **its, gen_entry_t *heads, bool *live, size_t n
     return GEN_OK;
 }
 
+#define MERGE_CANCEL_EVERY 65536 /* keys between two looks at the cancel flag */
+
 int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
-              gen_t **out)
+              const atomic_bool *cancel, gen_t **out)
 {
     if (out)
         *out = NULL;
@@ -779,8 +781,12 @@ int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigne
     if (rc == GEN_OK)
         rc = gen_writer_open(dir, id, total, bits_per_key, &w);
     gen_entry_t e;
-    while (rc == GEN_OK && (rc = merge_step(its, heads, live, n, &e)) == GEN_OK)
+    for (uint64_t k = 1; rc == GEN_OK && (rc = merge_step(its, heads, live, n, &e)) == GEN_OK;
+         k++) {
         rc = gen_writer_add(w, &e);
+        if (rc == GEN_OK && cancel && k % MERGE_CANCEL_EVERY == 0 && atomic_load(cancel))
+            rc = GEN_CANCELLED;
+    }
     if (rc == 1) {
         rc = gen_writer_finish(w, out);
         w = NULL;
@@ -853,6 +859,10 @@ const char *gen_strerror(int status)
         return "invalid argument (keys out of order, too many, or a value out of range)";
     case GEN_NOTFOUND:
         return "no such generation file";
+    case GEN_CHANGED:
+        return "the generation set changed during the merge";
+    case GEN_CANCELLED:
+        return "the merge was cancelled";
     }
     return "unknown generation status";
 }

@@ -3,6 +3,7 @@
 #ifndef INGESTD_GEN_H
 #define INGESTD_GEN_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -53,11 +54,13 @@ enum gen_status {
     GEN_OK = 0,
     GEN_EIO = -1, /* a system call failed (gen_errno() of the writer, errno otherwise) */
     GEN_NOMEM = -2,
-    GEN_CORRUPT = -3, /* bad magic, size, checksum or key order */
-    GEN_VERSION = -4, /* written by an unknown format version */
-    GEN_INVALID = -5, /* bad argument: keys out of order, more keys than announced, a value
-                         past GEN_MAX_VALUE */
-    GEN_NOTFOUND = -6 /* no such generation file */
+    GEN_CORRUPT = -3,  /* bad magic, size, checksum or key order */
+    GEN_VERSION = -4,  /* written by an unknown format version */
+    GEN_INVALID = -5,  /* bad argument: keys out of order, more keys than announced, a value
+                          past GEN_MAX_VALUE */
+    GEN_NOTFOUND = -6, /* no such generation file */
+    GEN_CHANGED = -7,  /* genset_merge: an input left the set meanwhile; nothing changed */
+    GEN_CANCELLED = -8 /* gen_merge: stopped by its cancel flag; nothing written */
 };
 
 typedef struct gen gen_t;
@@ -153,9 +156,11 @@ void gen_iter_close(gen_iter_t *it);
  * sequential pass, with `bits_per_key` as in gen_writer_open. A key in more than one keeps its
  * newest entry (the later receivedAt; then the higher offset). *out as in gen_writer_finish (may be
  * NULL). The inputs are left as they are: remove them once the new one is in use.
+ * `cancel` (may be NULL) is read now and then: once true, the merge stops with GEN_CANCELLED
+ * and leaves nothing on disk (a long merge must not hold up a shutdown).
  */
 int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
-              gen_t **out);
+              const atomic_bool *cancel, gen_t **out);
 
 /*
  * Writes a copy of the generation's file into the existing directory `dir`

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -17,6 +18,11 @@
  * one: readers that still hold the old view keep using it, and a generation
  * is closed with the last view that held it. Every count is under one mutex:
  * views are taken once per group commit, not per key, so it is never hot.
+ * Changes come from more than one thread (seals and drops from the
+ * checkpointer, merges from the merger), so each is made under a second
+ * mutex, `change_mu`, from the current view as it is then; a merge writes
+ * its file first, without it, and publishes only if its inputs are all still
+ * in the set.
  *
  * Contents:
  *   slots and views   slot_new, view_new, view_unref, publish
@@ -45,7 +51,8 @@ struct genset_view {
 struct genset {
     char *dir;
     unsigned bits;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;        /* the counts, and cur's pointer */
+    pthread_mutex_t change_mu; /* one change at a time (before mu) */
     genset_view_t *cur;
 };
 
@@ -231,6 +238,7 @@ static int open_set(const char *dir, unsigned bits_per_key, bool read_only, gens
     if (!gs)
         return GEN_NOMEM;
     pthread_mutex_init(&gs->mu, NULL);
+    pthread_mutex_init(&gs->change_mu, NULL);
     gs->bits = bits_per_key;
     gs->dir = strdup(dir);
     gen_id_t *ids = NULL;
@@ -286,6 +294,7 @@ void genset_close(genset_t *gs)
     view_unref(gs->cur);
     pthread_mutex_unlock(&gs->mu);
     pthread_mutex_destroy(&gs->mu);
+    pthread_mutex_destroy(&gs->change_mu);
     free(gs->dir);
     free(gs);
 }
@@ -353,17 +362,19 @@ int genset_add(genset_t *gs, gen_t *g)
 {
     gen_info_t info;
     gen_get_info(g, &info);
-    genset_view_t *v = gs->cur; /* only this thread changes cur */
-    if (v->n > 0 && info.id.first < v->slots[v->n - 1]->info.id.end)
-        return GEN_INVALID;
-    slot_t **slots = calloc(v->n + 1, sizeof(*slots));
-    slot_t *s = slot_new(g);
-    int rc = (slots && s) ? GEN_OK : GEN_NOMEM;
+    pthread_mutex_lock(&gs->change_mu);
+    genset_view_t *v = gs->cur; /* changes only under change_mu */
+    int rc = v->n > 0 && info.id.first < v->slots[v->n - 1]->info.id.end ? GEN_INVALID : GEN_OK;
+    slot_t **slots = rc == GEN_OK ? calloc(v->n + 1, sizeof(*slots)) : NULL;
+    slot_t *s = rc == GEN_OK ? slot_new(g) : NULL;
+    if (rc == GEN_OK && (!slots || !s))
+        rc = GEN_NOMEM;
     if (rc == GEN_OK) {
         memcpy(slots, v->slots, v->n * sizeof(*slots));
         slots[v->n] = s;
         rc = publish(gs, slots, v->n + 1);
     }
+    pthread_mutex_unlock(&gs->change_mu);
     if (rc != GEN_OK)
         free(s); /* g stays the caller's */
     free(slots);
@@ -382,54 +393,91 @@ static int remove_files(genset_t *gs, slot_t *const *slots, size_t n)
     return rc;
 }
 
-int genset_drop_oldest(genset_t *gs, size_t n)
+int genset_drop_oldest(genset_t *gs, const genset_view_t *v, size_t n)
 {
-    genset_view_t *v = genset_view(gs); /* keeps the slots alive until their files are gone */
-    int rc = n <= v->n ? GEN_OK : GEN_INVALID;
-    if (rc == GEN_OK && n > 0)
-        rc = publish(gs, v->slots + n, v->n - n);
+    if (n > v->n)
+        return GEN_INVALID;
+    if (n == 0)
+        return GEN_OK;
+    /* What the set still holds of v's n oldest: those ending by the n-th's end. A merge that
+     * took one of them in (with younger ones) stays, whole, until the rule drops it. */
+    uint64_t end = v->slots[n - 1]->info.id.end;
+    pthread_mutex_lock(&gs->change_mu);
+    genset_view_t *cur = genset_view(gs); /* keeps the slots alive until their files are gone */
+    size_t k = 0;
+    while (k < cur->n && cur->slots[k]->info.id.end <= end)
+        k++;
+    int rc = k > 0 ? publish(gs, cur->slots + k, cur->n - k) : GEN_OK;
+    pthread_mutex_unlock(&gs->change_mu);
     if (rc == GEN_OK)
-        rc = remove_files(gs, v->slots, n);
-    genset_view_release(v);
+        rc = remove_files(gs, cur->slots, k);
+    genset_view_release(cur);
     return rc;
 }
 
-int genset_merge(genset_t *gs, size_t first, size_t n)
+/* Where v's slots[first..first+n) stand in the current set, in order: their index, or SIZE_MAX
+ * when any of them left it. Under change_mu. */
+static size_t find_run(const genset_t *gs, const genset_view_t *v, size_t first, size_t n)
 {
-    genset_view_t *v = genset_view(gs); /* holds the inputs open while they are removed */
-    int rc = (n >= 2 && first + n <= v->n) ? GEN_OK : GEN_INVALID;
-    gen_t **ins = calloc(n ? n : 1, sizeof(*ins));
-    slot_t **slots = calloc(v->n, sizeof(*slots));
+    const genset_view_t *cur = gs->cur;
+    for (size_t k = 0; k + n <= cur->n; k++) {
+        if (cur->slots[k] != v->slots[first])
+            continue;
+        for (size_t i = 1; i < n; i++)
+            if (cur->slots[k + i] != v->slots[first + i])
+                return SIZE_MAX;
+        return k;
+    }
+    return SIZE_MAX;
+}
+
+/* Publishes `s` in place of the current set's slots[k..k+n). Under change_mu. */
+static int replace_run(genset_t *gs, size_t k, size_t n, slot_t *s)
+{
+    const genset_view_t *cur = gs->cur;
+    slot_t **slots = calloc(cur->n - n + 1, sizeof(*slots));
+    if (!slots)
+        return GEN_NOMEM;
+    memcpy(slots, cur->slots, k * sizeof(*slots));
+    slots[k] = s;
+    memcpy(slots + k + 1, cur->slots + k + n, (cur->n - k - n) * sizeof(*slots));
+    int rc = publish(gs, slots, cur->n - n + 1);
+    free(slots);
+    return rc;
+}
+
+int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
+                 const atomic_bool *cancel)
+{
+    if (n < 2 || first + n > v->n)
+        return GEN_INVALID;
+    gen_t **ins = calloc(n, sizeof(*ins));
     gen_t *merged = NULL;
     slot_t *s = NULL;
-    if (rc == GEN_OK && (!ins || !slots))
-        rc = GEN_NOMEM;
+    int rc = ins ? GEN_OK : GEN_NOMEM;
     for (size_t i = 0; rc == GEN_OK && i < n; i++)
-        ins[i] = v->slots[first + i]->g;
-    if (rc == GEN_OK) {
-        gen_id_t id = {v->slots[first]->info.id.first, v->slots[first + n - 1]->info.id.end};
-        rc = gen_merge(gs->dir, id, ins, n, gs->bits, &merged);
-    }
+        ins[i] = v->slots[first + i]->g; /* v holds them open, even once removed */
+    gen_id_t id = {v->slots[first]->info.id.first, v->slots[first + n - 1]->info.id.end};
+    if (rc == GEN_OK)
+        rc = gen_merge(gs->dir, id, ins, n, gs->bits, cancel, &merged); /* the long part */
     if (rc == GEN_OK && !(s = slot_new(merged)))
         rc = GEN_NOMEM;
     if (rc == GEN_OK) {
-        memcpy(slots, v->slots, first * sizeof(*slots));
-        slots[first] = s;
-        memcpy(slots + first + 1, v->slots + first + n, (v->n - first - n) * sizeof(*slots));
-        rc = publish(gs, slots, v->n - n + 1);
+        pthread_mutex_lock(&gs->change_mu);
+        size_t k = find_run(gs, v, first, n);
+        rc = k == SIZE_MAX ? GEN_CHANGED : replace_run(gs, k, n, s);
+        pthread_mutex_unlock(&gs->change_mu);
     }
-    if (rc == GEN_OK)
+    if (rc == GEN_OK) {
         rc = remove_files(gs, v->slots + first, n);
-    else if (merged) {
-        gen_info_t info;
-        gen_get_info(merged, &info);
-        gen_remove(gs->dir, info.id);
+    } else if (merged) {
+        /* A crash before this removal leaves a file covering ranges the set may have dropped
+         * meanwhile: the next open keeps it, and those keys a while longer. Never fewer. */
+        gen_remove(gs->dir, id);
         gen_close(merged);
         free(s);
     }
     free(ins);
-    free(slots);
-    genset_view_release(v);
     return rc;
 }
 

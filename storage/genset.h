@@ -3,6 +3,7 @@
 #ifndef INGESTD_GENSET_H
 #define INGESTD_GENSET_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -84,16 +85,22 @@ int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_
                           bool *found, gen_entry_t *e);
 
 /*
- * Changes, from one thread at a time. genset_add takes `g` (a generation just
- * written into genset_dir) as the newest; its range must start at or after
- * the newest one's end (GEN_INVALID otherwise, and `g` stays the caller's).
- * genset_drop_oldest drops the `n` oldest. genset_merge merges the `n`
- * adjacent generations from index `first` (oldest first) into one covering
- * their ranges, then removes them. Each publishes a new view.
+ * Changes, from any thread; they are made one at a time. genset_add takes
+ * `g` (a generation just written into genset_dir) as the newest; its range
+ * must start at or after the newest one's end (GEN_INVALID otherwise, and
+ * `g` stays the caller's). genset_drop_oldest drops the `n` oldest
+ * generations of `v` (the view the caller planned on) that the set still
+ * holds; one a merge took in meanwhile stays, whole. genset_merge merges the
+ * `n` adjacent generations of `v` from index `first` (oldest first) into one
+ * covering their ranges, writing it without holding up other changes or
+ * lookups, then publishes it in their place and removes them; when one of
+ * them left the set meanwhile, GEN_CHANGED and nothing changed. `cancel` as
+ * in gen_merge (may be NULL). Each publishes a new view.
  */
 int genset_add(genset_t *gs, gen_t *g);
-int genset_drop_oldest(genset_t *gs, size_t n);
-int genset_merge(genset_t *gs, size_t first, size_t n);
+int genset_drop_oldest(genset_t *gs, const genset_view_t *v, size_t n);
+int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
+                 const atomic_bool *cancel);
 
 /*
  * The window's rule for whole generations, stated once:

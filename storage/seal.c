@@ -137,16 +137,15 @@ int seal_recover(store_t *st, genset_t *gs)
 }
 
 /* The keys of the `n` oldest generations of the current view. */
-static uint64_t oldest_keys(genset_t *gs, size_t n)
+/* The keys of v's generations [from, to). */
+static uint64_t keys_of(const genset_view_t *v, size_t from, size_t to)
 {
-    genset_view_t *v = genset_view(gs);
     uint64_t keys = 0;
-    for (size_t i = 0; i < n && i < genset_view_count(v); i++) {
+    for (size_t i = from; i < to && i < genset_view_count(v); i++) {
         gen_info_t info;
         gen_get_info(genset_view_gen(v, i), &info);
         keys += info.keys;
     }
-    genset_view_release(v);
     return keys;
 }
 
@@ -154,16 +153,17 @@ int seal_maintain(genset_t *gs, const genset_policy_t *p, int64_t now_ms, uint64
                   seal_result_t *out)
 {
     memset(out, 0, sizeof(*out));
-    genset_view_t *v = genset_view(gs);
+    genset_view_t *v = genset_view(gs); /* the plan's, for its drop and its merge */
     genset_plan_t plan;
     genset_plan(v, p, now_ms, young_keys, &plan);
-    genset_view_release(v);
-    out->dropped_age = oldest_keys(gs, plan.drop_age);
-    out->dropped_size = oldest_keys(gs, plan.drop_age + plan.drop_size) - out->dropped_age;
-    int rc = genset_drop_oldest(gs, plan.drop_age + plan.drop_size);
+    size_t drops = plan.drop_age + plan.drop_size;
+    out->dropped_age = keys_of(v, 0, plan.drop_age);
+    out->dropped_size = keys_of(v, plan.drop_age, drops);
+    int rc = genset_drop_oldest(gs, v, drops);
     if (rc == GEN_OK && plan.merge_n > 0) {
-        rc = genset_merge(gs, plan.merge_first, plan.merge_n);
+        rc = genset_merge(gs, v, drops + plan.merge_first, plan.merge_n, NULL);
         out->merges += rc == GEN_OK;
     }
+    genset_view_release(v);
     return from_gen(rc);
 }

@@ -3,6 +3,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -150,6 +151,23 @@ static void test_add_find(void **state)
     genset_close(gs);
 }
 
+/* genset_drop_oldest / genset_merge on the current view, as one thread alone would. */
+static int drop_now(genset_t *gs, size_t n)
+{
+    genset_view_t *v = genset_view(gs);
+    int rc = genset_drop_oldest(gs, v, n);
+    genset_view_release(v);
+    return rc;
+}
+
+static int merge_now(genset_t *gs, size_t first, size_t n)
+{
+    genset_view_t *v = genset_view(gs);
+    int rc = genset_merge(gs, v, first, n, NULL);
+    genset_view_release(v);
+    return rc;
+}
+
 /* A view taken before a drop still reads the dropped generation; the file is gone at once. */
 static void test_view_outlives_drop(void **state)
 {
@@ -159,7 +177,7 @@ static void test_view_outlives_drop(void **state)
     add(gs, 0, 10, 0, 10, 0);
     add(gs, 10, 20, 10, 10, 0);
     genset_view_t *old = genset_view(gs);
-    assert_int_equal(genset_drop_oldest(gs, 1), GEN_OK);
+    assert_int_equal(drop_now(gs, 1), GEN_OK);
     assert_int_equal(files_in(fx->dir), 1);
     genset_view_t *v = genset_view(gs);
     assert_int_equal(genset_view_count(v), 1);
@@ -168,7 +186,57 @@ static void test_view_outlives_drop(void **state)
     assert_true(has(old, 15, NULL));
     genset_view_release(old);
     genset_view_release(v);
-    assert_int_equal(genset_drop_oldest(gs, 2), GEN_INVALID);
+    assert_int_equal(drop_now(gs, 2), GEN_INVALID);
+    genset_close(gs);
+}
+
+/*
+ * Changes planned on a view while others change the set (the merger beside
+ * the checkpointer): a merge whose input was dropped meanwhile changes
+ * nothing and leaves no file; a drop planned before a merge leaves the
+ * merged generation whole; a generation added during a merge stays.
+ */
+static void test_changes_from_two_views(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    for (uint64_t i = 0; i < 4; i++)
+        add(gs, i * 100, i * 100 + 100, i * 100, 100, 0);
+    genset_view_t *planned = genset_view(gs);
+    assert_int_equal(drop_now(gs, 1), GEN_OK);
+    assert_int_equal(genset_merge(gs, planned, 0, 2, NULL), GEN_CHANGED);
+    assert_int_equal(files_in(fx->dir), 3);
+    genset_view_release(planned);
+
+    planned = genset_view(gs); /* [100,200) [200,300) [300,400) */
+    add(gs, 400, 500, 400, 100, 0);
+    assert_int_equal(genset_merge(gs, planned, 0, 2, NULL), GEN_OK);
+    assert_int_equal(genset_drop_oldest(gs, planned, 1), GEN_OK); /* [100,300) stays whole */
+    genset_view_release(planned);
+    genset_view_t *v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 3);
+    gen_info_t info;
+    gen_get_info(genset_view_gen(v, 0), &info);
+    assert_int_equal(info.id.first, 100);
+    assert_int_equal(info.id.end, 300);
+    gen_get_info(genset_view_gen(v, 2), &info);
+    assert_int_equal(info.id.first, 400);
+    assert_true(has(v, 150, NULL));
+    assert_true(has(v, 450, NULL));
+    genset_view_release(v);
+    assert_int_equal(files_in(fx->dir), 3);
+
+    /* A cancelled merge changes nothing and leaves nothing. */
+    atomic_bool cancel = true;
+    planned = genset_view(gs);
+    for (uint64_t i = 0; i < 2; i++)
+        add(gs, 500 + i * 70000, 70500 + i * 70000, 500 + i * 70000, 70000, 0);
+    genset_view_release(planned);
+    planned = genset_view(gs);
+    assert_int_equal(genset_merge(gs, planned, 3, 2, &cancel), GEN_CANCELLED);
+    genset_view_release(planned);
+    assert_int_equal(files_in(fx->dir), 5);
     genset_close(gs);
 }
 
@@ -181,9 +249,9 @@ static void test_merge(void **state)
     for (uint64_t i = 0; i < 5; i++)
         add(gs, i * 1000, i * 1000 + 1000, i * 1000, 1000, 0);
     genset_view_t *before = genset_view(gs);
-    assert_int_equal(genset_merge(gs, 1, 3), GEN_OK);
-    assert_int_equal(genset_merge(gs, 0, 1), GEN_INVALID);
-    assert_int_equal(genset_merge(gs, 2, 2), GEN_INVALID); /* past the end */
+    assert_int_equal(merge_now(gs, 1, 3), GEN_OK);
+    assert_int_equal(merge_now(gs, 0, 1), GEN_INVALID);
+    assert_int_equal(merge_now(gs, 2, 2), GEN_INVALID); /* past the end */
     genset_view_t *v = genset_view(gs);
     assert_int_equal(genset_view_count(v), 3);
     gen_info_t info;
@@ -213,7 +281,7 @@ static void test_open_after_crash(void **state)
     genset_view_t *v = genset_view(gs);
     gen_t *ins[2] = {(gen_t *)genset_view_gen(v, 0), (gen_t *)genset_view_gen(v, 1)};
     gen_t *merged = NULL;
-    assert_int_equal(gen_merge(fx->dir, (gen_id_t){0, 200}, ins, 2, 0, &merged), GEN_OK);
+    assert_int_equal(gen_merge(fx->dir, (gen_id_t){0, 200}, ins, 2, 0, NULL, &merged), GEN_OK);
     gen_close(merged);
     genset_view_release(v);
     genset_close(gs);
@@ -316,7 +384,7 @@ static void test_plan(void **state)
     assert_int_equal(plan.merge_n, 3);
     genset_view_release(v);
     /* Once merged, the big one is at the target and the rest too few to merge. */
-    assert_int_equal(genset_merge(gs, 0, 3), GEN_OK);
+    assert_int_equal(merge_now(gs, 0, 3), GEN_OK);
     v = genset_view(gs);
     p.max_keys = 0;
     genset_plan(v, &p, 0, 0, &plan);
@@ -337,6 +405,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_add_find, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_outlives_drop, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_changes_from_two_views, setup, teardown),
         cmocka_unit_test_setup_teardown(test_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_after_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
