@@ -119,8 +119,13 @@ static int lookup_one(lookup_t *lk, const char *source, const char *id)
         goto out;
     }
     keyhash(lookup_secret(lk), source, strlen(source), id, id_len, key);
-    if (lookup_find(lk, key, &res) != 0) {
-        line = api_lookup_error_body(id, id_len, "reading the data dir failed");
+    int found = lookup_find(lk, key, &res);
+    if (found != 0) {
+        line = api_lookup_error_body(
+            id, id_len,
+            found < 0 ? "reading the data dir failed"
+                      : "cannot tell: log retention deleted records not yet checkpointed into "
+                        "LMDB, which may hold it; ask the server (GET /v1/events/{messageId})");
         goto out;
     }
     /* The log is read up to its end: every record the view names was acknowledged. */

@@ -23,7 +23,8 @@ struct lookup {
     genset_t *gens;
     genset_view_t *gview;
     genset_totals_t gt;
-    pending_t *tail; /* the acknowledged records past si.applied, by key (the newest wins) */
+    pending_t *tail;  /* the acknowledged records past si.applied, by key (the newest wins) */
+    uint64_t gap_end; /* > si.applied: retention deleted [applied, gap_end) before a checkpoint */
 };
 
 static void errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -72,7 +73,7 @@ static int read_tail(lookup_t *lk, const char *data_dir, char *errbuf, size_t er
         return 0; /* nothing acknowledged past the checkpoint (or a server that never wrote it) */
     /* Retention never deletes the active segment, so this only matters for a restored copy. */
     if (log_describe(lk->log_dir, &li, NULL) == LOG_OK && li.first_offset > from)
-        from = li.first_offset;
+        from = lk->gap_end = li.first_offset;
     rc = log_reader_open(lk->log_dir, from, &r);
     while (rc == LOG_OK && (rc = log_reader_next(r, acked, &rec)) == LOG_OK) {
         if (pending_add(lk->tail, rec.key, rec.received_ms, rec.offset, &seq) != 0) {
@@ -203,5 +204,5 @@ int lookup_find(lookup_t *lk, const uint8_t key[KEYHASH_LEN], commit_lookup_t *o
         out->offset = ge.offset;
         out->received_ms = ge.received_ms;
     }
-    return 0;
+    return !out->found && lk->gap_end > lk->si.applied ? 1 : 0;
 }

@@ -31,7 +31,12 @@ const uint8_t *lookup_secret(const lookup_t *lk);
 /* The log directory (DIR/log); valid until lookup_close(). */
 const char *lookup_log_dir(const lookup_t *lk);
 
-/* Where `key` is (commit_lookup_t as commit_lookup fills it). 0, or -1 on a read error. */
+/*
+ * Where `key` is (commit_lookup_t as commit_lookup fills it). Returns 0, -1 on
+ * a read error, or 1 when it is not found but cannot be called unseen: log
+ * retention deleted records the server had not checkpointed into LMDB yet
+ * (only the server's own view, GET /v1/events, still has their keys).
+ */
 int lookup_find(lookup_t *lk, const uint8_t key[KEYHASH_LEN], commit_lookup_t *out);
 
 #endif
