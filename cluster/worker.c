@@ -1074,13 +1074,8 @@ static int lookup_part(const part_t *p, const lookup_q_t *q, bool *found, store_
     int rc = store_reader_open(p->st, &r);
     if (rc == STORE_OK)
         rc = store_reader_info(r, &info);
-    uint64_t seq = 0;
     if (rc == STORE_OK)
-        rc = store_reader_find(r, key, found, &seq);
-    if (rc == STORE_OK && *found) {
-        rc = store_reader_first_from(r, seq, found, e);
-        *found = *found && e->seq == seq;
-    }
+        rc = store_reader_entry(r, key, found, e);
     store_reader_close(r);
     if (rc != STORE_OK)
         return rc;

@@ -30,24 +30,17 @@ static int view_find(commit_t *c, const uint8_t key[KEYHASH_LEN], commit_lookup_
         out->received_ms = it->received_ms;
         return STORE_OK;
     }
-    uint64_t seq = 0;
+    store_entry_t e;
     bool present = false;
-    int rc = store_reader_find(c->reader, key, &present, &seq);
+    int rc = store_reader_entry(c->reader, key, &present, &e);
     if (rc != STORE_OK)
         return rc;
     if (present) {
         /* Below the floor it is evicted, whether or not the checkpointer deleted it yet. */
-        if (seq < c->floor)
-            return STORE_OK;
-        store_entry_t e;
-        bool found = false;
-        rc = store_reader_first_from(c->reader, seq, &found, &e);
-        if (rc == STORE_OK && found && e.seq == seq) {
-            out->found = true;
-            out->offset = e.offset;
-            out->received_ms = e.received_ms;
-        }
-        return rc;
+        out->found = e.seq >= c->floor;
+        out->offset = e.offset;
+        out->received_ms = e.received_ms;
+        return STORE_OK;
     }
     if (!c->gview)
         return STORE_OK;

@@ -170,7 +170,7 @@ static int64_t window_start(const lookup_t *lk)
 
 int lookup_find(lookup_t *lk, const uint8_t key[KEYHASH_LEN], commit_lookup_t *out)
 {
-    uint64_t seq = 0;
+    store_entry_t e;
     bool present = false;
 
     memset(out, 0, sizeof(*out));
@@ -183,18 +183,12 @@ int lookup_find(lookup_t *lk, const uint8_t key[KEYHASH_LEN], commit_lookup_t *o
         out->received_ms = it->received_ms;
         return 0;
     }
-    if (store_reader_find(lk->reader, key, &present, &seq) != STORE_OK)
+    if (store_reader_entry(lk->reader, key, &present, &e) != STORE_OK)
         return -1;
     if (present) {
-        store_entry_t e;
-        bool found = false;
-        if (store_reader_first_from(lk->reader, seq, &found, &e) != STORE_OK)
-            return -1;
-        if (found && e.seq == seq) {
-            out->found = true;
-            out->offset = e.offset;
-            out->received_ms = e.received_ms;
-        }
+        out->found = true;
+        out->offset = e.offset;
+        out->received_ms = e.received_ms;
         return 0;
     }
     gen_entry_t ge;
