@@ -56,9 +56,10 @@ class WorkerLookupTest(unittest.TestCase):
         return w.start()
 
     def test_lookup_on_the_worker(self):
-        w1 = self.worker("w1", "--admin-token", TOKEN)
+        # A tiny young store: most keys are looked up in sealed generations.
+        w1 = self.worker("w1", "--admin-token", TOKEN, "--young-keys", "4", "--max-batch", "5")
         w1.wait_ready()
-        events = batch("lk", 12)
+        events = batch("lk", 40)
         produce(self.mock, events)
         want = {(s, m) for s, m, _ in events}
 
@@ -67,6 +68,8 @@ class WorkerLookupTest(unittest.TestCase):
             return recs if want <= {(r["source"], r["messageId"]) for r in recs} else None
         recs = deadline_wait(outputs, WAIT, "the events in the output topic", interval=0.3)
         inputs = {(r["source"], r["messageId"]): r["input"] for r in recs}
+        deadline_wait(lambda: sum(p["generation_keys"] for p in w1.stats()["partitions"]) >= 16,
+                      WAIT, "keys sealed into generations")
         for s, m, _ in events:
             status, j = get(w1, m, source=s)
             self.assertEqual(status, 200, j)
