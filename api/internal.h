@@ -88,6 +88,9 @@ struct auth_keyset *api_keys_get(api_t *api);
 /* GET /v1/log: the consumers' read API (logread.c). */
 int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg);
 
+/* GET /v1/events/{messageId}: one messageId's verdict (lookup.c). Answers at once (API_DONE). */
+int api_lookup_route(api_t *api, const api_req_t *req, api_resp_t *resp);
+
 /*
  * Checks `Authorization: Bearer <admin token>` in constant time. Returns 0, or
  * -1 with a 401 (WWW-Authenticate: Bearer) in *resp.

@@ -6,9 +6,10 @@
 #include <time.h>
 
 #include "api/cors.h"
+#include "api/lookup.h"
 #include "api/reqhist.h"
 
-enum kind { INGEST, STATS, METRICS, HEALTHZ, LOG, DASHBOARD };
+enum kind { INGEST, STATS, METRICS, HEALTHZ, LOG, DASHBOARD, EVENTS };
 
 struct route {
     const char *path;
@@ -29,6 +30,7 @@ static const struct route ROUTES[] = {
     {"/v1/i", INGEST, "identify"},  {"/v1/p", INGEST, "page"},
     {"/v1/s", INGEST, "screen"},    {"/v1/g", INGEST, "group"},
     {"/v1/a", INGEST, "alias"},     {"/dashboard", DASHBOARD, NULL},
+    {"/v1/events/", EVENTS, NULL}, /* API_LOOKUP_PREFIX: the messageId follows (find_route) */
 };
 #define NROUTES (sizeof(ROUTES) / sizeof(ROUTES[0]))
 
@@ -139,6 +141,10 @@ static const struct route *find_route(const char *path)
     for (size_t i = 0; i < NROUTES; i++)
         if (strlen(ROUTES[i].path) == len && memcmp(ROUTES[i].path, path, len) == 0)
             return &ROUTES[i];
+    /* GET /v1/events/{messageId}: the whole rest of the path is the id, slashes and all (an
+     * empty one gets its 400 there). */
+    if (strncmp(path, API_LOOKUP_PREFIX, strlen(API_LOOKUP_PREFIX)) == 0)
+        return &ROUTES[NROUTES - 1];
     return NULL;
 }
 
@@ -219,11 +225,11 @@ static const struct route *route_or_error(const api_t *api, const api_req_t *req
     const char *m = req->method ? req->method : "";
     /* Without an admin token the log route does not exist, so nothing tells a scanner it could;
      * nor without a local log (the edge role). */
-    if (!r || (r->kind == LOG && (!api->admin_token || !api->commit))) {
+    if (!r || ((r->kind == LOG || r->kind == EVENTS) && (!api->admin_token || !api->commit))) {
         api_error(resp, 404, "not found");
         return NULL;
     }
-    if (r->kind == LOG) {
+    if (r->kind == LOG || r->kind == EVENTS) {
         if (strcmp(m, "GET") != 0) {
             api_error(resp, 405, "method not allowed");
             resp->allow = "GET";
@@ -251,7 +257,8 @@ int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
     if (!r)
         return API_DONE;
     /* With an admin token the operator routes need it too; /healthz stays open for probes. */
-    if (r->kind == LOG || ((r->kind == STATS || r->kind == METRICS) && api->admin_token))
+    if (r->kind == LOG || r->kind == EVENTS ||
+        ((r->kind == STATS || r->kind == METRICS) && api->admin_token))
         return api_admin_auth(api, req->authorization, resp) == 0 ? API_CONTINUE : API_DONE;
     if (r->kind != INGEST)
         return API_CONTINUE;
@@ -299,6 +306,8 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
         return API_DONE;
     case LOG:
         return api_log_read(api, req, resp, done, arg);
+    case EVENTS:
+        return api_lookup_route(api, req, resp);
     case DASHBOARD:
         api_dashboard(resp); /* open even with an admin token: the page holds no data */
         return API_DONE;

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "cluster/internal.h"
+#include "cluster/partition.h"
 #include "storage/fsutil.h"
 #include "storage/genset.h"
 #include "storage/keyhash.h"
@@ -56,6 +57,16 @@ typedef struct part_snap {
     int64_t oldest_ms, committed, high, position;
 } part_snap_t;
 
+/* A cluster_worker_lookup waiting for the run() thread; lives on the caller's stack. */
+typedef struct lookup_q {
+    const char *source, *mid;
+    size_t source_len, mid_len;
+    cluster_lookup_t *out;
+    int rc;
+    bool taken, answered; /* under lk_mu */
+    struct lookup_q *next;
+} lookup_q_t;
+
 typedef struct counters {
     uint64_t consumed, produced, duplicates, owners, repaired, malformed;
     uint64_t txn_committed, txn_aborted, producer_restarts, store_errors;
@@ -83,6 +94,10 @@ struct cluster_worker {
     part_snap_t *snap;
     size_t nsnap;
     counters_t snap_c;
+    /* cluster_worker_lookup's questions, answered by run() between batches */
+    pthread_mutex_t lk_mu;
+    pthread_cond_t lk_cv;
+    lookup_q_t *lookups;
 };
 
 static int64_t now_ms(void)
@@ -628,6 +643,8 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
     if (w->o.batch_ms <= 0)
         w->o.batch_ms = DEFAULT_BATCH_MS;
     pthread_mutex_init(&w->snap_mu, NULL);
+    pthread_mutex_init(&w->lk_mu, NULL);
+    pthread_cond_init(&w->lk_cv, NULL);
     atomic_init(&w->stop, false);
     atomic_init(&w->ready, false);
     snprintf(w->txn_id, sizeof w->txn_id, "%s-%s-%s",
@@ -1038,6 +1055,156 @@ static size_t drop_moved(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_
     return k;
 }
 
+/* ---- lookups (cluster_worker_lookup) ---- */
+
+/*
+ * The key of (source, mid) in partition p: its young store, then its sealed generations (a key
+ * is in one of them). *found, where (e), and the receivedAt of the partition's oldest key
+ * (*oldest_ms, 0 when it has none). A store status.
+ */
+static int lookup_part(const part_t *p, const lookup_q_t *q, bool *found, store_entry_t *e,
+                       int64_t *oldest_ms)
+{
+    uint8_t key[KEYHASH_LEN];
+    store_reader_t *r = NULL;
+    store_info_t info;
+    genset_totals_t gt;
+    keyhash(p->secret, q->source, q->source_len, q->mid, q->mid_len, key);
+    *found = false;
+    int rc = store_reader_open(p->st, &r);
+    if (rc == STORE_OK)
+        rc = store_reader_info(r, &info);
+    if (rc == STORE_OK)
+        rc = store_reader_entry(r, key, found, e);
+    store_reader_close(r);
+    if (rc != STORE_OK)
+        return rc;
+    genset_view_totals(p->gv, &gt);
+    *oldest_ms = gt.keys ? gt.oldest_received_ms : (info.keys ? info.oldest_received_ms : 0);
+    if (*found)
+        return STORE_OK;
+    gen_entry_t ge;
+    int grc = genset_view_find(p->gv, key, found, &ge);
+    if (grc != GEN_OK)
+        return grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
+    if (*found) {
+        e->offset = ge.offset;
+        e->received_ms = ge.received_ms;
+    }
+    return STORE_OK;
+}
+
+/* The raw topic's partition count from the consumer's metadata; -1 when unknown. */
+static int32_t raw_partitions(cluster_worker_t *w)
+{
+    const struct rd_kafka_metadata *md = NULL;
+    int32_t count = -1;
+    if (rd_kafka_metadata(w->consumer, 0, NULL, &md, 2000) != RD_KAFKA_RESP_ERR_NO_ERROR)
+        return -1;
+    for (int i = 0; i < md->topic_cnt; i++)
+        if (strcmp(md->topics[i].topic, w->o.raw_topic) == 0 && md->topics[i].err == 0)
+            count = md->topics[i].partition_cnt;
+    rd_kafka_metadata_destroy(md);
+    return count;
+}
+
+static int answer_lookup(cluster_worker_t *w, const lookup_q_t *q, cluster_lookup_t *out)
+{
+    char kbuf[CLUSTER_KEY_MAX];
+    store_entry_t e;
+    int64_t oldest = 0;
+    bool found;
+    memset(out, 0, sizeof(*out));
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        const part_t *p = w->parts[i];
+        if (p == NULL)
+            continue;
+        if (lookup_part(p, q, &found, &e, &oldest) != STORE_OK)
+            return CLUSTER_STORE;
+        if (found) {
+            *out = (cluster_lookup_t){.status = CLUSTER_LOOKUP_SEEN,
+                                      .partition = p->id,
+                                      .offset = e.offset,
+                                      .received_ms = e.received_ms};
+            return CLUSTER_OK;
+        }
+    }
+    size_t klen =
+        cluster_key_encode(q->source, q->source_len, q->mid, q->mid_len, kbuf, sizeof(kbuf));
+    int32_t count = klen ? raw_partitions(w) : -1;
+    out->status = CLUSTER_LOOKUP_NOT_OWNED;
+    out->partition = count > 0 ? cluster_partition_of_key(kbuf, klen, count) : -1;
+    const part_t *p = out->partition >= 0 ? part_get(w, out->partition) : NULL;
+    if (p != NULL) {
+        if (lookup_part(p, q, &found, &e, &oldest) != STORE_OK)
+            return CLUSTER_STORE;
+        out->status = CLUSTER_LOOKUP_UNSEEN;
+        out->window_start_ms = oldest;
+    }
+    return CLUSTER_OK;
+}
+
+/* Answers every queued lookup (the run() thread, between batches). */
+static void answer_lookups(cluster_worker_t *w)
+{
+    pthread_mutex_lock(&w->lk_mu);
+    lookup_q_t *list = w->lookups;
+    w->lookups = NULL;
+    for (lookup_q_t *q = list; q; q = q->next)
+        q->taken = true;
+    pthread_mutex_unlock(&w->lk_mu);
+    if (list == NULL)
+        return;
+    for (lookup_q_t *q = list; q; q = q->next)
+        q->rc = answer_lookup(w, q, q->out);
+    pthread_mutex_lock(&w->lk_mu);
+    for (lookup_q_t *q = list, *next; q; q = next) {
+        next = q->next; /* q is the caller's once answered */
+        q->answered = true;
+    }
+    pthread_cond_broadcast(&w->lk_cv);
+    pthread_mutex_unlock(&w->lk_mu);
+}
+
+int cluster_worker_lookup(cluster_worker_t *w, const char *source, size_t source_len,
+                          const char *message_id, size_t message_id_len, int timeout_ms,
+                          cluster_lookup_t *out)
+{
+    lookup_q_t q = {.source = source,
+                    .source_len = source_len,
+                    .mid = message_id,
+                    .mid_len = message_id_len,
+                    .out = out,
+                    .rc = CLUSTER_TIMEOUT};
+    struct timespec dl;
+    if (source_len == 0)
+        return CLUSTER_EINVAL;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&w->lk_mu);
+    q.next = w->lookups;
+    w->lookups = &q;
+    while (!q.answered) {
+        if (q.taken) {
+            pthread_cond_wait(&w->lk_cv, &w->lk_mu); /* being answered: q must outlive it */
+        } else if (pthread_cond_timedwait(&w->lk_cv, &w->lk_mu, &dl) != 0 && !q.taken) {
+            /* run() did not get to it: take it back off the queue before it goes */
+            lookup_q_t **pp = &w->lookups;
+            while (*pp != &q)
+                pp = &(*pp)->next;
+            *pp = q.next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->lk_mu);
+    return q.rc;
+}
+
 /* Polls one batch: up to max_batch records or batch_ms. Returns how many are in msgs, each
  * with the epoch of its partition's assignment when it was read in epochs. */
 static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *epochs,
@@ -1055,6 +1222,8 @@ static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *e
             w->rebalanced = false;
         }
         if (m == NULL) {
+            if (n == 0)
+                answer_lookups(w); /* idle: no batch's transaction is open */
             if (n == 0 && now_ms() - *last_snap > 1000) {
                 snapshot(w);
                 *last_snap = now_ms();
@@ -1120,6 +1289,7 @@ int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
         n = 0;
         snapshot(w);
         last_snap = now_ms();
+        answer_lookups(w);
         if (rc != CLUSTER_OK)
             goto out;
     }
@@ -1315,5 +1485,7 @@ void cluster_worker_free(cluster_worker_t *w)
     free(w->parts);
     free(w->snap);
     pthread_mutex_destroy(&w->snap_mu);
+    pthread_mutex_destroy(&w->lk_mu);
+    pthread_cond_destroy(&w->lk_cv);
     free(w);
 }

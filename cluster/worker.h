@@ -100,6 +100,36 @@ void cluster_worker_stop(cluster_worker_t *w);
 char *cluster_worker_stats_json(cluster_worker_t *w);
 char *cluster_worker_metrics(cluster_worker_t *w);
 
+/* What cluster_worker_lookup says of one (source, messageId). */
+enum cluster_lookup_status {
+    CLUSTER_LOOKUP_SEEN = 0,      /* in the window of `partition`, owned by input `offset` */
+    CLUSTER_LOOKUP_UNSEEN = 1,    /* `partition` is owned here and its window lacks the key */
+    CLUSTER_LOOKUP_NOT_OWNED = 2, /* `partition` (-1: the count is unknown) is not owned here */
+};
+
+typedef struct cluster_lookup {
+    int status;              /* enum cluster_lookup_status */
+    int32_t partition;       /* of the raw topic */
+    uint64_t offset;         /* SEEN: the raw-topic offset of the record that owns the key */
+    int64_t received_ms;     /* SEEN: that record's Kafka timestamp */
+    int64_t window_start_ms; /* UNSEEN: the partition's oldest key (0: its window is empty) */
+} cluster_lookup_t;
+
+/*
+ * GET /v1/events/{messageId} on the worker: looks the key up in every
+ * partition store assigned here (a repartitioned topic may hold the event
+ * under its old count), answered by the run() thread between two batches,
+ * so it never races a batch's LMDB transaction. Not found anywhere, the
+ * partition the current partition count gives names the owner (one metadata
+ * request). Blocks up to timeout_ms for the run() thread to take the
+ * question (longer only while it answers). CLUSTER_OK with *out filled,
+ * CLUSTER_TIMEOUT (run() is busy or not running), CLUSTER_STORE or
+ * CLUSTER_EINVAL (empty source). Thread-safe.
+ */
+int cluster_worker_lookup(cluster_worker_t *w, const char *source, size_t source_len,
+                          const char *message_id, size_t message_id_len, int timeout_ms,
+                          cluster_lookup_t *out);
+
 /* True once the worker has joined the group and its producer is ready (for /healthz). */
 bool cluster_worker_ready(cluster_worker_t *w);
 

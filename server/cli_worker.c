@@ -14,7 +14,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
+#include <jansson.h>
+
+#include "api/auth.h"
 #include "api/dashboard.h"
+#include "api/lookup.h"
+#include "api/timestamp.h"
 #include "cluster/worker.h"
 #include "server/config.h"
 #include "server/logging.h"
@@ -74,6 +79,8 @@ static void usage(FILE *out)
             "                         (INGESTD_YOUNG_KEYS; default " DEFAULT_YOUNG ")\n"
             "  --listen HOST:PORT     /stats, /metrics, /healthz (INGESTD_LISTEN; default\n"
             "                         " DEFAULT_LISTEN "; port 0 picks one; \"none\": no HTTP)\n"
+            "  --admin-token TOKEN    Bearer token of GET /v1/events/{messageId} on --listen\n"
+            "                         (INGESTD_ADMIN_TOKEN; without one the route is off)\n"
             "  --kafka-opt NAME=VALUE librdkafka setting, repeatable, e.g.\n"
             "                         security.protocol=SASL_SSL; \"consumer.NAME\" or\n"
             "                         \"producer.NAME\" for one client only (INGESTD_KAFKA_OPTS:\n"
@@ -102,7 +109,7 @@ static void usage(FILE *out)
 
 struct args {
     const char *brokers, *raw, *out, *group, *data, *window, *max_keys, *young, *listen, *prefix,
-        *batch, *level;
+        *batch, *level, *admin_token;
     bool mirror, dynamic;
     const char *opts[MAX_KAFKA_OPTS];
     size_t nopts;
@@ -134,6 +141,7 @@ static int parse(int argc, char **argv, struct args *a)
         {"--transactional-id-prefix", offsetof(struct args, prefix)},
         {"--max-batch", offsetof(struct args, batch)},
         {"--log-level", offsetof(struct args, level)},
+        {"--admin-token", offsetof(struct args, admin_token)},
     };
     a->brokers = env("INGESTD_KAFKA_BROKERS");
     a->raw = env("INGESTD_RAW_TOPIC");
@@ -148,6 +156,7 @@ static int parse(int argc, char **argv, struct args *a)
                                                        : DEFAULT_PREFIX;
     a->batch = env("INGESTD_MAX_BATCH") ? env("INGESTD_MAX_BATCH") : DEFAULT_MAX_BATCH;
     a->level = env("INGESTD_LOG_LEVEL") ? env("INGESTD_LOG_LEVEL") : "info";
+    a->admin_token = env("INGESTD_ADMIN_TOKEN");
     a->mirror = env("INGESTD_MIRROR_OFFSETS") && strcmp(env("INGESTD_MIRROR_OFFSETS"), "0") != 0;
     a->dynamic =
         env("INGESTD_DYNAMIC_MEMBERSHIP") && strcmp(env("INGESTD_DYNAMIC_MEMBERSHIP"), "0") != 0;
@@ -237,11 +246,119 @@ static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const
     return ret;
 }
 
+/* What the operator HTTP handler needs (http_start's cls). */
+struct http_ctx {
+    cluster_worker_t *w;
+    const char *admin_token; /* NULL: GET /v1/events is off */
+    const char *raw, *out;   /* topic names, for the answers' reasons */
+};
+
+#define LOOKUP_WAIT_MS 5000 /* for the worker thread to take a lookup between two batches */
+
+static enum MHD_Result reply_json(struct MHD_Connection *conn, unsigned status, json_t *j)
+{
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    if (s == NULL)
+        return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json",
+                     (char *)"{\"success\":false,\"error\":\"out of memory\"}", false);
+    return reply(conn, status, "application/json", s, true);
+}
+
+static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *msg)
+{
+    return reply_json(conn, status, json_pack("{s:b, s:s}", "success", 0, "error", msg));
+}
+
+static json_t *iso_or_null(int64_t ms)
+{
+    char buf[TIMESTAMP_BUF_LEN];
+    return ms > 0 && timestamp_format(ms, buf) == 0 ? json_string(buf) : json_null();
+}
+
+/* The answer of one cluster_worker_lookup: the route's body with "partition" (worker.h). */
+static json_t *lookup_json(const struct http_ctx *h, const char *id, const char *source,
+                           const cluster_lookup_t *res, unsigned *status)
+{
+    char reason[512];
+    json_t *j = json_pack("{s:s, s:s, s:s, s:i}", "messageId", id, "source", source, "status",
+                          res->status == CLUSTER_LOOKUP_SEEN     ? "seen"
+                          : res->status == CLUSTER_LOOKUP_UNSEEN ? "unseen"
+                                                                 : "not_owned",
+                          "partition", (int)res->partition);
+    if (j == NULL)
+        return NULL;
+    if (res->status == CLUSTER_LOOKUP_SEEN) {
+        *status = MHD_HTTP_OK;
+        snprintf(reason, sizeof reason,
+                 "the worker keeps keys, not events: the event is in the output topic %s, the "
+                 "record whose ingestd-input header is %d:%llu",
+                 h->out, (int)res->partition, (unsigned long long)res->offset);
+        json_object_set_new(j, "offset", json_integer((json_int_t)res->offset));
+        json_object_set_new(j, "receivedAt", iso_or_null(res->received_ms));
+        json_object_set_new(j, "event", json_null());
+        json_object_set_new(j, "reason", json_string(reason));
+    } else if (res->status == CLUSTER_LOOKUP_UNSEEN) {
+        *status = MHD_HTTP_NOT_FOUND;
+        json_object_set_new(j, "window_start", iso_or_null(res->window_start_ms));
+    } else {
+        *status = MHD_HTTP_NOT_FOUND;
+        if (res->partition >= 0)
+            snprintf(reason, sizeof reason,
+                     "partition %d of %s holds this key and is not assigned to this worker: ask "
+                     "the worker that owns it (its /stats lists its partitions)",
+                     (int)res->partition, h->raw);
+        else
+            snprintf(reason, sizeof reason,
+                     "not in this worker's partitions, and the partition count of %s is not "
+                     "known yet",
+                     h->raw);
+        json_object_set_new(j, "reason", json_string(reason));
+    }
+    return j;
+}
+
+/* GET /v1/events/{messageId}?source=S on the worker (docs/scale-out.md). */
+static enum MHD_Result events_route(const struct http_ctx *h, struct MHD_Connection *conn,
+                                    const char *url, const char *method)
+{
+    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    const char *id = url + strlen(API_LOOKUP_PREFIX);
+    const char *source = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "source");
+    cluster_lookup_t res;
+    unsigned status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+
+    if (strcmp(method, "GET") != 0)
+        return reply_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
+    size_t tl = strlen(h->admin_token);
+    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0 ||
+        !auth_equal(auth + 7, strlen(auth + 7), h->admin_token, tl))
+        return reply_error(conn, MHD_HTTP_UNAUTHORIZED,
+                           auth ? "invalid admin token"
+                                : "missing admin token (Authorization: Bearer TOKEN)");
+    const char *why = api_lookup_check_id(id, strlen(id));
+    if (why)
+        return reply_error(conn, MHD_HTTP_BAD_REQUEST, why);
+    if (source == NULL)
+        source = "default";
+    if (source[0] == '\0' || strlen(source) > API_LOOKUP_SOURCE_MAX)
+        return reply_error(conn, MHD_HTTP_BAD_REQUEST, "source must be 1..256 bytes");
+    int rc =
+        cluster_worker_lookup(h->w, source, strlen(source), id, strlen(id), LOOKUP_WAIT_MS, &res);
+    if (rc != CLUSTER_OK)
+        return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
+                           rc == CLUSTER_TIMEOUT ? "the worker is busy or not running, retry later"
+                                                 : "a partition store failed, retry later");
+    json_t *j = lookup_json(h, id, source, &res, &status);
+    return reply_json(conn, status, j);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload,
                                   size_t *upload_len, void **state)
 {
-    cluster_worker_t *w = cls;
+    const struct http_ctx *h = cls;
+    cluster_worker_t *w = h->w;
     (void)version;
     (void)upload;
     if (*state == NULL) {
@@ -253,6 +370,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     static const char json[] = "application/json";
+    if (h->admin_token && strncmp(url, API_LOOKUP_PREFIX, strlen(API_LOOKUP_PREFIX)) == 0)
+        return events_route(h, conn, url, method);
     bool known = strcmp(url, "/stats") == 0 || strcmp(url, "/metrics") == 0 ||
                  strcmp(url, "/healthz") == 0 || strcmp(url, "/dashboard") == 0;
     if (!known)
@@ -284,7 +403,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 }
 
 /* Starts the HTTP daemon on "HOST:PORT" / "[V6]:PORT". NULL with a logged reason on failure. */
-static struct MHD_Daemon *http_start(const char *listen, cluster_worker_t *w)
+static struct MHD_Daemon *http_start(const char *listen, const struct http_ctx *h)
 {
     char host[256];
     const char *port;
@@ -311,13 +430,16 @@ static struct MHD_Daemon *http_start(const char *listen, cluster_worker_t *w)
         LOG_ERROR("--listen %s: cannot resolve %s", listen, host);
         return NULL;
     }
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG;
+    /* A thread per connection: a lookup waits for the worker thread without holding up
+     * /healthz or /stats. */
+    unsigned flags =
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, w, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)64, MHD_OPTION_END);
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, (void *)h, MHD_OPTION_SOCK_ADDR,
+                         ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
     bool v6 = ai->ai_family == AF_INET6;
     freeaddrinfo(ai);
     if (d == NULL) {
@@ -443,7 +565,8 @@ int cli_worker_main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (strcmp(a.listen, "none") != 0 && (d = http_start(a.listen, w)) == NULL)
+    struct http_ctx hctx = {.w = w, .admin_token = a.admin_token, .raw = a.raw, .out = a.out};
+    if (strcmp(a.listen, "none") != 0 && (d = http_start(a.listen, &hctx)) == NULL)
         goto out;
     LOG_INFO("ready");
     rc = cluster_worker_run(w, err, sizeof err);

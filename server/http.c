@@ -719,6 +719,9 @@ static enum MHD_Result check_framing(struct req *r, bool *done)
         r->must_close = true;
     if (r->c != NULL && r->c->nul_in_path)
         return refuse_error(r, 400, "NUL byte (%00) in the path");
+    if (r->c != NULL && r->c->bad_escape_in_path)
+        return refuse_error(r, 400,
+                            "bad percent-encoding in the path ('%' without two hex digits)");
     *done = false;
     return MHD_YES;
 }

@@ -3,6 +3,7 @@
 #include "server/http_internal.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -240,12 +241,19 @@ void *http_conn_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     if (c != NULL && uri != NULL) {
         size_t n = strcspn(uri, "?");
         c->nul_in_path = false;
+        c->bad_escape_in_path = false;
         for (size_t i = 0; i + 2 < n; i++) {
             if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') {
                 c->nul_in_path = true;
                 break;
             }
         }
+        /* MHD passes "%zz" on as it is, so after unescaping it could not be told from "%25zz"
+         * (GET /v1/events/{messageId} answers such a path 400, not a lookup of another id). */
+        for (size_t i = 0; i < n; i++)
+            if (uri[i] == '%' && (i + 2 >= n || !isxdigit((unsigned char)uri[i + 1]) ||
+                                  !isxdigit((unsigned char)uri[i + 2])))
+                c->bad_escape_in_path = true;
     }
     return NULL;
 }

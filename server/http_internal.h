@@ -47,6 +47,7 @@ struct conn {
     bool reused;                 /* a response was sent on it already (under wd_mu) */
     bool shed;                   /* closed to make room (under wd_mu) */
     bool nul_in_path;            /* its current request's raw path holds %00 (MHD's thread) */
+    bool bad_escape_in_path;     /* ... a '%' without two hex digits after it (same) */
     bool via_proxy;              /* the peer is one of --trusted-proxies */
     bool ip_counted;             /* its peer address counts in http.per_ip (under wd_mu) */
     uint8_t ip_key[16];          /* the peer address (proxy_key_sa) */

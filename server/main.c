@@ -16,6 +16,7 @@
 #include "server/cli_admin.h"
 #include "server/cli_filter.h"
 #include "server/cli_log.h"
+#include "server/cli_lookup.h"
 #include "server/cli_worker.h"
 #include "server/config.h"
 #include "server/http.h"
@@ -51,6 +52,9 @@ static void usage(FILE *out)
                  "  check --data DIR\n"
                  "      verify log checksums and that the LMDB store agrees with the log\n"
                  "      (works while the server runs; exit 1 when problems are found)\n"
+                 "  lookup --data DIR [--source S] MESSAGEID...\n"
+                 "      was this messageId seen inside the window, and where is its event\n"
+                 "      (one JSON line per id; works while the server runs)\n"
                  "  rebuild --data DIR [--window DURATION] [--max-keys N]\n"
                  "      rebuild the LMDB store from the retained log (server stopped)\n"
                  "  backup --data DIR --to DIR2\n"
@@ -406,6 +410,8 @@ int main(int argc, char **argv)
         return cli_log_main(argc - 1, argv + 1);
     if (strcmp(cmd, "check") == 0 || strcmp(cmd, "rebuild") == 0 || strcmp(cmd, "backup") == 0)
         return cli_admin_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "lookup") == 0)
+        return cli_lookup_main(argc - 1, argv + 1);
     if (strcmp(cmd, "filter-bench") == 0)
         return cli_filter_main(argc - 1, argv + 1);
     if (strcmp(cmd, "worker") == 0)

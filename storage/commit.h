@@ -22,6 +22,7 @@ enum commit_status {
     COMMIT_OPEN_FAILED = -5, /* open: store or log could not be opened or recovered */
     COMMIT_BUSY = -6,        /* submit: the queue holds queue_max_bytes of events already; retry
                                 later: nothing was queued */
+    COMMIT_UNSUPPORTED = -7, /* lookup: memory mode (a filter) keeps no key's log position */
 };
 
 enum commit_result {
@@ -240,6 +241,26 @@ typedef void (*commit_watch_fn)(void *arg);
  * is not called). Thread-safe. For long-polling consumers.
  */
 int commit_watch(commit_t *c, uint64_t offset, int64_t deadline_ms, commit_watch_fn fn, void *arg);
+
+/* What commit_lookup (and storage/lookup.h, the same for other processes) says of one key. */
+typedef struct commit_lookup {
+    bool found;              /* the key is inside the window */
+    uint64_t offset;         /* found: the log offset of the record that put it there */
+    int64_t received_ms;     /* found: that record's receivedAt */
+    int64_t window_start_ms; /* receivedAt of the oldest key in the window; 0 when it is empty */
+} commit_lookup_t;
+
+/*
+ * Whether `key` is inside the window, answered by the writer thread between
+ * two group commits from the very view de-duplication uses, so the answer is
+ * exact: found here means a copy submitted now would be a duplicate.
+ * Blocks the calling thread until the writer answers (at most one group
+ * commit and its fsync). Returns COMMIT_OK with *out filled, COMMIT_CLOSED,
+ * COMMIT_UNAVAILABLE (storage is being re-established), COMMIT_UNSUPPORTED
+ * (memory mode: a filter cannot say where a key is) or COMMIT_NOMEM.
+ * Thread-safe; never call it on the writer thread (a commit_watch callback).
+ */
+int commit_lookup(commit_t *c, const uint8_t key[KEYHASH_LEN], commit_lookup_t *out);
 
 /* Snapshot of the counters; thread-safe and cheap (no LMDB access). */
 void commit_get_stats(commit_t *c, commit_stats_t *out);

@@ -57,6 +57,15 @@ typedef struct {
     atomic_bool cancel; /* stop the merge under way */
 } merger_t;
 
+/* A commit_lookup waiting for the writer's answer; lives on the caller's stack. */
+typedef struct lookup_req {
+    const uint8_t *key;
+    commit_lookup_t *out;
+    int status;    /* set by the writer */
+    bool answered; /* under mu: the caller may return (and the struct go) */
+    struct lookup_req *next;
+} lookup_req_t;
+
 /* A long-polling reader waiting for the committed offset to pass `offset`. */
 typedef struct watch {
     uint64_t offset;
@@ -91,6 +100,10 @@ struct commit {
     bool closing;
     commit_stats_t stats; /* under mu */
     watch_t *watches;     /* under mu */
+
+    /* Under mu: commit_lookup's questions, answered between batches; lookup_cv: answered. */
+    lookup_req_t *lookups;
+    pthread_cond_t lookup_cv;
 
     /* Writer-thread only (and commit_open/commit_close before/after it runs). */
     log_record_t *recs;
@@ -223,6 +236,12 @@ void commit_refresh_stats(commit_t *c);
 /* Calls the watches whose offset the committed offset passed, or whose deadline came (every
  * one when `all`). Called with mu held; releases it around the callbacks. */
 void commit_watch_fire(commit_t *c, bool all);
+
+/* ---- commit_lookup.c: commit_lookup, answered on the writer thread ---- */
+
+/* Answers every queued lookup (writer thread, mu held; released while answering). Returns with
+ * mu held and no lookup queued. */
+void commit_lookup_answer(commit_t *c);
 
 /* ---- commit_writer.c: the writer thread (queue and group commit) ---- */
 

@@ -10,9 +10,9 @@
  * re-opens it from disk (commit_recover); until that succeeds every batch
  * fails fast and re-opening is retried at most once a second. Between
  * batches and while idle it does the background work that must not race a
- * batch: the mode's tick (a checkpoint hand-over), log retention, and
- * answering long-polls (commit_watch) whose offset was passed or whose
- * deadline came.
+ * batch: the mode's tick (a checkpoint hand-over), log retention,
+ * answering lookups (commit_lookup) from its view, and answering long-polls
+ * (commit_watch) whose offset was passed or whose deadline came.
  *
  * Functions, in order: commit_writer_reserve / _take / _write_log (staging a
  * batch's log records, for the modes' apply), writer_warn_short_window,
@@ -227,6 +227,7 @@ static void writer_housekeeping(commit_t *c)
 static void writer_wait(commit_t *c)
 {
     while (!c->head && !c->closing) {
+        commit_lookup_answer(c);
         commit_watch_fire(c, false);
         if (c->head || c->closing)
             break;
@@ -301,8 +302,11 @@ static void *writer_thread(void *arg)
         if (c->mode->after_batch)
             c->mode->after_batch(c);
         pthread_mutex_lock(&c->mu);
+        commit_lookup_answer(c); /* between two group commits, so ingest waits at most for these */
         commit_watch_fire(c, false);
     }
+    /* Those queued before closing: the view is still open. */
+    commit_lookup_answer(c);
     commit_watch_fire(c, true); /* closing: every long-poll answers now */
     pthread_mutex_unlock(&c->mu);
     if (c->mode->drain)

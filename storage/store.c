@@ -1125,6 +1125,19 @@ int store_reader_first_from(store_reader_t *r, uint64_t from, bool *found, store
     return STORE_OK;
 }
 
+int store_reader_entry(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,
+                       store_entry_t *e)
+{
+    uint64_t seq = 0;
+    int rc = store_reader_find(r, key, present, &seq);
+    if (rc == STORE_OK && *present) {
+        rc = store_reader_first_from(r, seq, present, e);
+        /* A key whose sequence entry is gone: evictions of a checkpoint cut short. */
+        *present = rc == STORE_OK && *present && e->seq == seq;
+    }
+    return rc;
+}
+
 int store_reader_info(store_reader_t *r, store_info_t *info)
 {
     return read_info(r->st, r->txn, info);

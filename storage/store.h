@@ -292,6 +292,9 @@ int store_reader_find(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *p
 int store_reader_first_from(store_reader_t *r, uint64_t from, bool *found, store_entry_t *e);
 /* store_get_info of the snapshot. */
 int store_reader_info(store_reader_t *r, store_info_t *info);
+/* *present when `key` is in the snapshot, with its whole sequence entry in *e (lookups). */
+int store_reader_entry(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,
+                       store_entry_t *e);
 
 /* Writes a compacted copy of the environment into the existing directory `dir`. */
 int store_copy(store_t *st, const char *dir);

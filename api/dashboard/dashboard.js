@@ -335,7 +335,50 @@
     tick();
   }
 
-  window.ingestd = { samples: 0, last: null, charts }; // for tests and the curious
+  // ---- one messageId (GET /v1/events/{messageId}) ---------------------------------------
+
+  // The verdict in a sentence, from the route's answer (README, "Looking up one messageId").
+  function verdict(status, j) {
+    if (status === 200)
+      return ["seen at offset " + j.offset + ", received " + j.receivedAt +
+              (j.partition !== undefined ? " (partition " + j.partition + ")" : ""), true];
+    if (status === 404 && j.status === "unseen")
+      return ["unseen: not inside the window, which starts " + (j.window_start || "(empty)"), false];
+    if (status === 404 && j.status === "not_owned") return ["not here: " + j.reason, false];
+    if (status === 404) return ["lookup needs the server's --admin-token", false];
+    return [(j && j.error) || "HTTP " + status, false];
+  }
+
+  async function lookup() {
+    const id = $("lookup-id").value;
+    if (!id) return;
+    const source = $("lookup-source").value.trim() || "default";
+    const headers = {};
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.Authorization = "Bearer " + token;
+    const path = "v1/events/" + encodeURIComponent(id) + "?source=" + encodeURIComponent(source);
+    let status = 0, j = null;
+    try {
+      const r = await fetch(PREFIX + path, { headers, cache: "no-store" });
+      status = r.status;
+      j = await r.json();
+    } catch (e) {
+      j = { error: "cannot reach the server: " + e.message };
+    }
+    if (status === 401) return askToken(true);
+    const [text, ok] = verdict(status, j);
+    $("lookup-verdict").textContent = text;
+    $("lookup-verdict").className = "verdict " + (ok ? "ok" : "bad");
+    $("lookup-out").textContent = JSON.stringify(j, null, 2);
+    $("lookup-out").hidden = false;
+    window.ingestd.lookups++;
+  }
+
+  window.ingestd = { samples: 0, last: null, charts, lookups: 0 }; // for tests and the curious
+  $("lookup").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    lookup();
+  });
   $("login").addEventListener("submit", (ev) => {
     ev.preventDefault();
     const t = $("token").value.trim();

@@ -136,11 +136,27 @@ class Spec:
 
     # ---- the check ------------------------------------------------------------
 
+    def _templated(self, path):
+        """(template, path item) of a templated path such as /v1/events/{messageId}, whose last
+        parameter takes the whole rest of the path (slashes too), or (path key, None)."""
+        p = path.split("?", 1)[0].split("#", 1)[0]
+        for tmpl, item in self.paths.items():
+            if "{" not in tmpl:
+                continue
+            rx = re.escape(tmpl)
+            rx = re.sub(r"\\\{[^}]*\\\}$", ".*", rx)
+            rx = re.sub(r"\\\{[^}]*\\\}", "[^/]+", rx)
+            if re.fullmatch(rx, p):
+                return tmpl, item
+        return _path_key(path), None
+
     def find_response(self, method, path, status):
         """(response object, where) for this request and status; raises when not listed."""
         m = method.lower()
         key = _path_key(path)
         item = self.paths.get(key)
+        if item is None:
+            key, item = self._templated(path)
         st = str(status)
         if item is None:
             # The server answers every unknown path with 404 and the error body.

@@ -21,6 +21,7 @@
 #include "storage/commit.h"
 #include "storage/keyhash.h"
 #include "storage/log.h"
+#include "storage/lookup.h"
 #include "storage/store.h"
 #include "testutil.h"
 
@@ -1806,6 +1807,160 @@ static void test_window_floor(void **state)
     pthread_mutex_destroy(&n.mu);
 }
 
+/* ---- commit_lookup and storage/lookup.h ---- */
+
+static void key_of(const uint8_t *secret, unsigned id, uint8_t key[KEYHASH_LEN])
+{
+    char mid[32];
+    int ml = snprintf(mid, sizeof(mid), "m-%u", id);
+    keyhash(secret, SOURCE, strlen(SOURCE), mid, (size_t)ml, key);
+}
+
+/* commit_lookup of id: *res, and COMMIT_OK asserted. */
+static void lookup_id(commit_t *c, unsigned id, commit_lookup_t *res)
+{
+    uint8_t key[KEYHASH_LEN];
+    key_of(commit_secret(c), id, key);
+    assert_int_equal(commit_lookup(c, key, res), COMMIT_OK);
+}
+
+/* The same from another process's view (storage/lookup.h): found, or -1 when not. */
+static int64_t offline_offset(const fx_t *fx, unsigned id)
+{
+    lookup_t *lk = NULL;
+    char err[512] = "";
+    uint8_t key[KEYHASH_LEN];
+    commit_lookup_t res;
+    if (lookup_open(fx->dir, &lk, err, sizeof(err)) != 0)
+        print_error("lookup_open: %s\n", err);
+    assert_non_null(lk);
+    key_of(lookup_secret(lk), id, key);
+    assert_int_equal(lookup_find(lk, key, &res), 0);
+    lookup_close(lk);
+    return res.found ? (int64_t)res.offset : -1;
+}
+
+static void expect_found(commit_t *c, unsigned id, uint64_t offset, int64_t received_ms)
+{
+    commit_lookup_t res;
+    lookup_id(c, id, &res);
+    assert_true(res.found);
+    assert_int_equal(res.offset, offset);
+    assert_int_equal(res.received_ms, received_ms);
+}
+
+/*
+ * A key is found where de-duplication would find it: pending (before a checkpoint), in LMDB
+ * (after one, and after a restart), and in a sealed generation; an evicted one is not, even
+ * while LMDB still holds it. The window start is the oldest key's receivedAt. The offline view
+ * agrees with the server's at every step.
+ */
+static void test_lookup(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    o.young_keys = 100;
+    commit_t *c = open_commit(&o);
+    commit_lookup_t res;
+    commit_stats_t s;
+    int64_t t0 = tu_now_ms() - 5000, t1 = t0 + 1000;
+
+    lookup_id(c, 1, &res);
+    assert_false(res.found);
+    assert_int_equal(res.window_start_ms, 0); /* empty window */
+    submit_range(c, 0, 5, t0, COMMIT_ACCEPTED);
+    submit_range(c, 5, 5, t1, COMMIT_ACCEPTED);
+    expect_found(c, 3, 3, t0);
+    expect_found(c, 7, 7, t1);
+    lookup_id(c, 99, &res);
+    assert_false(res.found);
+    assert_int_equal(res.window_start_ms, t0);
+    assert_int_equal(offline_offset(fx, 7), 7); /* the log tail, or LMDB after a checkpoint */
+    assert_int_equal(offline_offset(fx, 99), -1);
+
+    /* Past young_keys the checkpointer seals: the oldest keys live in a generation file. */
+    submit_range(c, 10, 190, t1, COMMIT_ACCEPTED);
+    await_stat(c, offsetof(commit_stats_t, seals), 1, &s);
+    expect_found(c, 0, 0, t0);
+    expect_found(c, 150, 150, t1);
+    assert_int_equal(offline_offset(fx, 0), 0);
+    assert_int_equal(offline_offset(fx, 150), 150);
+    commit_close(c);
+
+    c = open_commit(&o);
+    expect_found(c, 0, 0, t0);
+    expect_found(c, 199, 199, t1);
+    assert_int_equal(offline_offset(fx, 199), 199);
+    commit_close(c);
+
+    /* The size bound evicts the oldest young keys: unseen at once, as for de-duplication. */
+    o.max_keys = 10;
+    o.young_keys = 1000;
+    c = open_commit(&o);
+    submit_range(c, 1000, 10, t1 + 1000, COMMIT_ACCEPTED);
+    submit_range(c, 1010, 10, t1 + 2000, COMMIT_ACCEPTED);
+    lookup_id(c, 1009, &res);
+    assert_false(res.found);
+    lookup_id(c, 1010, &res);
+    assert_true(res.found);
+    /* Sealed generations go whole, later, by the window's rule: they may still start it. */
+    assert_true(res.window_start_ms >= t0 && res.window_start_ms <= t1 + 2000);
+    commit_close(c);
+
+    /* Memory mode keeps no positions. */
+    o = default_opts(fx);
+    o.memory_filter = "bloom:1Mbit";
+    c = open_commit(&o);
+    uint8_t key[KEYHASH_LEN];
+    key_of(commit_secret(c), 0, key);
+    assert_int_equal(commit_lookup(c, key, &res), COMMIT_UNSUPPORTED);
+    commit_close(c);
+}
+
+typedef struct {
+    commit_t *c;
+    atomic_uint accepted; /* ids below it were acknowledged */
+    atomic_bool stop;
+    unsigned lookups, misses;
+} lookup_race_t;
+
+static void *lookup_thread(void *arg)
+{
+    lookup_race_t *lr = arg;
+    while (!atomic_load(&lr->stop)) {
+        unsigned n = atomic_load(&lr->accepted);
+        if (n == 0)
+            continue;
+        commit_lookup_t res;
+        lookup_id(lr->c, n - 1, &res);
+        lr->lookups++;
+        if (!res.found || res.offset != n - 1)
+            lr->misses++;
+    }
+    return NULL;
+}
+
+/* Lookups from another thread while batches commit: every acknowledged id is found, exactly. */
+static void test_lookup_while_writing(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    lookup_race_t lr = {.c = open_commit(&o)};
+    pthread_t th;
+    atomic_init(&lr.accepted, 0);
+    atomic_init(&lr.stop, false);
+    assert_int_equal(pthread_create(&th, NULL, lookup_thread, &lr), 0);
+    for (unsigned i = 0; i < 200; i++) {
+        submit_range(lr.c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
+        atomic_store(&lr.accepted, (i + 1) * 10);
+    }
+    atomic_store(&lr.stop, true);
+    pthread_join(th, NULL);
+    assert_true(lr.lookups > 0);
+    assert_int_equal(lr.misses, 0);
+    commit_close(lr.c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1840,6 +1995,8 @@ int main(void)
         T(test_duplicate_first_copy),
         T(test_memory_store_first_unknown),
         T(test_window_floor),
+        T(test_lookup),
+        T(test_lookup_while_writing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

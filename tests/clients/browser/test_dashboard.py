@@ -13,7 +13,8 @@ asserts that:
   headline spans (within 25% and 3 points: the load is steady, so a page showing totals,
   since-start ratios or stale numbers fails);
 - with --admin-token, the page asks for the token, refuses a wrong one, shows data with the
-  right one, and keeps it for the tab (a reload asks no more).
+  right one, and keeps it for the tab (a reload asks no more); its lookup box answers seen
+  and unseen messageIds with that token (GET /v1/events).
 A screenshot goes to the temp dir, and to $INGESTD_DASHBOARD_SCREENSHOT when set (that is how
 docs/dashboard.png is made).
 
@@ -206,7 +207,7 @@ class DashboardTest(unittest.TestCase):
     def test_admin_token(self):
         with harness.Server(keys=[KEY], args=["--admin-token", TOKEN]) as srv, \
                 cdp.Browser(self.tmp) as browser:
-            srv.batch([harness.track()], key=KEY)
+            srv.batch([harness.track(mid="dash-1")], key=KEY)
             url = "http://127.0.0.1:%d/dashboard" % srv.port
             page = browser.open(url)
             page.wait("!document.getElementById('login').hidden", 15, "the token form")
@@ -228,11 +229,24 @@ class DashboardTest(unittest.TestCase):
             self.assertEqual(state["storage"], "ok")
             self.assertEqual(page.eval("sessionStorage.getItem('ingestd.adminToken')"), TOKEN)
 
+            # The lookup box asks GET /v1/events with the token the page keeps.
+            self.assertIn("seen at offset 0", self.look_up(page, "dash-1", 1))
+            self.assertIn("unseen", self.look_up(page, "never-sent", 2))
+
             # Asked once: a reload of the tab goes straight to the data.
             page.send("Page.reload")
             page.wait("document.readyState === 'complete' && window.ingestd && "
                       "window.ingestd.samples >= 1", 15, "data after a reload")
             self.assertFalse(self.page_state(page)["loginShown"])
+
+    def look_up(self, page, mid, nth):
+        """Types `mid` into the lookup box and submits; returns the verdict shown."""
+        page.eval("""(() => {
+            document.getElementById('lookup-id').value = %s;
+            document.getElementById('lookup-go').click();
+            return true; })()""" % json.dumps(mid))
+        page.wait("window.ingestd.lookups >= %d" % nth, 15, "the lookup of %s" % mid)
+        return page.eval("document.getElementById('lookup-verdict').textContent")
 
     def submit_token(self, page, token):
         page.eval("""(() => {
