@@ -12,6 +12,8 @@
 
 #include "cluster/partition.h"
 #include "cluster/producer.h"
+#include "common/clock.h"
+#include "common/prom.h"
 
 #define MAX_OPTS      256 /* pass-through options at most (config allows fewer) */
 #define ANSWER_CHUNK  64  /* requests answered per pass of the timer (outside the lock) */
@@ -63,13 +65,6 @@ struct cluster_edge {
     char timeout_opt[64]; /* "message.timeout.ms=N", first of opts */
     const char **opts;    /* timeout_opt + the caller's, borrowed strings */
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void list_push(struct list *l, struct ereq *r)
 {
@@ -186,7 +181,7 @@ static void *timer_main(void *arg)
 
     pthread_mutex_lock(&e->mu);
     while (!e->stop) {
-        int64_t now = mono_ms();
+        int64_t now = clk_mono_ms();
         int64_t wake = now + IDLE_WAIT_MS;
         if (e->waiting.head != NULL && e->waiting.head->deadline_ms <= now) {
             pthread_mutex_unlock(&e->mu);
@@ -254,7 +249,7 @@ static int edge_submit(void *ctx, const char *source, int64_t received_ms,
     r->arg = arg;
     pthread_mutex_lock(&e->mu);
     /* Taken under the lock, so the list stays in deadline order for the timer. */
-    r->deadline_ms = mono_ms() + e->timeout_ms;
+    r->deadline_ms = clk_mono_ms() + e->timeout_ms;
     bool first = e->waiting.head == NULL;
     list_push(&e->waiting, r);
     if (first)
@@ -519,47 +514,46 @@ char *cluster_edge_stats_json(const cluster_edge_stats_t *s)
     return finish(f, &buf);
 }
 
-static void help(FILE *f, const char *name, const char *type, const char *text)
+/* One sample per outcome: name{outcome="..."} n. */
+static void by_outcome(prom_t *p, const char *name, const char *const *outcomes, const uint64_t *n,
+                       size_t count)
 {
-    fprintf(f, "# HELP ingestd_%s %s\n# TYPE ingestd_%s %s\n", name, text, name, type);
+    for (size_t i = 0; i < count; i++) {
+        char lb[64] = "";
+        prom_label(lb, sizeof(lb), "outcome", outcomes[i]);
+        prom_sample_u64(p, name, lb, n[i]);
+    }
 }
 
 char *cluster_edge_metrics_text(const cluster_edge_stats_t *s)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (f == NULL)
+    static const char *const events[] = {"produced", "delivered", "failed", "refused"};
+    static const char *const requests[] = {"delivered", "failed", "timed_out", "refused"};
+    const uint64_t ev[] = {s->events_produced, s->events_delivered, s->events_failed,
+                           s->events_refused};
+    const uint64_t rq[] = {s->requests_delivered, s->requests_failed, s->requests_timed_out,
+                           s->requests_refused};
+    prom_t *p = prom_new("ingestd_");
+    if (p == NULL)
         return NULL;
-    help(f, "edge_events_total", "counter",
-         "Events of the edge by outcome: produced (queued), delivered (acks=all), failed, "
-         "refused (librdkafka refused the request at once).");
-    fprintf(f,
-            "ingestd_edge_events_total{outcome=\"produced\"} %" PRIu64 "\n"
-            "ingestd_edge_events_total{outcome=\"delivered\"} %" PRIu64 "\n"
-            "ingestd_edge_events_total{outcome=\"failed\"} %" PRIu64 "\n"
-            "ingestd_edge_events_total{outcome=\"refused\"} %" PRIu64 "\n",
-            s->events_produced, s->events_delivered, s->events_failed, s->events_refused);
-    help(f, "edge_requests_total", "counter",
-         "Ingest requests the edge answered, by outcome (all but delivered got 503).");
-    fprintf(f,
-            "ingestd_edge_requests_total{outcome=\"delivered\"} %" PRIu64 "\n"
-            "ingestd_edge_requests_total{outcome=\"failed\"} %" PRIu64 "\n"
-            "ingestd_edge_requests_total{outcome=\"timed_out\"} %" PRIu64 "\n"
-            "ingestd_edge_requests_total{outcome=\"refused\"} %" PRIu64 "\n",
-            s->requests_delivered, s->requests_failed, s->requests_timed_out, s->requests_refused);
-    help(f, "edge_requests_waiting", "gauge", "Requests waiting for their delivery reports.");
-    fprintf(f, "ingestd_edge_requests_waiting %" PRIu64 "\n", s->requests_waiting);
-    help(f, "edge_partitions", "gauge", "Partitions of the raw topic the edge routes over.");
-    fprintf(f, "ingestd_edge_partitions %" PRId32 "\n", s->partitions);
-    help(f, "edge_partitions_before", "gauge",
-         "Partition count used for events before the cut-over (0: no repartition).");
-    fprintf(f, "ingestd_edge_partitions_before %" PRId32 "\n", s->partitions_before);
-    help(f, "edge_repartition_at_seconds", "gauge",
-         "The repartition cut-over, seconds since the epoch (0: none).");
-    fprintf(f, "ingestd_edge_repartition_at_seconds %.3f\n",
-            s->partitions_before > 0 ? (double)s->repartition_at_ms / 1000.0 : 0.0);
-    help(f, "edge_producer_fatal", "gauge", "1 when the Kafka producer failed fatally.");
-    fprintf(f, "ingestd_edge_producer_fatal %d\n", s->fatal != NULL ? 1 : 0);
-    return finish(f, &buf);
+    prom_head(p, "edge_events_total", PROM_COUNTER,
+              "Events of the edge by outcome: produced (queued), delivered (acks=all), failed, "
+              "refused (librdkafka refused the request at once).");
+    by_outcome(p, "edge_events_total", events, ev, 4);
+    prom_head(p, "edge_requests_total", PROM_COUNTER,
+              "Ingest requests the edge answered, by outcome (all but delivered got 503).");
+    by_outcome(p, "edge_requests_total", requests, rq, 4);
+    prom_gauge(p, "edge_requests_waiting", "Requests waiting for their delivery reports.",
+               (double)s->requests_waiting);
+    prom_gauge(p, "edge_partitions", "Partitions of the raw topic the edge routes over.",
+               s->partitions);
+    prom_gauge(p, "edge_partitions_before",
+               "Partition count used for events before the cut-over (0: no repartition).",
+               s->partitions_before);
+    prom_gauge(p, "edge_repartition_at_seconds",
+               "The repartition cut-over, seconds since the epoch (0: none).",
+               s->partitions_before > 0 ? (double)s->repartition_at_ms / 1000.0 : 0.0);
+    prom_gauge(p, "edge_producer_fatal", "1 when the Kafka producer failed fatally.",
+               s->fatal != NULL ? 1 : 0);
+    return prom_take(p, NULL);
 }

@@ -3,6 +3,7 @@
 #define INGESTD_COMMON_CLOCK_H
 
 #include <stdint.h>
+#include <time.h>
 
 /*
  * The prefix is clk_, not clock_: POSIX reserves clock_ for <time.h>.
@@ -20,5 +21,11 @@ double clk_mono_msf(void);
 
 /* CLOCK_MONOTONIC in ns: request durations for the histograms. */
 int64_t clk_mono_ns(void);
+
+/*
+ * The CLOCK_MONOTONIC instant `ms` (>= 0) from now, as pthread_cond_timedwait wants it for a
+ * condition variable whose clock is CLOCK_MONOTONIC (pthread_condattr_setclock).
+ */
+struct timespec clk_mono_after(int64_t ms);
 
 #endif

@@ -13,9 +13,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/errbuf.h"
 #include "storage/filter/filter.h"
 #include "storage/keyhash.h"
 
@@ -74,13 +75,6 @@ static int parse_count(const char *s, uint64_t max, uint64_t *out)
         return -1;
     *out = (uint64_t)v;
     return 0;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -176,17 +170,17 @@ static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
         snprintf(buf, sizeof buf, "%s", arg + 11);
         char *colon = strchr(buf, ':');
         if (colon == NULL) {
-            snprintf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH", arg);
+            errbuf_printf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH", arg);
             return 2;
         }
         *colon = '\0';
         st->artificial = true;
         if (parse_count(buf, MAX_ALPHABET, &st->alphabet) != 0 ||
             parse_count(colon + 1, MAX_STREAM_LEN, &st->length) != 0) {
-            snprintf(err, errlen,
-                     "--stream %s: ALPHABET (2^N or a number, at most 2^34) and LENGTH must "
-                     "be positive whole numbers",
-                     arg);
+            errbuf_printf(err, errlen,
+                          "--stream %s: ALPHABET (2^N or a number, at most 2^34) and LENGTH must "
+                          "be positive whole numbers",
+                          arg);
             return 2;
         }
         return 0;
@@ -196,7 +190,7 @@ static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
         int fd = open(st->path, O_RDONLY | O_CLOEXEC);
         struct stat sb;
         if (fd < 0 || fstat(fd, &sb) != 0) {
-            snprintf(err, errlen, "%s: %s", st->path, strerror(errno));
+            errbuf_printf(err, errlen, "%s: %s", st->path, strerror(errno));
             if (fd >= 0)
                 close(fd);
             return 1;
@@ -206,7 +200,7 @@ static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
             st->data = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
             if (st->data == MAP_FAILED) {
                 st->data = NULL;
-                snprintf(err, errlen, "%s: %s", st->path, strerror(errno));
+                errbuf_printf(err, errlen, "%s: %s", st->path, strerror(errno));
                 close(fd);
                 return 1;
             }
@@ -220,13 +214,13 @@ static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
             i = end + 1;
         }
         if (st->lines == 0) {
-            snprintf(err, errlen, "%s: no elements (one per line)", st->path);
+            errbuf_printf(err, errlen, "%s: no elements (one per line)", st->path);
             return 1;
         }
         st->length = st->lines;
         return 0;
     }
-    snprintf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH or file:PATH", arg);
+    errbuf_printf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH or file:PATH", arg);
     return 2;
 }
 
@@ -272,7 +266,7 @@ static int run_once(const filter_spec_t *spec, const stream_t *st, uint64_t seed
 
     uint64_t rng = seed ^ UINT64_C(0x6a09e667f3bcc908);
     size_t pos = 0; /* file offset */
-    int64_t start = now_ns(), last = start;
+    int64_t start = clk_mono_ns(), last = start;
     for (uint64_t done = 0; done < st->length;) {
         size_t n = st->length - done < CHUNK ? (size_t)(st->length - done) : CHUNK;
         for (size_t i = 0; i < n; i++) {
@@ -296,10 +290,10 @@ static int run_once(const filter_spec_t *spec, const stream_t *st, uint64_t seed
                 dup[i] = truth_insert_key(&truth, keys[i]);
             }
         }
-        int64_t t0 = now_ns();
+        int64_t t0 = clk_mono_ns();
         for (size_t i = 0; i < n; i++)
             answer[i] = filter_insert_if_absent(f, keys[i]);
-        int64_t t1 = now_ns();
+        int64_t t1 = clk_mono_ns();
         c->filter_ns += t1 - t0;
         for (size_t i = 0; i < n; i++) {
             if (dup[i]) {

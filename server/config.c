@@ -5,7 +5,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "api/timestamp.h"
+#include "common/errbuf.h"
 #include "server/logging.h"
 #include "storage/filter/filter.h"
 
@@ -218,20 +218,6 @@ int config_data_mode_env(const char *value)
     return i < 0 ? CONFIG_DATA_PRIVATE : i;
 }
 
-static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (errbuf == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static unsigned cpu_count(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -413,7 +399,7 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
     if (v[0] == '[') {
         const char *rb = strchr(v, ']');
         if (rb == NULL || rb[1] != ':') {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected [IPV6]:PORT", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected [IPV6]:PORT", origin, v);
             return -1;
         }
         host = v + 1;
@@ -422,13 +408,13 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
     } else {
         colon = strrchr(v, ':');
         if (colon == NULL) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected HOST:PORT", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected HOST:PORT", origin, v);
             return -1;
         }
         if (memchr(v, ':', (size_t)(colon - v)) != NULL) {
-            set_err(errbuf, errlen,
-                    "invalid %s \"%s\": put an IPv6 address in brackets, e.g. [::1]:8080", origin,
-                    v);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": put an IPv6 address in brackets, e.g. [::1]:8080",
+                          origin, v);
             return -1;
         }
         host = v;
@@ -436,11 +422,13 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
         port_s = colon + 1;
     }
     if (hlen == 0 || hlen >= sizeof cfg->listen_host) {
-        set_err(errbuf, errlen, "invalid %s \"%s\": the host is empty or too long", origin, v);
+        errbuf_printf(errbuf, errlen, "invalid %s \"%s\": the host is empty or too long", origin,
+                      v);
         return -1;
     }
     if (parse_u64(port_s, &end, &port) != 0 || *end != '\0' || port < st->min || port > st->max) {
-        set_err(errbuf, errlen, "invalid %s \"%s\": the port must be a number 0..65535", origin, v);
+        errbuf_printf(errbuf, errlen, "invalid %s \"%s\": the port must be a number 0..65535",
+                      origin, v);
         return -1;
     }
     memcpy(cfg->listen_host, host, hlen);
@@ -448,13 +436,13 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
     if (memchr(host, ':', hlen) != NULL) {
         unsigned char a6[16];
         if (inet_pton(AF_INET6, cfg->listen_host, a6) != 1) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": not an IPv6 address", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": not an IPv6 address", origin, v);
             return -1;
         }
     }
     for (size_t i = 0; i < hlen; i++) {
         if (isspace((unsigned char)host[i]) || iscntrl((unsigned char)host[i])) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": blank in the host", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": blank in the host", origin, v);
             return -1;
         }
     }
@@ -477,7 +465,7 @@ static int add_keys(config_t *cfg, const char *v, const char *origin, char *errb
         while (e > b && isspace((unsigned char)e[-1]))
             e--;
         if (b == e) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
             return -1;
         }
         const char *sep = memchr(b, ':', (size_t)(e - b));
@@ -486,35 +474,37 @@ static int add_keys(config_t *cfg, const char *v, const char *origin, char *errb
         size_t slen = sep != NULL ? (size_t)(e - src) : strlen("default");
 
         if (klen == 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
             return -1;
         }
         if (slen == 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": empty source after ':'", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty source after ':'", origin, v);
             return -1;
         }
         for (const char *c = b; c < e; c++) {
             if (isspace((unsigned char)*c) || iscntrl((unsigned char)*c)) {
-                set_err(errbuf, errlen, "invalid %s: blank or control character in a write key",
-                        origin);
+                errbuf_printf(errbuf, errlen,
+                              "invalid %s: blank or control character in a write key", origin);
                 return -1;
             }
         }
         if (klen + slen + 2 > sizeof cfg->key_storage[0]) {
-            set_err(errbuf, errlen, "invalid %s: write key or source too long (max %zu bytes)",
-                    origin, sizeof cfg->key_storage[0] - 2);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s: write key or source too long (max %zu bytes)", origin,
+                          sizeof cfg->key_storage[0] - 2);
             return -1;
         }
         if (cfg->nwrite_keys == CONFIG_MAX_WRITE_KEYS) {
-            set_err(errbuf, errlen, "invalid %s: more than %d write keys", origin,
-                    CONFIG_MAX_WRITE_KEYS);
+            errbuf_printf(errbuf, errlen, "invalid %s: more than %d write keys", origin,
+                          CONFIG_MAX_WRITE_KEYS);
             return -1;
         }
         for (size_t i = 0; i < cfg->nwrite_keys; i++) {
             const char *k = cfg->write_keys[i].key;
             if (strlen(k) == klen && memcmp(k, b, klen) == 0) {
                 /* Two sources for one key would make the source ambiguous. */
-                set_err(errbuf, errlen, "invalid %s: the same write key is given twice", origin);
+                errbuf_printf(errbuf, errlen, "invalid %s: the same write key is given twice",
+                              origin);
                 return -1;
             }
         }
@@ -540,16 +530,17 @@ static int add_opt(config_t *cfg, const char *v, const char *origin, char *errbu
     size_t n = strlen(v);
 
     if (eq == NULL || eq == v) {
-        set_err(errbuf, errlen, "invalid %s: expected NAME=VALUE", origin);
+        errbuf_printf(errbuf, errlen, "invalid %s: expected NAME=VALUE", origin);
         return -1;
     }
     if (n >= sizeof cfg->kafka_opt_storage[0]) {
-        set_err(errbuf, errlen, "invalid %s: longer than %zu bytes", origin,
-                sizeof cfg->kafka_opt_storage[0] - 1);
+        errbuf_printf(errbuf, errlen, "invalid %s: longer than %zu bytes", origin,
+                      sizeof cfg->kafka_opt_storage[0] - 1);
         return -1;
     }
     if (cfg->nkafka_opts == CONFIG_MAX_KAFKA_OPTS) {
-        set_err(errbuf, errlen, "invalid %s: more than %d settings", origin, CONFIG_MAX_KAFKA_OPTS);
+        errbuf_printf(errbuf, errlen, "invalid %s: more than %d settings", origin,
+                      CONFIG_MAX_KAFKA_OPTS);
         return -1;
     }
     memcpy(cfg->kafka_opt_storage[cfg->nkafka_opts], v, n + 1);
@@ -570,8 +561,8 @@ static int add_opt_lines(config_t *cfg, const char *v, const char *origin, char 
         while (m > 0 && (p[m - 1] == '\r' || p[m - 1] == ' ' || p[m - 1] == '\t'))
             m--;
         if (m >= sizeof item) {
-            set_err(errbuf, errlen, "invalid %s: a line longer than %zu bytes", origin,
-                    sizeof item - 1);
+            errbuf_printf(errbuf, errlen, "invalid %s: a line longer than %zu bytes", origin,
+                          sizeof item - 1);
             return -1;
         }
         memcpy(item, p, m);
@@ -610,7 +601,7 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     case K_PATH: {
         size_t n = strlen(v);
         if (n < st->min || n > st->max) {
-            set_err(errbuf, errlen, "invalid %s: the path is empty or too long", origin);
+            errbuf_printf(errbuf, errlen, "invalid %s: the path is empty or too long", origin);
             return -1;
         }
         memcpy((char *)cfg + st->off, v, n + 1);
@@ -623,7 +614,7 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     case K_BOOL: {
         bool on = strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 || strcmp(v, "1") == 0;
         if (!on && strcasecmp(v, "false") != 0 && strcasecmp(v, "no") != 0 && strcmp(v, "0") != 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected true or false", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected true or false", origin, v);
             return -1;
         }
         *(bool *)((char *)cfg + st->off) = on;
@@ -631,10 +622,10 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     }
     case K_TIME:
         if (parse_time(v, &ms) != 0) {
-            set_err(errbuf, errlen,
-                    "invalid %s \"%s\": expected an ISO-8601 UTC time such as "
-                    "2026-01-31T00:00:00Z or milliseconds since the epoch",
-                    origin, v);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected an ISO-8601 UTC time such as "
+                          "2026-01-31T00:00:00Z or milliseconds since the epoch",
+                          origin, v);
             return -1;
         }
         memcpy((char *)cfg + st->off, &ms, sizeof ms);
@@ -642,14 +633,15 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     case K_SECRET: {
         size_t n = strlen(v);
         if (n < st->min || n > st->max) {
-            set_err(errbuf, errlen, "invalid %s: must be 1 to %" PRIu64 " bytes", origin, st->max);
+            errbuf_printf(errbuf, errlen, "invalid %s: must be 1 to %" PRIu64 " bytes", origin,
+                          st->max);
             return -1;
         }
         /* It travels in an Authorization header: printable ASCII, no blanks (RFC 6750 token). */
         for (size_t i = 0; i < n; i++) {
             if (v[i] <= ' ' || v[i] > '~') {
-                set_err(errbuf, errlen,
-                        "invalid %s: only printable ASCII without blanks is allowed", origin);
+                errbuf_printf(errbuf, errlen,
+                              "invalid %s: only printable ASCII without blanks is allowed", origin);
                 return -1;
             }
         }
@@ -659,8 +651,8 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     case K_LEVEL: {
         int lvl = logging_parse_level(v);
         if (lvl < 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected one of error, warn, info, debug",
-                    origin, v);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected one of error, warn, info, debug", origin, v);
             return -1;
         }
         cfg->log_level = lvl;
@@ -669,7 +661,7 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     case K_CHOICE: {
         int i = choice_index(st->metavar, v);
         if (i < 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected %s", origin, v, st->metavar);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected %s", origin, v, st->metavar);
             return -1;
         }
         *(int *)((char *)cfg + st->off) = i;
@@ -678,9 +670,9 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     case K_DURATION:
     case K_SECONDS:
         if (config_parse_duration(v, &ms) != 0) {
-            set_err(errbuf, errlen,
-                    "invalid %s \"%s\": expected a duration such as 90s, 15m, 24h or 28d", origin,
-                    v);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected a duration such as 90s, 15m, 24h or 28d",
+                          origin, v);
             return -1;
         }
         u = st->kind == K_SECONDS ? (uint64_t)(ms / MS_PER_S) : (uint64_t)ms;
@@ -688,36 +680,37 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
             uint64_t f = st->kind == K_SECONDS ? (uint64_t)MS_PER_S : 1;
             fmt_duration(lo, sizeof lo, (int64_t)(st->min * f));
             fmt_duration(hi, sizeof hi, (int64_t)(st->max * f));
-            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v, lo,
-                    hi);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v,
+                          lo, hi);
             return -1;
         }
         put_uint(cfg, st, u);
         return 0;
     case K_SIZE:
         if (config_parse_size(v, &u) != 0) {
-            set_err(errbuf, errlen,
-                    "invalid %s \"%s\": expected a size such as 1048576, 64k, 64MiB or 1G", origin,
-                    v);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected a size such as 1048576, 64k, 64MiB or 1G",
+                          origin, v);
             return -1;
         }
         if (u < st->min || u > st->max) {
             fmt_size(lo, sizeof lo, st->min);
             fmt_size(hi, sizeof hi, st->max);
-            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v, lo,
-                    hi);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v,
+                          lo, hi);
             return -1;
         }
         put_uint(cfg, st, u);
         return 0;
     case K_COUNT:
         if (parse_u64(v, &end, &u) != 0 || *end != '\0') {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected a whole number", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected a whole number", origin, v);
             return -1;
         }
         if (u < st->min || u > st->max) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %" PRIu64 " and %" PRIu64,
-                    origin, v, st->min, st->max);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": must be between %" PRIu64 " and %" PRIu64, origin, v,
+                          st->min, st->max);
             return -1;
         }
         put_uint(cfg, st, u);
@@ -758,19 +751,21 @@ static int check_role(const config_t *cfg, char *errbuf, size_t errlen)
                         : cfg->repartition_at_ms ? "--repartition-at"
                                                  : NULL;
     if (!edge && stray) {
-        set_err(errbuf, errlen, "%s is for --role edge only (this is --role single)", stray);
+        errbuf_printf(errbuf, errlen, "%s is for --role edge only (this is --role single)", stray);
         return -1;
     }
     if (!edge)
         return 0;
     if (!cfg->kafka_brokers[0] || !cfg->raw_topic[0]) {
-        set_err(errbuf, errlen, "--role edge needs --kafka-brokers LIST and --raw-topic NAME");
+        errbuf_printf(errbuf, errlen,
+                      "--role edge needs --kafka-brokers LIST and --raw-topic NAME");
         return -1;
     }
     if ((cfg->partitions_before > 0) != (cfg->repartition_at_ms > 0)) {
-        set_err(errbuf, errlen, "%s",
-                cfg->partitions_before > 0 ? "--partitions-before needs --repartition-at TIMESTAMP"
-                                           : "--repartition-at needs --partitions-before COUNT");
+        errbuf_printf(errbuf, errlen, "%s",
+                      cfg->partitions_before > 0
+                          ? "--partitions-before needs --repartition-at TIMESTAMP"
+                          : "--repartition-at needs --partitions-before COUNT");
         return -1;
     }
     return 0;
@@ -799,7 +794,7 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
     keyvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *keyvals);
     optvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *optvals);
     if (keyvals == NULL || optvals == NULL) {
-        set_err(errbuf, errlen, "out of memory");
+        errbuf_printf(errbuf, errlen, "out of memory");
         free(keyvals);
         free(optvals);
         return 2;
@@ -811,15 +806,16 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         const struct setting *st;
 
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-            set_err(errbuf, errlen, "unexpected argument \"%s\" (see ingestd serve --help)", arg);
+            errbuf_printf(errbuf, errlen, "unexpected argument \"%s\" (see ingestd serve --help)",
+                          arg);
             goto out;
         }
         name = arg + 2;
         eq = strchr(name, '=');
         st = find_flag(name, eq != NULL ? (size_t)(eq - name) : strlen(name));
         if (st == NULL) {
-            set_err(errbuf, errlen, "unknown flag %.*s (see ingestd serve --help)",
-                    (int)(eq != NULL ? (size_t)(eq - arg) : strlen(arg)), arg);
+            errbuf_printf(errbuf, errlen, "unknown flag %.*s (see ingestd serve --help)",
+                          (int)(eq != NULL ? (size_t)(eq - arg) : strlen(arg)), arg);
             goto out;
         }
         if (eq != NULL) {
@@ -829,7 +825,7 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         } else if (i + 1 < argc) {
             val = argv[++i];
         } else {
-            set_err(errbuf, errlen, "flag --%s needs a value (%s)", st->name, st->metavar);
+            errbuf_printf(errbuf, errlen, "flag --%s needs a value (%s)", st->name, st->metavar);
             goto out;
         }
         if (st->kind == K_KEYS)
@@ -887,29 +883,29 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
 
     /* A keys file may hold every key; whether it has any is checked when it is read (main.c). */
     if (cfg->nwrite_keys == 0 && cfg->write_keys_file[0] == '\0') {
-        set_err(errbuf, errlen,
-                "no write key: give --write-key KEY[:SOURCE], set INGESTD_WRITE_KEY "
-                "(comma-separated) or give --write-keys-file FILE");
+        errbuf_printf(errbuf, errlen,
+                      "no write key: give --write-key KEY[:SOURCE], set INGESTD_WRITE_KEY "
+                      "(comma-separated) or give --write-keys-file FILE");
         goto out;
     }
     if (strcmp(cfg->store, "lmdb") != 0) {
         filter_spec_t spec;
         char ferr[160];
         if (strncmp(cfg->store, "memory:", 7) != 0) {
-            set_err(errbuf, errlen, "invalid --store \"%s\": expected lmdb or memory:SPEC",
-                    cfg->store);
+            errbuf_printf(errbuf, errlen, "invalid --store \"%s\": expected lmdb or memory:SPEC",
+                          cfg->store);
             goto out;
         }
         if (filter_parse_spec(cfg->store + 7, &spec, ferr, sizeof(ferr)) != FILTER_OK) {
-            set_err(errbuf, errlen, "invalid --store \"%s\": %s", cfg->store, ferr);
+            errbuf_printf(errbuf, errlen, "invalid --store \"%s\": %s", cfg->store, ferr);
             goto out;
         }
     }
     /* Half a TLS configuration would silently serve plain HTTP: refuse it. */
     if ((cfg->tls_cert[0] != '\0') != (cfg->tls_key[0] != '\0')) {
-        set_err(errbuf, errlen, "%s without %s: give both (PEM files) or neither",
-                cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
-                cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
+        errbuf_printf(errbuf, errlen, "%s without %s: give both (PEM files) or neither",
+                      cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
+                      cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
         goto out;
     }
     if (check_role(cfg, errbuf, errlen) != 0)

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/errbuf.h"
 #include "server/gzip.h"
 #include "server/logging.h"
 
@@ -124,13 +125,7 @@ static unsigned counter_wait_zero(http_t *h, unsigned *c, int timeout_ms)
     struct timespec deadline;
     unsigned left;
 
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    deadline = clk_mono_after(timeout_ms);
     pthread_mutex_lock(&h->mu);
     while (*c > 0) {
         if (pthread_cond_timedwait(&h->cv, &h->mu, &deadline) == ETIMEDOUT)
@@ -330,7 +325,7 @@ static void linger_start(http_t *h, struct req *r)
         c->early_status = r->early.status;
     }
     pthread_mutex_unlock(&h->wd_mu);
-    http_conn_move(c, http_clock_ms(CLOCK_MONOTONIC) + LINGER_MAX_MS, true);
+    http_conn_move(c, clk_mono_ms() + LINGER_MAX_MS, true);
 }
 
 /*
@@ -707,9 +702,9 @@ static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *u
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     r->c = ci != NULL ? ci->socket_context : NULL;
-    r->now_ms = http_clock_ms(CLOCK_REALTIME);
-    r->mono_ms = http_clock_ms(CLOCK_MONOTONIC);
-    r->start_ns = api_clock_ns();
+    r->now_ms = clk_wall_ms();
+    r->mono_ms = clk_mono_ms();
+    r->start_ns = clk_mono_ns();
     r->path = url;
     q = strchr(url, '?');
     if (q != NULL) {
@@ -832,7 +827,7 @@ static enum MHD_Result over_budget(struct req *r)
     api_resp_t resp;
 
     /* At most one line a second: a flood would otherwise write one per request. */
-    int64_t now = http_clock_ms(CLOCK_MONOTONIC);
+    int64_t now = clk_mono_ms();
     int64_t last = atomic_load(&r->h->budget_warned_ms);
     if (now - last >= 1000 && atomic_compare_exchange_strong(&r->h->budget_warned_ms, &last, now))
         LOG_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
@@ -1101,21 +1096,21 @@ static int read_pem(const char *what, const char *path, char **out, char *errbuf
 
     *out = NULL;
     if (f == NULL) {
-        snprintf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path, strerror(errno));
+        errbuf_printf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path, strerror(errno));
         return -1;
     }
     buf = malloc(TLS_FILE_MAX + 1);
     if (buf == NULL) {
         fclose(f);
-        snprintf(errbuf, errlen, "out of memory");
+        errbuf_printf(errbuf, errlen, "out of memory");
         return -1;
     }
     n = fread(buf, 1, TLS_FILE_MAX + 1, f);
     if (ferror(f) || n == 0 || n > TLS_FILE_MAX) {
-        snprintf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path,
-                 ferror(f) ? strerror(errno)
-                 : n == 0  ? "empty file"
-                           : "larger than 1 MiB");
+        errbuf_printf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path,
+                      ferror(f) ? strerror(errno)
+                      : n == 0  ? "empty file"
+                                : "larger than 1 MiB");
         fclose(f);
         free(buf);
         return -1;
@@ -1123,7 +1118,7 @@ static int read_pem(const char *what, const char *path, char **out, char *errbuf
     fclose(f);
     buf[n] = '\0';
     if (strstr(buf, "-----BEGIN ") == NULL) {
-        snprintf(errbuf, errlen, "TLS %s \"%s\" is not a PEM file", what, path);
+        errbuf_printf(errbuf, errlen, "TLS %s \"%s\" is not a PEM file", what, path);
         free(buf);
         return -1;
     }
@@ -1199,7 +1194,7 @@ static int resolve(const config_t *cfg, struct sockaddr_storage *ss, bool *v6, c
     freeaddrinfo(ai);
     return 0;
 bad:
-    snprintf(errbuf, errlen, "cannot resolve listen host \"%s\"", cfg->listen_host);
+    errbuf_printf(errbuf, errlen, "cannot resolve listen host \"%s\"", cfg->listen_host);
     return -1;
 }
 
@@ -1261,19 +1256,19 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
 
     h = calloc(1, sizeof *h);
     if (h == NULL) {
-        snprintf(errbuf, errlen, "out of memory");
+        errbuf_printf(errbuf, errlen, "out of memory");
         return -1;
     }
     h->api = api;
     h->listen_fd = MHD_INVALID_SOCKET;
     if (set_limits(h, cfg) != 0) {
-        snprintf(errbuf, errlen, "out of memory");
+        errbuf_printf(errbuf, errlen, "out of memory");
         free(h); /* nothing else is set up yet */
         return -1;
     }
     atomic_init(&h->quiesced, false);
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
-        seed = (uint64_t)http_clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        seed = (uint64_t)clk_wall_ms() ^ ((uint64_t)getpid() << 32);
     atomic_init(&h->rid_next, seed);
     pthread_mutex_init(&h->mu, NULL);
     pthread_mutex_init(&h->wd_mu, NULL);
@@ -1300,8 +1295,8 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}};
     if (cfg->tls_cert[0] != '\0') {
         if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-            snprintf(errbuf, errlen,
-                     "--tls-cert: this libmicrohttpd was built without TLS support (GnuTLS)");
+            errbuf_printf(errbuf, errlen,
+                          "--tls-cert: this libmicrohttpd was built without TLS support (GnuTLS)");
             goto fail;
         }
         if (read_pem("certificate", cfg->tls_cert, &h->tls_cert, errbuf, errlen) != 0 ||
@@ -1336,16 +1331,17 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
         http_conn_uri, h, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     if (h->daemon == NULL) {
         int e = errno;
-        snprintf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
-                 cfg->listen_host, v6 ? "]" : "", (unsigned)cfg->listen_port, e != 0 ? ": " : "",
-                 e != 0 ? strerror(e) : "",
-                 h->tls ? " (or TLS setup failed: see the line above; does --tls-key belong to "
-                          "--tls-cert?)"
-                        : "");
+        errbuf_printf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
+                      cfg->listen_host, v6 ? "]" : "", (unsigned)cfg->listen_port,
+                      e != 0 ? ": " : "", e != 0 ? strerror(e) : "",
+                      h->tls
+                          ? " (or TLS setup failed: see the line above; does --tls-key belong to "
+                            "--tls-cert?)"
+                          : "");
         goto fail;
     }
     if (pthread_create(&h->wd_thread, NULL, http_watchdog, h) != 0) {
-        snprintf(errbuf, errlen, "cannot start the request-timeout watchdog thread");
+        errbuf_printf(errbuf, errlen, "cannot start the request-timeout watchdog thread");
         MHD_stop_daemon(h->daemon);
         goto fail;
     }

@@ -23,18 +23,10 @@
  * request handler answers, never both. New connections past 7/8 of --max-connections close the
  * oldest connection without a complete head (shed_oldest).
  *
- * Functions: http_clock_ms, http_new_request_id, http_conn_disarm/arm/move/head, format_peer,
+ * Functions: http_new_request_id, http_conn_disarm/arm/move/head, format_peer,
  * shed_oldest, conn_started, http_conn_notify, http_conn_uri, send_raw, expire, too_slow,
  * http_watchdog, http_watchdog_stop.
  */
-
-int64_t http_clock_ms(clockid_t clk)
-{
-    struct timespec ts;
-
-    clock_gettime(clk, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /*
  * A new request id: 16 hex digits, unique within the process. The counter starts at a random
@@ -74,7 +66,7 @@ void http_conn_arm(http_t *h, struct conn *c)
     if (c == NULL)
         return;
     int64_t d = atomic_load(&c->deadline_ms);
-    c->start_ms = http_clock_ms(CLOCK_MONOTONIC);
+    c->start_ms = clk_mono_ms();
     atomic_store(&c->head_ms, 0);
     atomic_store(&c->body_bytes, 0);
     int64_t next = c->start_ms + h->request_timeout_ms;
@@ -100,7 +92,7 @@ void http_conn_head(http_t *h, struct conn *c)
 {
     if (c == NULL)
         return;
-    atomic_store(&c->head_ms, http_clock_ms(CLOCK_MONOTONIC));
+    atomic_store(&c->head_ms, clk_mono_ms());
     http_conn_move(c, c->start_ms + h->request_timeout_ms, false);
 }
 
@@ -156,7 +148,7 @@ static void conn_started(http_t *h, struct MHD_Connection *conn, void **socket_c
         return;
     }
     c->fd = fi->connect_fd;
-    c->start_ms = http_clock_ms(CLOCK_MONOTONIC);
+    c->start_ms = clk_mono_ms();
     atomic_init(&c->deadline_ms, c->start_ms + h->header_timeout_ms);
     atomic_init(&c->head_ms, 0);
     atomic_init(&c->body_bytes, 0);
@@ -368,7 +360,7 @@ void *http_watchdog(void *arg)
 
     pthread_mutex_lock(&h->wd_mu);
     while (!h->wd_stop) {
-        int64_t now = http_clock_ms(CLOCK_MONOTONIC);
+        int64_t now = clk_mono_ms();
         for (struct conn *c = h->conns; c != NULL; c = c->next) {
             int64_t d = atomic_load(&c->deadline_ms);
             bool slow = d > 0 && now < d && too_slow(h, c, now);
@@ -376,12 +368,7 @@ void *http_watchdog(void *arg)
                 atomic_compare_exchange_strong(&c->deadline_ms, &d, DEADLINE_EXPIRED))
                 expire(h, c, slow);
         }
-        clock_gettime(CLOCK_MONOTONIC, &next);
-        next.tv_nsec += (long)WATCHDOG_TICK_MS * 1000000L;
-        if (next.tv_nsec >= 1000000000L) {
-            next.tv_sec++;
-            next.tv_nsec -= 1000000000L;
-        }
+        next = clk_mono_after(WATCHDOG_TICK_MS);
         while (!h->wd_stop && pthread_cond_timedwait(&h->wd_cv, &h->wd_mu, &next) != ETIMEDOUT)
             ;
     }

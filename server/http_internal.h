@@ -14,6 +14,7 @@
 
 #include <microhttpd.h>
 
+#include "common/clock.h"
 #include "server/addrcount.h"
 #include "server/http.h"
 #include "server/proxy.h"
@@ -106,9 +107,6 @@ struct http {
 /* When this share of --max-connections is open (1/SHED_RESERVE_DIV is kept free), connections
  * that have not sent a complete request head are closed, oldest first, as new ones arrive. */
 #define SHED_RESERVE_DIV 8
-
-/* The clock (CLOCK_MONOTONIC or CLOCK_REALTIME) in ms. */
-int64_t http_clock_ms(clockid_t clk);
 
 /* A new request id (16 hex digits, unique within the process) into out. Thread-safe. */
 void http_new_request_id(http_t *h, char out[REQID_MAX + 1]);

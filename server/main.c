@@ -11,6 +11,7 @@
 #include "api/auth.h"
 #include "api/cors.h"
 #include "cluster/edge.h"
+#include "common/errbuf.h"
 #include "server/cli_admin.h"
 #include "server/cli_filter.h"
 #include "server/cli_log.h"
@@ -99,8 +100,9 @@ static int load_keys(const config_t *cfg, api_write_key_t **keys, size_t *n, cha
         return -1;
     if (*n == 0) {
         /* A server without keys would refuse everything: surely a mistake (an emptied file). */
-        snprintf(err, errlen, "%.400s: no write key in the file (and none given by --write-key)",
-                 cfg->write_keys_file);
+        errbuf_printf(err, errlen,
+                      "%.400s: no write key in the file (and none given by --write-key)",
+                      cfg->write_keys_file);
         auth_keys_free(*keys, *n);
         *keys = NULL;
         return -1;

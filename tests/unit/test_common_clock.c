@@ -43,12 +43,25 @@ static void test_monotonic_advances(void **state)
     assert_true(b - a >= 2.0);
 }
 
+static void test_mono_after(void **state)
+{
+    (void)state;
+    int64_t before = clk_mono_ns();
+    struct timespec t = clk_mono_after(1999);
+    int64_t after = clk_mono_ns();
+    int64_t at = (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+    assert_true(t.tv_nsec >= 0 && t.tv_nsec < 1000000000L);
+    assert_true(at >= before + 1999000000LL);
+    assert_true(at <= after + 1999000000LL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_wall_is_the_epoch_in_ms),
         cmocka_unit_test(test_monotonic_units_agree),
         cmocka_unit_test(test_monotonic_advances),
+        cmocka_unit_test(test_mono_after),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
