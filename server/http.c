@@ -31,17 +31,25 @@
  * --max-body-memory, or dropped), then the final call (final_call: gzip, api_handle, and an
  * answer now or once the group commit calls on_done, the connection suspended meanwhile).
  * Refusals decided on the first call wait for the body (lingering close, below). The connection
- * around it (deadlines, the watchdog, shedding, per-address counts) is http_conn.c's.
+ * around it (deadlines, shedding, per-address counts) is http_conn.c's, the watchdog that expires
+ * overdue requests http_watchdog.c's, and the TLS set-up http_tls.c's (http_internal.h).
  *
- * Functions, in order: counters (counter_add, counter_wait_zero), ids (safe_request_id), the
- * body budget (budget_take, budget_give), answers (too_large, answer, transport_headers,
- * answer_transport, answer_error, answer_too_large), lingering (expects_continue, may_linger,
- * linger_start, refuse, linger, refuse_error), on_done, the request for the api (parse_encoding,
- * get_param, fill_req, header_bytes, start_request_id), header checks
- * (content_lengths_disagree, resolve_client, unfolded, find_bad_name, check_framing,
- * count_client), the calls (new_req, first_call, grow_body, over_budget, body_chunk, call_api,
- * retry_api, settle, final_call, dispatch, on_request, on_completed), start and stop (read_pem,
- * on_mhd_log, resolve, free_tls, set_limits, http_start, http_quiesce, http_drain, http_stop).
+ * Functions, in order:
+ *   counters        counter_add, counter_wait_zero
+ *   ids             safe_request_id
+ *   body budget     budget_take, budget_give
+ *   answers         too_large, answer, transport_headers, answer_transport, answer_error,
+ *                   answer_too_large
+ *   lingering       expects_continue, may_linger, linger_start, refuse, linger, refuse_error
+ *   storage's call  on_done
+ *   the api request parse_encoding, get_param, fill_req, add_header_bytes, header_bytes,
+ *                   start_request_id
+ *   header checks   scan_content_length, content_lengths_disagree, join_header, resolve_client,
+ *                   unfolded, find_bad_name, check_framing, count_client
+ *   the calls       new_req, first_call, grow_body, over_budget, body_chunk, call_api, retry_api,
+ *                   settle, final_call, dispatch, on_request, on_completed
+ *   start and stop  on_mhd_log, resolve, set_limits, init_sync, destroy, start_daemon,
+ *                   listen_error, http_start, http_quiesce, http_drain, http_stop
  */
 
 /*
@@ -64,9 +72,6 @@
 
 /* How long http_stop waits for parked requests to be answered before giving up. */
 #define STOP_WAIT_MS 5000
-
-/* A PEM certificate chain or key larger than this is not a PEM file. */
-#define TLS_FILE_MAX (1024 * 1024)
 
 enum encoding { ENC_IDENTITY, ENC_GZIP };
 
@@ -1087,45 +1092,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         counter_add(h, &h->inflight, -1);
 }
 
-/* Reads a whole PEM file into a NUL-terminated string (caller frees). Returns 0 or -1. */
-static int read_pem(const char *what, const char *path, char **out, char *errbuf, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n;
-
-    *out = NULL;
-    if (f == NULL) {
-        errbuf_printf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path, strerror(errno));
-        return -1;
-    }
-    buf = malloc(TLS_FILE_MAX + 1);
-    if (buf == NULL) {
-        fclose(f);
-        errbuf_printf(errbuf, errlen, "out of memory");
-        return -1;
-    }
-    n = fread(buf, 1, TLS_FILE_MAX + 1, f);
-    if (ferror(f) || n == 0 || n > TLS_FILE_MAX) {
-        errbuf_printf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path,
-                      ferror(f) ? strerror(errno)
-                      : n == 0  ? "empty file"
-                                : "larger than 1 MiB");
-        fclose(f);
-        free(buf);
-        return -1;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    if (strstr(buf, "-----BEGIN ") == NULL) {
-        errbuf_printf(errbuf, errlen, "TLS %s \"%s\" is not a PEM file", what, path);
-        free(buf);
-        return -1;
-    }
-    *out = buf;
-    return 0;
-}
-
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 
@@ -1198,18 +1164,6 @@ bad:
     return -1;
 }
 
-/* The key is a secret: wiped before its memory goes back to the allocator. */
-static void free_tls(http_t *h)
-{
-    if (h->tls_key != NULL) {
-        explicit_bzero(h->tls_key, strlen(h->tls_key));
-        free(h->tls_key);
-        h->tls_key = NULL;
-    }
-    free(h->tls_cert);
-    h->tls_cert = NULL;
-}
-
 /* The transport's limits from the configuration (README "Limits"). Returns 0 or -1 (no
  * memory). */
 static int set_limits(http_t *h, const config_t *cfg)
@@ -1240,32 +1194,12 @@ static int set_limits(http_t *h, const config_t *cfg)
     return 0;
 }
 
-int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
+/* The locks, condition variables and request-id counter of a new http_t. */
+static void init_sync(http_t *h)
 {
-    http_t *h = NULL;
-    struct sockaddr_storage ss;
     pthread_condattr_t ca;
-    bool v6;
-    unsigned flags;
-    const union MHD_DaemonInfo *info;
     uint64_t seed;
 
-    *out = NULL;
-    if (resolve(cfg, &ss, &v6, errbuf, errlen) != 0)
-        return -1;
-
-    h = calloc(1, sizeof *h);
-    if (h == NULL) {
-        errbuf_printf(errbuf, errlen, "out of memory");
-        return -1;
-    }
-    h->api = api;
-    h->listen_fd = MHD_INVALID_SOCKET;
-    if (set_limits(h, cfg) != 0) {
-        errbuf_printf(errbuf, errlen, "out of memory");
-        free(h); /* nothing else is set up yet */
-        return -1;
-    }
     atomic_init(&h->quiesced, false);
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
         seed = (uint64_t)clk_wall_ms() ^ ((uint64_t)getpid() << 32);
@@ -1279,7 +1213,26 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     pthread_cond_init(&h->cv, &ca);
     pthread_cond_init(&h->wd_cv, &ca);
     pthread_condattr_destroy(&ca);
+}
 
+/* Frees an http_t whose daemon is stopped or was never started (init_sync has run). */
+static void destroy(http_t *h)
+{
+    http_tls_free(h);
+    addrcount_free(h->per_ip);
+    pthread_rwlock_destroy(&h->gate);
+    pthread_cond_destroy(&h->cv);
+    pthread_cond_destroy(&h->wd_cv);
+    pthread_mutex_destroy(&h->mu);
+    pthread_mutex_destroy(&h->wd_mu);
+    free(h);
+}
+
+/* MHD_start_daemon with the transport's callbacks and limits; NULL (errno set or 0) if it fails. */
+static struct MHD_Daemon *start_daemon(http_t *h, const config_t *cfg,
+                                       const struct sockaddr_storage *ss, bool v6,
+                                       struct MHD_OptionItem *tls_opts)
+{
     /*
      * poll(), not epoll: libmicrohttpd 0.9.75's MHD_quiesce_daemon races each epoll worker
      * of a thread pool, which drops the listening socket from its own epoll set once it sees
@@ -1287,27 +1240,12 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
      * when the worker was first. With poll() there is no set to race on; each worker polls
      * its share of --max-connections, which costs nothing measurable at these counts.
      */
-    flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
-            MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
     if (v6)
         flags |= MHD_USE_IPv6;
-
-    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}};
-    if (cfg->tls_cert[0] != '\0') {
-        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-            errbuf_printf(errbuf, errlen,
-                          "--tls-cert: this libmicrohttpd was built without TLS support (GnuTLS)");
-            goto fail;
-        }
-        if (read_pem("certificate", cfg->tls_cert, &h->tls_cert, errbuf, errlen) != 0 ||
-            read_pem("key", cfg->tls_key, &h->tls_key, errbuf, errlen) != 0)
-            goto fail;
-        h->tls = true;
+    if (h->tls)
         flags |= MHD_USE_TLS;
-        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
-        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
-        tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    }
 
     /*
      * MHD keeps a connection's request line and headers in a per-connection memory pool and
@@ -1320,33 +1258,64 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     /* MHD treats a pool of one as an error-prone special case; one thread is just no pool. */
     unsigned pool = cfg->threads > 1 ? cfg->threads : 0;
     errno = 0;
-    h->daemon = MHD_start_daemon(
+    return MHD_start_daemon(
         flags, cfg->listen_port, NULL, NULL, on_request, h,
         /* The logger goes first, or MHD prints what it logs before it to stderr itself. */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_THREAD_POOL_SIZE, pool,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        (const struct sockaddr *)ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, h, MHD_OPTION_URI_LOG_CALLBACK,
         http_conn_uri, h, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
-    if (h->daemon == NULL) {
-        int e = errno;
-        errbuf_printf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
-                      cfg->listen_host, v6 ? "]" : "", (unsigned)cfg->listen_port,
-                      e != 0 ? ": " : "", e != 0 ? strerror(e) : "",
-                      h->tls
-                          ? " (or TLS setup failed: see the line above; does --tls-key belong to "
-                            "--tls-cert?)"
-                          : "");
+}
+
+/* Why MHD_start_daemon failed, into errbuf. */
+static void listen_error(const http_t *h, const config_t *cfg, bool v6, int e, char *errbuf,
+                         size_t errlen)
+{
+    errbuf_printf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
+                  cfg->listen_host, v6 ? "]" : "", (unsigned)cfg->listen_port, e != 0 ? ": " : "",
+                  e != 0 ? strerror(e) : "",
+                  h->tls ? " (or TLS setup failed: see the line above; does --tls-key belong to "
+                           "--tls-cert?)"
+                         : "");
+}
+
+int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
+{
+    http_t *h = NULL;
+    struct sockaddr_storage ss;
+    struct MHD_OptionItem tls_opts[3];
+    const union MHD_DaemonInfo *info;
+    bool v6;
+
+    *out = NULL;
+    if (resolve(cfg, &ss, &v6, errbuf, errlen) != 0)
+        return -1;
+    h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        errbuf_printf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    h->api = api;
+    h->listen_fd = MHD_INVALID_SOCKET;
+    init_sync(h);
+    if (set_limits(h, cfg) != 0) {
+        errbuf_printf(errbuf, errlen, "out of memory");
         goto fail;
     }
-    if (pthread_create(&h->wd_thread, NULL, http_watchdog, h) != 0) {
+    if (http_tls_load(h, cfg, tls_opts, errbuf, errlen) != 0)
+        goto fail;
+    h->daemon = start_daemon(h, cfg, &ss, v6, tls_opts);
+    if (h->daemon == NULL) {
+        listen_error(h, cfg, v6, errno, errbuf, errlen);
+        goto fail;
+    }
+    if (http_watchdog_start(h) != 0) {
         errbuf_printf(errbuf, errlen, "cannot start the request-timeout watchdog thread");
         MHD_stop_daemon(h->daemon);
         goto fail;
     }
-    h->wd_running = true;
-
     info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     LOG_INFO("listening on %s://%s%s%s:%u", h->tls ? "https" : "http", v6 ? "[" : "",
              cfg->listen_host, v6 ? "]" : "",
@@ -1355,14 +1324,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     return 0;
 
 fail:
-    free_tls(h);
-    addrcount_free(h->per_ip);
-    pthread_rwlock_destroy(&h->gate);
-    pthread_cond_destroy(&h->cv);
-    pthread_cond_destroy(&h->wd_cv);
-    pthread_mutex_destroy(&h->mu);
-    pthread_mutex_destroy(&h->wd_mu);
-    free(h);
+    destroy(h);
     return -1;
 }
 
@@ -1426,12 +1388,5 @@ void http_stop(http_t *h)
     MHD_stop_daemon(h->daemon);
     if (h->listen_fd != MHD_INVALID_SOCKET)
         close(h->listen_fd);
-    free_tls(h);
-    addrcount_free(h->per_ip);
-    pthread_rwlock_destroy(&h->gate);
-    pthread_cond_destroy(&h->cv);
-    pthread_cond_destroy(&h->wd_cv);
-    pthread_mutex_destroy(&h->mu);
-    pthread_mutex_destroy(&h->wd_mu);
-    free(h);
+    destroy(h);
 }

@@ -1,6 +1,8 @@
 /*
- * http_internal: what http.c (requests) and http_conn.c (connections: deadlines, the watchdog,
- * shedding, per-address counts) share. Not for other modules: the public interface is http.h.
+ * http_internal: what the files of the HTTP transport share: http.c (requests, start and stop),
+ * http_conn.c (connections: deadlines, shedding, per-address counts), http_watchdog.c (the
+ * deadline watchdog) and http_tls.c (the TLS set-up). Not for other modules: the public interface
+ * is http.h.
  */
 #ifndef INGESTD_HTTP_INTERNAL_H
 #define INGESTD_HTTP_INTERNAL_H
@@ -133,8 +135,25 @@ void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
 /* MHD_OPTION_URI_LOG_CALLBACK: marks a %00 in the raw path on the connection; returns NULL. */
 void *http_conn_uri(void *cls, const char *uri, struct MHD_Connection *conn);
 
-/* The watchdog thread (arg: the http_t) and its stop (joins it; no-op when not running). */
-void *http_watchdog(void *arg);
+/* ---- http_watchdog.c: the thread that expires connections past their deadline ---- */
+
+/* Starts the watchdog thread. Returns 0, or -1 when the thread cannot be created. */
+int http_watchdog_start(http_t *h);
+/* Stops and joins it; a no-op when it is not running. */
 void http_watchdog_stop(http_t *h);
+
+/* ---- http_tls.c: the TLS set-up ---- */
+
+/*
+ * With cfg's --tls-cert: checks that libmicrohttpd has TLS, reads the certificate and key into
+ * h->tls_cert / h->tls_key (kept while the daemon runs), sets h->tls and fills opts with the
+ * options that hand them to MHD_start_daemon, MHD_OPTION_END last. Without: opts[0] is
+ * MHD_OPTION_END. Returns 0, or -1 with the reason in errbuf; http_tls_free either way.
+ */
+int http_tls_load(http_t *h, const config_t *cfg, struct MHD_OptionItem opts[3], char *errbuf,
+                  size_t errlen);
+
+/* Wipes and frees the key, frees the certificate. Idempotent. */
+void http_tls_free(http_t *h);
 
 #endif
