@@ -586,9 +586,9 @@ static int parse_time(const char *v, int64_t *ms)
     return timestamp_parse(v, strlen(v), ms) == 0 && *ms > 0 ? 0 : -1;
 }
 
-/* Parses one value of setting `st`; `origin` names the flag or variable for errors. */
-static int apply(config_t *cfg, const struct setting *st, const char *v, const char *origin,
-                 char *errbuf, size_t errlen)
+/* A number of setting `st` (a duration, a size or a count) within its bounds. */
+static int apply_number(config_t *cfg, const struct setting *st, const char *v, const char *origin,
+                        char *errbuf, size_t errlen)
 {
     uint64_t u = 0;
     int64_t ms = 0;
@@ -596,77 +596,6 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     char lo[32], hi[32];
 
     switch (st->kind) {
-    case K_LISTEN:
-        return parse_listen(cfg, st, v, origin, errbuf, errlen);
-    case K_PATH: {
-        size_t n = strlen(v);
-        if (n < st->min || n > st->max) {
-            errbuf_printf(errbuf, errlen, "invalid %s: the path is empty or too long", origin);
-            return -1;
-        }
-        memcpy((char *)cfg + st->off, v, n + 1);
-        return 0;
-    }
-    case K_KEYS:
-        return add_keys(cfg, v, origin, errbuf, errlen);
-    case K_LIST:
-        return add_opt(cfg, v, origin, errbuf, errlen);
-    case K_BOOL: {
-        bool on = strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 || strcmp(v, "1") == 0;
-        if (!on && strcasecmp(v, "false") != 0 && strcasecmp(v, "no") != 0 && strcmp(v, "0") != 0) {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected true or false", origin, v);
-            return -1;
-        }
-        *(bool *)((char *)cfg + st->off) = on;
-        return 0;
-    }
-    case K_TIME:
-        if (parse_time(v, &ms) != 0) {
-            errbuf_printf(errbuf, errlen,
-                          "invalid %s \"%s\": expected an ISO-8601 UTC time such as "
-                          "2026-01-31T00:00:00Z or milliseconds since the epoch",
-                          origin, v);
-            return -1;
-        }
-        memcpy((char *)cfg + st->off, &ms, sizeof ms);
-        return 0;
-    case K_SECRET: {
-        size_t n = strlen(v);
-        if (n < st->min || n > st->max) {
-            errbuf_printf(errbuf, errlen, "invalid %s: must be 1 to %" PRIu64 " bytes", origin,
-                          st->max);
-            return -1;
-        }
-        /* It travels in an Authorization header: printable ASCII, no blanks (RFC 6750 token). */
-        for (size_t i = 0; i < n; i++) {
-            if (v[i] <= ' ' || v[i] > '~') {
-                errbuf_printf(errbuf, errlen,
-                              "invalid %s: only printable ASCII without blanks is allowed", origin);
-                return -1;
-            }
-        }
-        memcpy((char *)cfg + st->off, v, n + 1);
-        return 0;
-    }
-    case K_LEVEL: {
-        int lvl = logging_parse_level(v);
-        if (lvl < 0) {
-            errbuf_printf(errbuf, errlen,
-                          "invalid %s \"%s\": expected one of error, warn, info, debug", origin, v);
-            return -1;
-        }
-        cfg->log_level = lvl;
-        return 0;
-    }
-    case K_CHOICE: {
-        int i = choice_index(st->metavar, v);
-        if (i < 0) {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected %s", origin, v, st->metavar);
-            return -1;
-        }
-        *(int *)((char *)cfg + st->off) = i;
-        return 0;
-    }
     case K_DURATION:
     case K_SECONDS:
         if (config_parse_duration(v, &ms) != 0) {
@@ -715,6 +644,101 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
         }
         put_uint(cfg, st, u);
         return 0;
+    default:
+        break;
+    }
+    return -1;
+}
+
+/* The admin token: printable ASCII without blanks, within the length bounds. */
+static int apply_secret(config_t *cfg, const struct setting *st, const char *v, const char *origin,
+                        char *errbuf, size_t errlen)
+{
+    size_t n = strlen(v);
+    if (n < st->min || n > st->max) {
+        errbuf_printf(errbuf, errlen, "invalid %s: must be 1 to %" PRIu64 " bytes", origin,
+                      st->max);
+        return -1;
+    }
+    /* It travels in an Authorization header: printable ASCII, no blanks (RFC 6750 token). */
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] <= ' ' || v[i] > '~') {
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s: only printable ASCII without blanks is allowed", origin);
+            return -1;
+        }
+    }
+    memcpy((char *)cfg + st->off, v, n + 1);
+    return 0;
+}
+
+/* Parses one value of setting `st`; `origin` names the flag or variable for errors. */
+static int apply(config_t *cfg, const struct setting *st, const char *v, const char *origin,
+                 char *errbuf, size_t errlen)
+{
+    int64_t ms = 0;
+
+    switch (st->kind) {
+    case K_LISTEN:
+        return parse_listen(cfg, st, v, origin, errbuf, errlen);
+    case K_PATH: {
+        size_t n = strlen(v);
+        if (n < st->min || n > st->max) {
+            errbuf_printf(errbuf, errlen, "invalid %s: the path is empty or too long", origin);
+            return -1;
+        }
+        memcpy((char *)cfg + st->off, v, n + 1);
+        return 0;
+    }
+    case K_KEYS:
+        return add_keys(cfg, v, origin, errbuf, errlen);
+    case K_LIST:
+        return add_opt(cfg, v, origin, errbuf, errlen);
+    case K_BOOL: {
+        bool on = strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 || strcmp(v, "1") == 0;
+        if (!on && strcasecmp(v, "false") != 0 && strcasecmp(v, "no") != 0 && strcmp(v, "0") != 0) {
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected true or false", origin, v);
+            return -1;
+        }
+        *(bool *)((char *)cfg + st->off) = on;
+        return 0;
+    }
+    case K_TIME:
+        if (parse_time(v, &ms) != 0) {
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected an ISO-8601 UTC time such as "
+                          "2026-01-31T00:00:00Z or milliseconds since the epoch",
+                          origin, v);
+            return -1;
+        }
+        memcpy((char *)cfg + st->off, &ms, sizeof ms);
+        return 0;
+    case K_SECRET:
+        return apply_secret(cfg, st, v, origin, errbuf, errlen);
+    case K_LEVEL: {
+        int lvl = logging_parse_level(v);
+        if (lvl < 0) {
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected one of error, warn, info, debug", origin, v);
+            return -1;
+        }
+        cfg->log_level = lvl;
+        return 0;
+    }
+    case K_CHOICE: {
+        int i = choice_index(st->metavar, v);
+        if (i < 0) {
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected %s", origin, v, st->metavar);
+            return -1;
+        }
+        *(int *)((char *)cfg + st->off) = i;
+        return 0;
+    }
+    case K_DURATION:
+    case K_SECONDS:
+    case K_SIZE:
+    case K_COUNT:
+        return apply_number(cfg, st, v, origin, errbuf, errlen);
     }
     return -1;
 }
@@ -771,35 +795,25 @@ static int check_role(const config_t *cfg, char *errbuf, size_t errlen)
     return 0;
 }
 
-int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
-                 size_t errlen)
+/* The flags as given, by setting; --write-key and --kafka-opt may repeat, so they keep them all. */
+struct given {
+    const char *flagval[NSETTINGS];
+    const char **keyvals, **optvals;
+    size_t nkeyvals, noptvals;
+};
+
+static bool wants_help(int argc, char **argv)
 {
-    /* Flag values by setting; --write-key may repeat, so it keeps them all. */
-    const char *flagval[NSETTINGS] = {0};
-    const char **keyvals = NULL, **optvals = NULL;
-    size_t nkeyvals = 0, noptvals = 0;
-    int rc = 2;
-
-    memset(cfg, 0, sizeof *cfg);
-    if (errbuf != NULL && errlen > 0)
-        errbuf[0] = '\0';
-
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            config_usage(out);
-            return 1;
-        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return true;
     }
+    return false;
+}
 
-    keyvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *keyvals);
-    optvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *optvals);
-    if (keyvals == NULL || optvals == NULL) {
-        errbuf_printf(errbuf, errlen, "out of memory");
-        free(keyvals);
-        free(optvals);
-        return 2;
-    }
-
+/* Sorts argv's flags into g by setting, unparsed. Returns 0 or -1 (unknown flag, no value). */
+static int collect_flags(int argc, char **argv, struct given *g, char *errbuf, size_t errlen)
+{
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         const char *name, *eq, *val;
@@ -808,7 +822,7 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
             errbuf_printf(errbuf, errlen, "unexpected argument \"%s\" (see ingestd serve --help)",
                           arg);
-            goto out;
+            return -1;
         }
         name = arg + 2;
         eq = strchr(name, '=');
@@ -816,7 +830,7 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         if (st == NULL) {
             errbuf_printf(errbuf, errlen, "unknown flag %.*s (see ingestd serve --help)",
                           (int)(eq != NULL ? (size_t)(eq - arg) : strlen(arg)), arg);
-            goto out;
+            return -1;
         }
         if (eq != NULL) {
             val = eq + 1;
@@ -826,67 +840,71 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
             val = argv[++i];
         } else {
             errbuf_printf(errbuf, errlen, "flag --%s needs a value (%s)", st->name, st->metavar);
-            goto out;
+            return -1;
         }
         if (st->kind == K_KEYS)
-            keyvals[nkeyvals++] = val;
+            g->keyvals[g->nkeyvals++] = val;
         else if (st->kind == K_LIST)
-            optvals[noptvals++] = val;
+            g->optvals[g->noptvals++] = val;
         else
-            flagval[st - settings] = val; /* the last one wins, as with most tools */
+            g->flagval[st - settings] = val; /* the last one wins, as with most tools */
     }
+    return 0;
+}
 
-    for (size_t i = 0; i < NSETTINGS; i++) {
-        const struct setting *st = &settings[i];
-        const char *env = env_get(envp, st->env);
-        char flagname[64];
+/*
+ * Sets one setting from its flags, else its variable, else its default. The repeatable ones
+ * (write keys, Kafka options) take every flag, and the flags replace the variable as a whole.
+ */
+static int apply_setting(config_t *cfg, const struct setting *st, const char *flag,
+                         const struct given *g, char **envp, char *errbuf, size_t errlen)
+{
+    const char *env = env_get(envp, st->env);
+    char flagname[64];
 
-        snprintf(flagname, sizeof flagname, "--%s", st->name);
-        if (env != NULL && env[0] == '\0')
-            env = NULL; /* an empty variable counts as unset */
+    snprintf(flagname, sizeof flagname, "--%s", st->name);
+    if (env != NULL && env[0] == '\0')
+        env = NULL; /* an empty variable counts as unset */
 
-        if (st->kind == K_KEYS) {
-            if (nkeyvals > 0) {
-                for (size_t k = 0; k < nkeyvals; k++) {
-                    if (apply(cfg, st, keyvals[k], flagname, errbuf, errlen) != 0)
-                        goto out;
-                }
-            } else if (env != NULL) {
-                if (apply(cfg, st, env, st->env, errbuf, errlen) != 0)
-                    goto out;
-            }
-            continue;
+    if (st->kind == K_KEYS) {
+        for (size_t k = 0; k < g->nkeyvals; k++) {
+            if (apply(cfg, st, g->keyvals[k], flagname, errbuf, errlen) != 0)
+                return -1;
         }
-        if (st->kind == K_LIST) {
-            /* Flags replace the variable as a whole, as for the write keys. */
-            for (size_t k = 0; k < noptvals; k++)
-                if (apply(cfg, st, optvals[k], flagname, errbuf, errlen) != 0)
-                    goto out;
-            if (noptvals == 0 && env != NULL &&
-                add_opt_lines(cfg, env, st->env, errbuf, errlen) != 0)
-                goto out;
-            continue;
-        }
-        if (flagval[i] != NULL) {
-            if (apply(cfg, st, flagval[i], flagname, errbuf, errlen) != 0)
-                goto out;
-        } else if (env != NULL) {
-            if (apply(cfg, st, env, st->env, errbuf, errlen) != 0)
-                goto out;
-        } else if (st->def != NULL) {
-            if (apply(cfg, st, st->def, "default", errbuf, errlen) != 0)
-                goto out; /* a bad default is a bug; the message says which */
-        } else if (st->kind == K_COUNT) {
-            put_uint(cfg, st, cpu_count()); /* threads */
-        } /* else a K_SECRET without default: stays empty (not set) */
+        if (g->nkeyvals == 0 && env != NULL)
+            return apply(cfg, st, env, st->env, errbuf, errlen);
+        return 0;
     }
+    if (st->kind == K_LIST) {
+        for (size_t k = 0; k < g->noptvals; k++) {
+            if (apply(cfg, st, g->optvals[k], flagname, errbuf, errlen) != 0)
+                return -1;
+        }
+        if (g->noptvals == 0 && env != NULL)
+            return add_opt_lines(cfg, env, st->env, errbuf, errlen);
+        return 0;
+    }
+    if (flag != NULL)
+        return apply(cfg, st, flag, flagname, errbuf, errlen);
+    if (env != NULL)
+        return apply(cfg, st, env, st->env, errbuf, errlen);
+    if (st->def != NULL)
+        return apply(cfg, st, st->def, "default", errbuf, errlen); /* a bad one is a bug */
+    if (st->kind == K_COUNT)
+        put_uint(cfg, st, cpu_count()); /* threads */
+    /* Else a K_SECRET without default: it stays empty (not set). */
+    return 0;
+}
 
+/* What no single setting can check: settings that go together, and the parsed lists. */
+static int check_together(config_t *cfg, char *errbuf, size_t errlen)
+{
     /* A keys file may hold every key; whether it has any is checked when it is read (main.c). */
     if (cfg->nwrite_keys == 0 && cfg->write_keys_file[0] == '\0') {
         errbuf_printf(errbuf, errlen,
                       "no write key: give --write-key KEY[:SOURCE], set INGESTD_WRITE_KEY "
                       "(comma-separated) or give --write-keys-file FILE");
-        goto out;
+        return -1;
     }
     if (strcmp(cfg->store, "lmdb") != 0) {
         filter_spec_t spec;
@@ -894,11 +912,11 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         if (strncmp(cfg->store, "memory:", 7) != 0) {
             errbuf_printf(errbuf, errlen, "invalid --store \"%s\": expected lmdb or memory:SPEC",
                           cfg->store);
-            goto out;
+            return -1;
         }
         if (filter_parse_spec(cfg->store + 7, &spec, ferr, sizeof(ferr)) != FILTER_OK) {
             errbuf_printf(errbuf, errlen, "invalid --store \"%s\": %s", cfg->store, ferr);
-            goto out;
+            return -1;
         }
     }
     /* Half a TLS configuration would silently serve plain HTTP: refuse it. */
@@ -906,17 +924,45 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         errbuf_printf(errbuf, errlen, "%s without %s: give both (PEM files) or neither",
                       cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
                       cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
-        goto out;
+        return -1;
     }
     if (check_role(cfg, errbuf, errlen) != 0)
+        return -1;
+    return proxy_parse(cfg->trusted_proxies, &cfg->proxies, errbuf, errlen);
+}
+
+int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
+                 size_t errlen)
+{
+    struct given g = {0};
+    int rc = 2;
+
+    memset(cfg, 0, sizeof *cfg);
+    if (errbuf != NULL && errlen > 0)
+        errbuf[0] = '\0';
+    if (wants_help(argc, argv)) {
+        config_usage(out);
+        return 1;
+    }
+    g.keyvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *g.keyvals);
+    g.optvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *g.optvals);
+    if (g.keyvals == NULL || g.optvals == NULL) {
+        errbuf_printf(errbuf, errlen, "out of memory");
         goto out;
-    if (proxy_parse(cfg->trusted_proxies, &cfg->proxies, errbuf, errlen) != 0)
+    }
+    if (collect_flags(argc, argv, &g, errbuf, errlen) != 0)
+        goto out;
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        if (apply_setting(cfg, &settings[i], g.flagval[i], &g, envp, errbuf, errlen) != 0)
+            goto out;
+    }
+    if (check_together(cfg, errbuf, errlen) != 0)
         goto out;
     rc = 0;
 
 out:
-    free(keyvals);
-    free(optvals);
+    free(g.keyvals);
+    free(g.optvals);
     return rc;
 }
 
@@ -928,6 +974,37 @@ static void mask_key(char *buf, size_t len, const char *key)
     if (n > 3)
         n = 3;
     snprintf(buf, len, "%.*s\xe2\x80\xa6", (int)n, key);
+}
+
+/* The write keys, masked, with their sources. */
+static void fmt_keys(const config_t *cfg, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < cfg->nwrite_keys && used + 1 < len; i++) {
+        char masked[32];
+        mask_key(masked, sizeof masked, cfg->write_keys[i].key);
+        int w = snprintf(buf + used, len - used, "%s%s:%s", i > 0 ? ", " : "", masked,
+                         cfg->write_keys[i].source);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
+/* The --kafka-opt names only: a value may be a password (sasl.password). */
+static void fmt_kafka_opts(const config_t *cfg, char *buf, size_t len)
+{
+    size_t used = 0;
+    snprintf(buf, len, "none");
+    for (size_t i = 0; i < cfg->nkafka_opts && used + 1 < len; i++) {
+        const char *o = cfg->kafka_opts[i];
+        int w = snprintf(buf + used, len - used, "%s%.*s=(hidden)", i > 0 ? ", " : "",
+                         (int)strcspn(o, "="), o);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
 }
 
 static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, size_t len)
@@ -944,20 +1021,9 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
         snprintf(buf, len, "%s", v[0] != '\0' ? v : "none");
         return;
     }
-    case K_KEYS: {
-        size_t used = 0;
-        buf[0] = '\0';
-        for (size_t i = 0; i < cfg->nwrite_keys && used + 1 < len; i++) {
-            char masked[32];
-            mask_key(masked, sizeof masked, cfg->write_keys[i].key);
-            int w = snprintf(buf + used, len - used, "%s%s:%s", i > 0 ? ", " : "", masked,
-                             cfg->write_keys[i].source);
-            if (w < 0)
-                break;
-            used += (size_t)w;
-        }
+    case K_KEYS:
+        fmt_keys(cfg, buf, len);
         return;
-    }
     case K_LEVEL: {
         static const char *const names[] = {"error", "warn", "info", "debug"};
         int l = cfg->log_level;
@@ -977,20 +1043,9 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
         snprintf(buf, len, "%.*s", w ? (int)strcspn(w, "|") : 1, w ? w : "?");
         return;
     }
-    case K_LIST: {
-        /* Names only: a value may be a password (sasl.password). */
-        size_t used = 0;
-        snprintf(buf, len, "none");
-        for (size_t i = 0; i < cfg->nkafka_opts && used + 1 < len; i++) {
-            const char *o = cfg->kafka_opts[i];
-            int w = snprintf(buf + used, len - used, "%s%.*s=(hidden)", i > 0 ? ", " : "",
-                             (int)strcspn(o, "="), o);
-            if (w < 0)
-                break;
-            used += (size_t)w;
-        }
+    case K_LIST:
+        fmt_kafka_opts(cfg, buf, len);
         return;
-    }
     case K_TIME: {
         int64_t ms;
         memcpy(&ms, (const char *)cfg + st->off, sizeof ms);
