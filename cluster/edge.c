@@ -320,27 +320,13 @@ int32_t cluster_edge_partitions(const cluster_edge_t *e)
     return e->partitions;
 }
 
-int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char *err,
-                     size_t errlen)
+/* A new edge's state, counters and locks; its producer is not there yet. NULL: out of memory. */
+static cluster_edge_t *edge_alloc(const cluster_edge_options_t *o)
 {
-    cluster_edge_t *e = NULL;
     pthread_condattr_t ca;
-    int rc = CLUSTER_NOMEM;
-
-    *out = NULL;
-    if (o == NULL || o->brokers == NULL || o->brokers[0] == '\0' || o->raw_topic == NULL ||
-        o->raw_topic[0] == '\0' || o->opts.n > MAX_OPTS || o->timeout_ms < 0 ||
-        o->partitions_before < 0 || (o->partitions_before > 0 && o->repartition_at_ms <= 0)) {
-        snprintf(err, errlen,
-                 "edge: brokers and raw topic are required (and a cut-over with "
-                 "partitions_before)");
-        return CLUSTER_EINVAL;
-    }
-    e = calloc(1, sizeof *e);
-    if (e == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return CLUSTER_NOMEM;
-    }
+    cluster_edge_t *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return NULL;
     e->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : CLUSTER_EDGE_TIMEOUT_MS;
     e->partitions_before = o->partitions_before;
     e->repartition_at_ms = o->repartition_at_ms;
@@ -355,24 +341,27 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
     atomic_init(&e->req_refused, 0);
     e->topic = strdup(o->raw_topic);
     e->opts = calloc(o->opts.n + 1, sizeof *e->opts);
-    if (e->topic == NULL || e->opts == NULL || pthread_mutex_init(&e->mu, NULL) != 0) {
-        snprintf(err, errlen, "out of memory");
+    if (e->topic == NULL || e->opts == NULL || pthread_mutex_init(&e->mu, NULL) != 0)
         goto fail;
-    }
     e->mu_ok = true;
     /* The timer sleeps on CLOCK_MONOTONIC: a wall-clock step must not fire or stall deadlines. */
-    if (pthread_condattr_init(&ca) != 0) {
-        snprintf(err, errlen, "out of memory");
+    if (pthread_condattr_init(&ca) != 0)
         goto fail;
-    }
     e->cv_ok =
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_cond_init(&e->cv, &ca) == 0;
     pthread_condattr_destroy(&ca);
-    if (!e->cv_ok) {
-        snprintf(err, errlen, "out of memory");
+    if (!e->cv_ok)
         goto fail;
-    }
+    return e;
+fail:
+    cluster_edge_free(e, 0);
+    return NULL;
+}
 
+/* The producer on the raw topic, its partition count and the partitioner. CLUSTER_OK or why not. */
+static int edge_connect(cluster_edge_t *e, const cluster_edge_options_t *o, char *err,
+                        size_t errlen)
+{
     /* librdkafka gives up on a message after message.timeout.ms (default 5 minutes): bound it by
      * the request's timeout, so a report never comes long after the 503. An explicit
      * --kafka-opt comes later in the list and wins. */
@@ -385,8 +374,9 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
         .topic = o->raw_topic,
         .opts = {.kv = e->opts, .n = o->opts.n + 1},
     };
-    if ((rc = cluster_producer_new(&po, &e->producer, err, errlen)) != CLUSTER_OK)
-        goto fail;
+    int rc = cluster_producer_new(&po, &e->producer, err, errlen);
+    if (rc != CLUSTER_OK)
+        return rc;
     rc = cluster_producer_partitions(
         e->producer, o->metadata_timeout_ms > 0 ? o->metadata_timeout_ms : 10000, &e->partitions);
     if (rc != CLUSTER_OK) {
@@ -394,7 +384,7 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
                  o->raw_topic,
                  rc == CLUSTER_TIMEOUT ? "no metadata from the cluster in time"
                                        : "no partition count in the cluster's metadata");
-        goto fail;
+        return rc;
     }
     cluster_partition_config_t pc = {.partitions = e->partitions,
                                      .partitions_before = o->partitions_before,
@@ -404,8 +394,33 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
                  "--partitions-before %" PRId32 " does not fit raw topic %s with %" PRId32
                  " partitions (it must be 1..%" PRId32 ")",
                  o->partitions_before, o->raw_topic, e->partitions, e->partitions);
-        goto fail;
+        return rc;
     }
+    return CLUSTER_OK;
+}
+
+int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char *err,
+                     size_t errlen)
+{
+    cluster_edge_t *e = NULL;
+    int rc;
+
+    *out = NULL;
+    if (o == NULL || o->brokers == NULL || o->brokers[0] == '\0' || o->raw_topic == NULL ||
+        o->raw_topic[0] == '\0' || o->opts.n > MAX_OPTS || o->timeout_ms < 0 ||
+        o->partitions_before < 0 || (o->partitions_before > 0 && o->repartition_at_ms <= 0)) {
+        snprintf(err, errlen,
+                 "edge: brokers and raw topic are required (and a cut-over with "
+                 "partitions_before)");
+        return CLUSTER_EINVAL;
+    }
+    e = edge_alloc(o);
+    if (e == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return CLUSTER_NOMEM;
+    }
+    if ((rc = edge_connect(e, o, err, errlen)) != CLUSTER_OK)
+        goto fail;
     if (pthread_create(&e->timer, NULL, timer_main, e) != 0) {
         snprintf(err, errlen, "cannot start the edge's timer thread");
         rc = CLUSTER_NOMEM;
