@@ -695,8 +695,8 @@ enum step { STEP_OK, STEP_GROW, STEP_FAIL };
  * Stage 1: the LMDB side of a batch. Marks in `produce` which messages go to
  * the output topic. STEP_GROW when partition *grow_part's map is full.
  */
-static int stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, bool *produce,
-                      counters_t *c, int32_t *grow_part)
+static enum step stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, bool *produce,
+                            counters_t *c, int32_t *grow_part)
 {
     int64_t now = clk_wall_ms();
     window_policy_t wp = {.window_ms = w->o.window_ms, .max_keys = w->o.max_keys};
@@ -807,12 +807,12 @@ static rd_kafka_resp_err_t produce_one(cluster_worker_t *w, const rd_kafka_messa
 /* What to do after a transactional call failed. */
 enum txn_verdict { TXN_RETRY, TXN_ABORT, TXN_FATAL };
 
-static int verdict(cluster_worker_t *w, const char *what, rd_kafka_error_t *e)
+static enum txn_verdict verdict(cluster_worker_t *w, const char *what, rd_kafka_error_t *e)
 {
-    int v = rd_kafka_error_is_fatal(e)             ? TXN_FATAL
-            : rd_kafka_error_txn_requires_abort(e) ? TXN_ABORT
-            : rd_kafka_error_is_retriable(e)       ? TXN_RETRY
-                                                   : TXN_ABORT;
+    enum txn_verdict v = rd_kafka_error_is_fatal(e)             ? TXN_FATAL
+                         : rd_kafka_error_txn_requires_abort(e) ? TXN_ABORT
+                         : rd_kafka_error_is_retriable(e)       ? TXN_RETRY
+                                                                : TXN_ABORT;
     wlog(w, v == TXN_RETRY ? 1 : 0, "%s: %s (%s)", what, rd_kafka_error_string(e),
          v == TXN_FATAL   ? "fatal: new producer"
          : v == TXN_ABORT ? "aborting"
@@ -900,7 +900,7 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
     for (;;) {
         int32_t gp = -1;
         memset(&c, 0, sizeof c);
-        int s = stage_keys(w, msgs, n, produce, &c, &gp);
+        enum step s = stage_keys(w, msgs, n, produce, &c, &gp);
         if (s == STEP_OK)
             break;
         abort_stores(w);

@@ -33,7 +33,7 @@ enum kind {
     K_COUNT,    /* a plain unsigned number */
     K_LEVEL,    /* a log level name */
     K_SECRET,   /* a string field never logged (a token); empty: not set */
-    K_CHOICE,   /* one word of the metavar "a|b|c", stored as its index in an int field */
+    K_CHOICE,   /* one word of the metavar "a|b|c", stored as its index in an enum field */
     K_TIME,     /* an ISO-8601 UTC time or ms since the epoch into an int64 field (ms) */
     K_LIST,     /* NAME=VALUE strings, repeatable, into kafka_opts (the variable: one a line) */
     K_BOOL, /* a switch: the flag alone (or =true/false); the variable 1/true/yes or 0/false/no */
@@ -51,6 +51,12 @@ struct setting {
 };
 
 #define FIELD(f) offsetof(config_t, f), sizeof(((config_t *)0)->f)
+
+/* K_CHOICE fields are enums stored and read as the int index of their word. */
+#define CHOICE_FIELDS_ARE_INT                                                                      \
+    (sizeof(enum config_data_mode) == sizeof(int) && sizeof(enum store_sync) == sizeof(int) &&     \
+     sizeof(enum config_role) == sizeof(int))
+_Static_assert(CHOICE_FIELDS_ARE_INT, "a K_CHOICE field is not the size of an int");
 
 /* The one table: parsing, validation, --help and config_log all walk it. */
 static const struct setting settings[] = {
@@ -207,15 +213,21 @@ static int choice_index(const char *choices, const char *word)
     return -1;
 }
 
-unsigned config_data_umask(int mode)
+unsigned config_data_umask(enum config_data_mode mode)
 {
-    return mode == CONFIG_DATA_GROUP ? 027 : 077;
+    switch (mode) {
+    case CONFIG_DATA_GROUP:
+        return 027;
+    case CONFIG_DATA_PRIVATE:
+        break;
+    }
+    return 077;
 }
 
-int config_data_mode_env(const char *value)
+enum config_data_mode config_data_mode_env(const char *value)
 {
     int i = value ? choice_index("private|group", value) : -1;
-    return i < 0 ? CONFIG_DATA_PRIVATE : i;
+    return i == CONFIG_DATA_GROUP ? CONFIG_DATA_GROUP : CONFIG_DATA_PRIVATE;
 }
 
 static unsigned cpu_count(void)
@@ -731,7 +743,7 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
             errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected %s", origin, v, st->metavar);
             return -1;
         }
-        *(int *)((char *)cfg + st->off) = i;
+        memcpy((char *)cfg + st->off, &i, sizeof i); /* an enum field (CHOICE_FIELDS_ARE_INT) */
         return 0;
     }
     case K_DURATION:
@@ -1038,7 +1050,9 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
     case K_CHOICE: {
         /* The n-th word of "a|b|c". */
         const char *w = st->metavar;
-        for (int i = *(const int *)((const char *)cfg + st->off); i > 0 && w; i--)
+        int n;
+        memcpy(&n, (const char *)cfg + st->off, sizeof n);
+        for (int i = n; i > 0 && w; i--)
             w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL;
         snprintf(buf, len, "%.*s", w ? (int)strcspn(w, "|") : 1, w ? w : "?");
         return;

@@ -11,7 +11,7 @@
 
 #include "common/clock.h"
 
-int logging_level = LOG_LEVEL_INFO;
+enum log_level logging_level = LOG_LEVEL_INFO;
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 

@@ -281,6 +281,18 @@ static int open_storage(struct serving *s)
     return 0;
 }
 
+/* Where accepted events go: --role's storage or Kafka producer. 0 or -1 (logged). */
+static int open_role(struct serving *s)
+{
+    switch (s->cfg->role) {
+    case CONFIG_ROLE_SINGLE:
+        return open_storage(s);
+    case CONFIG_ROLE_EDGE:
+        return open_edge(s);
+    }
+    return -1;
+}
+
 /* Request handling over the storage or the edge, and the HTTP transport. 0 or -1 (logged). */
 static int start_serving(struct serving *s)
 {
@@ -376,7 +388,7 @@ static int serve(int argc, char **argv)
         LOG_ERROR("out of memory");
         goto out;
     }
-    if ((s.cfg->role == CONFIG_ROLE_EDGE ? open_edge(&s) : open_storage(&s)) != 0)
+    if (open_role(&s) != 0)
         goto out;
     if (start_serving(&s) != 0)
         goto out;
