@@ -91,13 +91,13 @@ static const struct setting settings[] = {
     {"timeout", "INGESTD_TIMEOUT", "30s", K_SECONDS, 1, 3600, FIELD(timeout_s), "DURATION",
      "close a connection idle this long (1s..1h)"},
     {"commit-max-events", "INGESTD_COMMIT_MAX_EVENTS", "50000", K_COUNT, 1, 10000000,
-     FIELD(max_batch_events), "N", "events per group commit (LMDB transaction + fsync) at most"},
+     FIELD(max_batch_events), "N", "events per group commit (one log append + fsync) at most"},
     {"log-level", "INGESTD_LOG_LEVEL", "info", K_LEVEL, 0, 0, FIELD(log_level), "LEVEL",
      "error, warn, info or debug"},
     {"admin-token", "INGESTD_ADMIN_TOKEN", NULL, K_SECRET, 1,
      sizeof(((config_t *)0)->admin_token) - 1, FIELD(admin_token), "TOKEN",
-     "bearer token for GET /v1/log (reading the log over HTTP); without one that route is off "
-     "(404). Printable ASCII without blanks, at most 255 bytes"},
+     "bearer token for GET /v1/log, /stats and /metrics (/healthz stays open); without one "
+     "/v1/log is off (404). Printable ASCII without blanks, at most 255 bytes"},
     {"log-retention", "INGESTD_LOG_RETENTION", "0", K_DURATION, 0, (uint64_t)(3650 * MS_PER_DAY),
      FIELD(log_retention_ms), "DURATION",
      "delete closed log segments last written longer ago than this, e.g. 7d; 0: keep forever. "

@@ -54,7 +54,8 @@ typedef struct config {
     enum store_sync store_sync; /* --store-sync meta|full|lazy (INGESTD_STORE_SYNC), default meta */
     char store[128];            /* --store lmdb|memory:SPEC (INGESTD_STORE), default lmdb */
     char admin_token[256];      /* --admin-token (INGESTD_ADMIN_TOKEN), default "" (none): when set,
-                                   GET /v1/log needs `Authorization: Bearer TOKEN`; else it is off */
+                                   /v1/log, /stats, /metrics need `Authorization: Bearer TOKEN`;
+                                   without, /v1/log is off */
     int64_t log_retention_ms; /* --log-retention (INGESTD_LOG_RETENTION), default 0: keep forever */
     uint64_t log_max_bytes;   /* --log-max-bytes (INGESTD_LOG_MAX_BYTES), default 0: no bound */
     /* Hardening (issue #6; README "Limits"). */

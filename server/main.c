@@ -22,10 +22,6 @@
 #include "server/logging.h"
 #include "storage/commit.h"
 
-#ifndef INGESTD_VERSION
-#define INGESTD_VERSION "0.0.0"
-#endif
-
 /* How long in-flight requests get to finish after SIGTERM before storage closes. */
 #define DRAIN_MS 10000
 
