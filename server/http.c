@@ -94,7 +94,7 @@ struct req {
     enum encoding enc;
     int64_t now_ms;
     int64_t mono_ms;  /* arrival on CLOCK_MONOTONIC: a long-poll's deadline counts from it */
-    int64_t start_ns; /* arrival, api_clock_ns(): for ingestd_request_duration_seconds */
+    int64_t start_ns; /* arrival, clk_mono_ns(): for ingestd_request_duration_seconds */
     const char *path; /* MHD's url, or path_copy when a query had to be cut */
     char *path_copy;
     char *body; /* raw (maybe compressed) body, NUL-terminated */
@@ -240,7 +240,7 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     MHD_destroy_response(mr);
     if (ret == MHD_YES) {
         api_count_response(h->api, resp->status);
-        api_count_duration(h->api, r->path, resp->status, api_clock_ns() - r->start_ns);
+        api_count_duration(h->api, r->path, resp->status, clk_mono_ns() - r->start_ns);
         r->phase = PH_ANSWERED;
         /* The path, never the body: event data stays out of the logs. */
         LOG_DEBUG("http: %s %.200s -> %d (from %s)", r->method, r->path, resp->status,
