@@ -32,7 +32,8 @@
  * answer now or once the group commit calls on_done, the connection suspended meanwhile).
  * Refusals decided on the first call wait for the body (lingering close, below). The connection
  * around it (deadlines, shedding, per-address counts) is http_conn.c's, the watchdog that expires
- * overdue requests http_watchdog.c's, and the TLS set-up http_tls.c's (http_internal.h).
+ * overdue requests http_watchdog.c's, the TLS set-up http_tls.c's, and the reading of a request
+ * head's framing headers http_headers.c's (http_internal.h).
  *
  * Functions, in order:
  *   counters        counter_add, counter_wait_zero
@@ -42,10 +43,9 @@
  *                   answer_too_large
  *   lingering       expects_continue, may_linger, linger_start, refuse, linger, refuse_error
  *   storage's call  on_done
- *   the api request parse_encoding, get_param, fill_req, add_header_bytes, header_bytes,
- *                   start_request_id
- *   header checks   scan_content_length, content_lengths_disagree, join_header, resolve_client,
- *                   unfolded, find_bad_name, check_framing, count_client
+ *   the api request parse_encoding, get_param, fill_req, start_request_id
+ *   header checks   resolve_client, check_framing, count_client (what the head says is read by
+ *                   http_headers.c)
  *   the calls       new_req, first_call, grow_body, over_budget, body_chunk, call_api, retry_api,
  *                   settle, final_call, dispatch, on_request, on_completed
  *   start and stop  on_mhd_log, resolve, set_limits, init_sync, destroy, start_daemon,
@@ -65,10 +65,6 @@
  * `Expect: 100-continue` the client waits to be invited, so it is refused at once, unread.
  */
 #define LINGER_MAX_BYTES ((size_t)8 * API_MAX_REQUEST_BYTES)
-
-/* The header values joined for the client address (X-Forwarded-For may repeat); longer ones keep
- * their right end, the hops our own proxies added. */
-#define FORWARDED_MAX 2048
 
 /* How long http_stop waits for parked requests to be answered before giving up. */
 #define STOP_WAIT_MS 5000
@@ -451,27 +447,6 @@ static void fill_req(const struct req *r, const char *method, api_req_t *areq)
     areq->client_ip = r->h->context_ip && r->client_ip[0] != '\0' ? r->client_ip : NULL;
 }
 
-/* MHD_get_connection_values iterator: adds up the bytes of a request's headers. */
-static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
-                                        const char *value)
-{
-    size_t *n = cls;
-
-    (void)kind;
-    *n += strlen(key) + (value != NULL ? strlen(value) : 0) + 4; /* ": " and CRLF */
-    return MHD_YES;
-}
-
-/* Request line and headers, as near as MHD lets us count them after parsing. */
-static size_t header_bytes(struct MHD_Connection *conn, const char *method, const char *url)
-{
-    size_t n = strlen(method) + strlen(url) + sizeof " HTTP/1.1\r\n";
-
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_bytes, &n);
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_header_bytes, &n);
-    return n;
-}
-
 /* Gives r its request id (the client's, if safe, else a new one) and stamps it on log lines. */
 static void start_request_id(http_t *h, struct req *r)
 {
@@ -490,70 +465,6 @@ static void start_request_id(http_t *h, struct req *r)
     }
 }
 
-struct cl_scan {
-    const char *first;
-    bool disagree;
-};
-
-static enum MHD_Result scan_content_length(void *cls, enum MHD_ValueKind kind, const char *key,
-                                           const char *value)
-{
-    struct cl_scan *sc = cls;
-    (void)kind;
-    if (key == NULL || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
-        return MHD_YES;
-    if (sc->first == NULL)
-        sc->first = value != NULL ? value : "";
-    else if (value == NULL || strcmp(sc->first, value) != 0)
-        sc->disagree = true;
-    return MHD_YES;
-}
-
-/*
- * Two Content-Length headers that differ: libmicrohttpd 0.9.75 takes the first, but a proxy in
- * front may have taken the other, and the bytes between are another request to one of them
- * (request smuggling). RFC 9112 6.3: refuse it, and the early answer closes the connection.
- */
-static bool content_lengths_disagree(struct MHD_Connection *conn)
-{
-    struct cl_scan sc = {NULL, false};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_content_length, &sc);
-    return sc.disagree;
-}
-
-/* MHD_get_connection_values iterator: joins every value of one header with ", " (RFC 9110 5.3),
- * keeping the right end when they are too long. */
-struct join {
-    const char *name;
-    char buf[FORWARDED_MAX];
-    size_t len;
-};
-
-static enum MHD_Result join_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                   const char *value)
-{
-    struct join *j = cls;
-    (void)kind;
-    if (key == NULL || value == NULL || strcasecmp(key, j->name) != 0)
-        return MHD_YES;
-    size_t sep = j->len > 0 ? 2 : 0;
-    size_t n = strlen(value);
-    if (n + sep >= sizeof j->buf) {
-        value += n - (sizeof j->buf - 1); /* this value alone fills it: its right end */
-        n = sizeof j->buf - 1;
-        j->len = sep = 0;
-    } else if (j->len + sep + n >= sizeof j->buf) {
-        size_t drop = j->len + sep + n - (sizeof j->buf - 1);
-        memmove(j->buf, j->buf + drop, j->len - drop);
-        j->len -= drop;
-    }
-    memcpy(j->buf + j->len, ", ", sep);
-    memcpy(j->buf + j->len + sep, value, n);
-    j->len += sep + n;
-    j->buf[j->len] = '\0';
-    return MHD_YES;
-}
-
 /* The socket peer's address or, behind a trusted proxy, the client's it forwarded; log lines of
  * the connection name both then. */
 static void resolve_client(http_t *h, struct req *r)
@@ -561,7 +472,6 @@ static void resolve_client(http_t *h, struct req *r)
     const union MHD_ConnectionInfo *ai =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;
-    struct join fwd = {"Forwarded", "", 0}, xff = {"X-Forwarded-For", "", 0};
     char client[PROXY_ADDR_LEN];
 
     r->client_ip[0] = '\0';
@@ -575,10 +485,7 @@ static void resolve_client(http_t *h, struct req *r)
                   sizeof r->client_ip);
     if (h->proxies.n == 0 || !proxy_trusted_sa(&h->proxies, sa))
         return;
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &fwd);
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &xff);
-    bool found = proxy_client(&h->proxies, fwd.len > 0 ? fwd.buf : NULL,
-                              xff.len > 0 ? xff.buf : NULL, client) == 0;
+    bool found = http_forwarded_client(&h->proxies, r->conn, client);
     if (r->c != NULL) {
         /* A proxy's kept-alive connection carries many clients: this request's, or its own. */
         pthread_mutex_lock(&h->wd_mu);
@@ -593,55 +500,6 @@ static void resolve_client(http_t *h, struct req *r)
 }
 
 /*
- * Whether libmicrohttpd 0.9.75 unfolded this header from obs-folded lines. It parses headers in
- * place in its read buffer: the colon becomes a NUL and the value follows the name after blanks.
- * A continuation line (one starting with a blank) it appends to the *name*, which it copies to a
- * fresh block of its memory pool for that, so the name no longer sits right before its value.
- * Only checked on the version it was read in (0.9.75, Debian 12's): 1.0 handles obs-fold itself
- * (refuses it, or replaces it with a blank), and another layout would make every header look
- * unfolded, hence the guard.
- */
-static bool unfolded(const char *key, const char *value)
-{
-#if MHD_VERSION == 0x00097500
-    size_t klen = strlen(key);
-    const char *p = key + klen + 1;
-
-    if (value == NULL || value < p)
-        return true;
-    while (p < value && (*p == ' ' || *p == '\t'))
-        p++;
-    return p != value;
-#else
-    (void)key;
-    (void)value;
-    return false;
-#endif
-}
-
-/* MHD_get_connection_values iterator: a header line we refuse (RFC 9112 5.1, 5.2): a name that is
- * not a token (libmicrohttpd 0.9.75 keeps a blank before the colon in the name), or a folded one.
- */
-static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value)
-{
-    bool *bad = cls;
-    (void)kind;
-    if (key == NULL || key[0] == '\0' || unfolded(key, value)) {
-        *bad = true;
-        return MHD_NO;
-    }
-    for (const char *p = key; *p != '\0'; p++) {
-        unsigned char ch = (unsigned char)*p;
-        if (ch <= ' ' || ch >= 0x7f || strchr("\"(),/:;<=>?@[\\]{}", ch) != NULL) {
-            *bad = true;
-            return MHD_NO;
-        }
-    }
-    return MHD_YES;
-}
-
-/*
  * Framing and syntax a proxy in front might read differently from us (request smuggling):
  * refused, or for Content-Length beside chunked, answered and then closed (RFC 9112 6.1). Returns
  * MHD_YES to go on with *done false, or what the handler returns with *done true.
@@ -651,15 +509,13 @@ static enum MHD_Result check_framing(struct req *r, bool *done)
     struct MHD_Connection *conn = r->conn;
     const char *te =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    bool bad_name = false;
 
     *done = true;
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, find_bad_name, &bad_name);
-    if (bad_name) {
+    if (http_headers_malformed(conn)) {
         r->must_close = true;
         return answer_error(r, 400, "malformed header line (blank before the colon, or folded)");
     }
-    if (content_lengths_disagree(conn))
+    if (http_content_lengths_disagree(conn))
         return answer_error(r, 400, "conflicting Content-Length headers");
     if (te != NULL && strcasecmp(te, "chunked") != 0) {
         /* libmicrohttpd reads only chunked; any other coding it would wait on forever. */
@@ -767,7 +623,7 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
 
     /* MHD's memory pool only stops headers far past the limit (with its own HTML 431); this
      * is the clear answer for everything between. */
-    size_t hb = header_bytes(conn, method, url);
+    size_t hb = http_header_bytes(conn, method, url);
     if (hb > h->max_header_bytes) {
         char msg[128];
         snprintf(msg, sizeof msg, "request headers too large (%zu bytes; max %zu)", hb,

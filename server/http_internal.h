@@ -1,8 +1,8 @@
 /*
  * http_internal: what the files of the HTTP transport share: http.c (requests, start and stop),
- * http_conn.c (connections: deadlines, shedding, per-address counts), http_watchdog.c (the
- * deadline watchdog) and http_tls.c (the TLS set-up). Not for other modules: the public interface
- * is http.h.
+ * http_conn.c (connections: deadlines, shedding, per-address counts), http_headers.c (what a
+ * request head says), http_watchdog.c (the deadline watchdog) and http_tls.c (the TLS set-up).
+ * Not for other modules: the public interface is http.h.
  */
 #ifndef INGESTD_HTTP_INTERNAL_H
 #define INGESTD_HTTP_INTERNAL_H
@@ -134,6 +134,31 @@ void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
 
 /* MHD_OPTION_URI_LOG_CALLBACK: marks a %00 in the raw path on the connection; returns NULL. */
 void *http_conn_uri(void *cls, const char *uri, struct MHD_Connection *conn);
+
+/* ---- http_headers.c: what a request head's headers say ---- */
+
+/* Request line and headers, as near as MHD lets us count them after parsing. */
+size_t http_header_bytes(struct MHD_Connection *conn, const char *method, const char *url);
+
+/*
+ * Two Content-Length headers that differ: libmicrohttpd 0.9.75 takes the first. RFC 9112 6.3
+ * says refuse it (the early answer closes the connection).
+ */
+bool http_content_lengths_disagree(struct MHD_Connection *conn);
+
+/*
+ * A header line to refuse (RFC 9112 5.1, 5.2): a name that is not a token (libmicrohttpd 0.9.75
+ * keeps a blank before the colon in the name), or one unfolded from obs-folded lines.
+ */
+bool http_headers_malformed(struct MHD_Connection *conn);
+
+/*
+ * The client that a trusted proxy names in Forwarded / X-Forwarded-For (every value of each,
+ * joined), into client. False when neither names one (proxy_client). Call it only for a peer in
+ * --trusted-proxies.
+ */
+bool http_forwarded_client(const proxy_list_t *proxies, struct MHD_Connection *conn,
+                           char client[PROXY_ADDR_LEN]);
 
 /* ---- http_watchdog.c: the thread that expires connections past their deadline ---- */
 
