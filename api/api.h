@@ -9,7 +9,7 @@
 #include "storage/commit.h"
 #include "storage/quarantine.h"
 
-/* Limits of the contract (DESIGN.md). */
+/* Limits of the contract (README "Limits", openapi.yaml). */
 #define API_MAX_EVENT_BYTES   (32 * 1024)  /* one event, as serialised JSON */
 #define API_MAX_REQUEST_BYTES (500 * 1024) /* one request body, after decompression */
 #define API_MAX_BATCH_EVENTS  2500

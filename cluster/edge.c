@@ -12,6 +12,8 @@
 
 #include "cluster/partition.h"
 #include "cluster/producer.h"
+#include "common/clock.h"
+#include "common/prom.h"
 
 #define MAX_OPTS      256 /* pass-through options at most (config allows fewer) */
 #define ANSWER_CHUNK  64  /* requests answered per pass of the timer (outside the lock) */
@@ -63,13 +65,6 @@ struct cluster_edge {
     char timeout_opt[64]; /* "message.timeout.ms=N", first of opts */
     const char **opts;    /* timeout_opt + the caller's, borrowed strings */
 };
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void list_push(struct list *l, struct ereq *r)
 {
@@ -186,7 +181,7 @@ static void *timer_main(void *arg)
 
     pthread_mutex_lock(&e->mu);
     while (!e->stop) {
-        int64_t now = mono_ms();
+        int64_t now = clk_mono_ms();
         int64_t wake = now + IDLE_WAIT_MS;
         if (e->waiting.head != NULL && e->waiting.head->deadline_ms <= now) {
             pthread_mutex_unlock(&e->mu);
@@ -254,7 +249,7 @@ static int edge_submit(void *ctx, const char *source, int64_t received_ms,
     r->arg = arg;
     pthread_mutex_lock(&e->mu);
     /* Taken under the lock, so the list stays in deadline order for the timer. */
-    r->deadline_ms = mono_ms() + e->timeout_ms;
+    r->deadline_ms = clk_mono_ms() + e->timeout_ms;
     bool first = e->waiting.head == NULL;
     list_push(&e->waiting, r);
     if (first)
@@ -325,27 +320,13 @@ int32_t cluster_edge_partitions(const cluster_edge_t *e)
     return e->partitions;
 }
 
-int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char *err,
-                     size_t errlen)
+/* A new edge's state, counters and locks; its producer is not there yet. NULL: out of memory. */
+static cluster_edge_t *edge_alloc(const cluster_edge_options_t *o)
 {
-    cluster_edge_t *e = NULL;
     pthread_condattr_t ca;
-    int rc = CLUSTER_NOMEM;
-
-    *out = NULL;
-    if (o == NULL || o->brokers == NULL || o->brokers[0] == '\0' || o->raw_topic == NULL ||
-        o->raw_topic[0] == '\0' || o->opts.n > MAX_OPTS || o->timeout_ms < 0 ||
-        o->partitions_before < 0 || (o->partitions_before > 0 && o->repartition_at_ms <= 0)) {
-        snprintf(err, errlen,
-                 "edge: brokers and raw topic are required (and a cut-over with "
-                 "partitions_before)");
-        return CLUSTER_EINVAL;
-    }
-    e = calloc(1, sizeof *e);
-    if (e == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return CLUSTER_NOMEM;
-    }
+    cluster_edge_t *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return NULL;
     e->timeout_ms = o->timeout_ms > 0 ? o->timeout_ms : CLUSTER_EDGE_TIMEOUT_MS;
     e->partitions_before = o->partitions_before;
     e->repartition_at_ms = o->repartition_at_ms;
@@ -360,24 +341,27 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
     atomic_init(&e->req_refused, 0);
     e->topic = strdup(o->raw_topic);
     e->opts = calloc(o->opts.n + 1, sizeof *e->opts);
-    if (e->topic == NULL || e->opts == NULL || pthread_mutex_init(&e->mu, NULL) != 0) {
-        snprintf(err, errlen, "out of memory");
+    if (e->topic == NULL || e->opts == NULL || pthread_mutex_init(&e->mu, NULL) != 0)
         goto fail;
-    }
     e->mu_ok = true;
     /* The timer sleeps on CLOCK_MONOTONIC: a wall-clock step must not fire or stall deadlines. */
-    if (pthread_condattr_init(&ca) != 0) {
-        snprintf(err, errlen, "out of memory");
+    if (pthread_condattr_init(&ca) != 0)
         goto fail;
-    }
     e->cv_ok =
         pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_cond_init(&e->cv, &ca) == 0;
     pthread_condattr_destroy(&ca);
-    if (!e->cv_ok) {
-        snprintf(err, errlen, "out of memory");
+    if (!e->cv_ok)
         goto fail;
-    }
+    return e;
+fail:
+    cluster_edge_free(e, 0);
+    return NULL;
+}
 
+/* The producer on the raw topic, its partition count and the partitioner. CLUSTER_OK or why not. */
+static int edge_connect(cluster_edge_t *e, const cluster_edge_options_t *o, char *err,
+                        size_t errlen)
+{
     /* librdkafka gives up on a message after message.timeout.ms (default 5 minutes): bound it by
      * the request's timeout, so a report never comes long after the 503. An explicit
      * --kafka-opt comes later in the list and wins. */
@@ -390,8 +374,9 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
         .topic = o->raw_topic,
         .opts = {.kv = e->opts, .n = o->opts.n + 1},
     };
-    if ((rc = cluster_producer_new(&po, &e->producer, err, errlen)) != CLUSTER_OK)
-        goto fail;
+    int rc = cluster_producer_new(&po, &e->producer, err, errlen);
+    if (rc != CLUSTER_OK)
+        return rc;
     rc = cluster_producer_partitions(
         e->producer, o->metadata_timeout_ms > 0 ? o->metadata_timeout_ms : 10000, &e->partitions);
     if (rc != CLUSTER_OK) {
@@ -399,7 +384,7 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
                  o->raw_topic,
                  rc == CLUSTER_TIMEOUT ? "no metadata from the cluster in time"
                                        : "no partition count in the cluster's metadata");
-        goto fail;
+        return rc;
     }
     cluster_partition_config_t pc = {.partitions = e->partitions,
                                      .partitions_before = o->partitions_before,
@@ -409,8 +394,33 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
                  "--partitions-before %" PRId32 " does not fit raw topic %s with %" PRId32
                  " partitions (it must be 1..%" PRId32 ")",
                  o->partitions_before, o->raw_topic, e->partitions, e->partitions);
-        goto fail;
+        return rc;
     }
+    return CLUSTER_OK;
+}
+
+int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char *err,
+                     size_t errlen)
+{
+    cluster_edge_t *e = NULL;
+    int rc;
+
+    *out = NULL;
+    if (o == NULL || o->brokers == NULL || o->brokers[0] == '\0' || o->raw_topic == NULL ||
+        o->raw_topic[0] == '\0' || o->opts.n > MAX_OPTS || o->timeout_ms < 0 ||
+        o->partitions_before < 0 || (o->partitions_before > 0 && o->repartition_at_ms <= 0)) {
+        snprintf(err, errlen,
+                 "edge: brokers and raw topic are required (and a cut-over with "
+                 "partitions_before)");
+        return CLUSTER_EINVAL;
+    }
+    e = edge_alloc(o);
+    if (e == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return CLUSTER_NOMEM;
+    }
+    if ((rc = edge_connect(e, o, err, errlen)) != CLUSTER_OK)
+        goto fail;
     if (pthread_create(&e->timer, NULL, timer_main, e) != 0) {
         snprintf(err, errlen, "cannot start the edge's timer thread");
         rc = CLUSTER_NOMEM;
@@ -519,47 +529,46 @@ char *cluster_edge_stats_json(const cluster_edge_stats_t *s)
     return finish(f, &buf);
 }
 
-static void help(FILE *f, const char *name, const char *type, const char *text)
+/* One sample per outcome: name{outcome="..."} n. */
+static void by_outcome(prom_t *p, const char *name, const char *const *outcomes, const uint64_t *n,
+                       size_t count)
 {
-    fprintf(f, "# HELP ingestd_%s %s\n# TYPE ingestd_%s %s\n", name, text, name, type);
+    for (size_t i = 0; i < count; i++) {
+        char lb[64] = "";
+        prom_label(lb, sizeof(lb), "outcome", outcomes[i]);
+        prom_sample_u64(p, name, lb, n[i]);
+    }
 }
 
 char *cluster_edge_metrics_text(const cluster_edge_stats_t *s)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (f == NULL)
+    static const char *const events[] = {"produced", "delivered", "failed", "refused"};
+    static const char *const requests[] = {"delivered", "failed", "timed_out", "refused"};
+    const uint64_t ev[] = {s->events_produced, s->events_delivered, s->events_failed,
+                           s->events_refused};
+    const uint64_t rq[] = {s->requests_delivered, s->requests_failed, s->requests_timed_out,
+                           s->requests_refused};
+    prom_t *p = prom_new("ingestd_");
+    if (p == NULL)
         return NULL;
-    help(f, "edge_events_total", "counter",
-         "Events of the edge by outcome: produced (queued), delivered (acks=all), failed, "
-         "refused (librdkafka refused the request at once).");
-    fprintf(f,
-            "ingestd_edge_events_total{outcome=\"produced\"} %" PRIu64 "\n"
-            "ingestd_edge_events_total{outcome=\"delivered\"} %" PRIu64 "\n"
-            "ingestd_edge_events_total{outcome=\"failed\"} %" PRIu64 "\n"
-            "ingestd_edge_events_total{outcome=\"refused\"} %" PRIu64 "\n",
-            s->events_produced, s->events_delivered, s->events_failed, s->events_refused);
-    help(f, "edge_requests_total", "counter",
-         "Ingest requests the edge answered, by outcome (all but delivered got 503).");
-    fprintf(f,
-            "ingestd_edge_requests_total{outcome=\"delivered\"} %" PRIu64 "\n"
-            "ingestd_edge_requests_total{outcome=\"failed\"} %" PRIu64 "\n"
-            "ingestd_edge_requests_total{outcome=\"timed_out\"} %" PRIu64 "\n"
-            "ingestd_edge_requests_total{outcome=\"refused\"} %" PRIu64 "\n",
-            s->requests_delivered, s->requests_failed, s->requests_timed_out, s->requests_refused);
-    help(f, "edge_requests_waiting", "gauge", "Requests waiting for their delivery reports.");
-    fprintf(f, "ingestd_edge_requests_waiting %" PRIu64 "\n", s->requests_waiting);
-    help(f, "edge_partitions", "gauge", "Partitions of the raw topic the edge routes over.");
-    fprintf(f, "ingestd_edge_partitions %" PRId32 "\n", s->partitions);
-    help(f, "edge_partitions_before", "gauge",
-         "Partition count used for events before the cut-over (0: no repartition).");
-    fprintf(f, "ingestd_edge_partitions_before %" PRId32 "\n", s->partitions_before);
-    help(f, "edge_repartition_at_seconds", "gauge",
-         "The repartition cut-over, seconds since the epoch (0: none).");
-    fprintf(f, "ingestd_edge_repartition_at_seconds %.3f\n",
-            s->partitions_before > 0 ? (double)s->repartition_at_ms / 1000.0 : 0.0);
-    help(f, "edge_producer_fatal", "gauge", "1 when the Kafka producer failed fatally.");
-    fprintf(f, "ingestd_edge_producer_fatal %d\n", s->fatal != NULL ? 1 : 0);
-    return finish(f, &buf);
+    prom_head(p, "edge_events_total", PROM_COUNTER,
+              "Events of the edge by outcome: produced (queued), delivered (acks=all), failed, "
+              "refused (librdkafka refused the request at once).");
+    by_outcome(p, "edge_events_total", events, ev, 4);
+    prom_head(p, "edge_requests_total", PROM_COUNTER,
+              "Ingest requests the edge answered, by outcome (all but delivered got 503).");
+    by_outcome(p, "edge_requests_total", requests, rq, 4);
+    prom_gauge(p, "edge_requests_waiting", "Requests waiting for their delivery reports.",
+               (double)s->requests_waiting);
+    prom_gauge(p, "edge_partitions", "Partitions of the raw topic the edge routes over.",
+               s->partitions);
+    prom_gauge(p, "edge_partitions_before",
+               "Partition count used for events before the cut-over (0: no repartition).",
+               s->partitions_before);
+    prom_gauge(p, "edge_repartition_at_seconds",
+               "The repartition cut-over, seconds since the epoch (0: none).",
+               s->partitions_before > 0 ? (double)s->repartition_at_ms / 1000.0 : 0.0);
+    prom_gauge(p, "edge_producer_fatal", "1 when the Kafka producer failed fatally.",
+               s->fatal != NULL ? 1 : 0);
+    return prom_take(p, NULL);
 }

@@ -11,12 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cluster/internal.h"
 #include "cluster/partition.h"
+#include "common/clock.h"
 #include "storage/fsutil.h"
 #include "storage/genset.h"
 #include "storage/keyhash.h"
@@ -100,13 +99,6 @@ struct cluster_worker {
     lookup_q_t *lookups;
 };
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void wlog(cluster_worker_t *w, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -143,24 +135,6 @@ static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *op
 }
 
 /* ---- partitions ---- */
-
-static int mkdir_p(const char *path)
-{
-    char buf[4096];
-    size_t n = strlen(path);
-    if (n >= sizeof buf)
-        return -1;
-    memcpy(buf, path, n + 1);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 /*
  * Opens the partition's generations (DIR/gens) and finishes a seal a crash
@@ -223,7 +197,7 @@ static void part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
 /* Keeps every partition's generations to the rule while no batch comes (rate-limited). */
 static void maintain_idle(cluster_worker_t *w)
 {
-    int64_t now = now_ms();
+    int64_t now = clk_wall_ms();
     for (int32_t i = 0; i < w->nparts_cap; i++) {
         part_t *p = w->parts[i];
         if (p != NULL && !p->txn_open && now - p->maintained >= MAINTAIN_EVERY_MS)
@@ -278,7 +252,7 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     snprintf(dir, sizeof dir, "%s/partitions/%s-%" PRId32, w->o.data_dir, w->o.raw_topic, id);
     int rc = CLUSTER_STORE;
     store_info_t info;
-    if (mkdir_p(dir) != 0) {
+    if (fsutil_mkdirs(dir) != 0) {
         wlog(w, 0, "partition %" PRId32 ": cannot create %s: %s", id, dir, strerror(errno));
         goto fail;
     }
@@ -628,7 +602,7 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
         snprintf(err, errlen, "--window must be positive");
         return CLUSTER_EINVAL;
     }
-    if (mkdir_p(o->data_dir) != 0) {
+    if (fsutil_mkdirs(o->data_dir) != 0) {
         snprintf(err, errlen, "cannot create %s: %s", o->data_dir, strerror(errno));
         return CLUSTER_STORE;
     }
@@ -738,10 +712,10 @@ enum step { STEP_OK, STEP_GROW, STEP_FAIL };
  * Stage 1: the LMDB side of a batch. Marks in `produce` which messages go to
  * the output topic. STEP_GROW when partition *grow_part's map is full.
  */
-static int stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, bool *produce,
-                      counters_t *c, int32_t *grow_part)
+static enum step stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, bool *produce,
+                            counters_t *c, int32_t *grow_part)
 {
-    int64_t now = now_ms();
+    int64_t now = clk_wall_ms();
     window_policy_t wp = {.window_ms = w->o.window_ms, .max_keys = w->o.max_keys};
     uint64_t ea = 0, es = 0;
     int src = STORE_OK;
@@ -850,12 +824,12 @@ static rd_kafka_resp_err_t produce_one(cluster_worker_t *w, const rd_kafka_messa
 /* What to do after a transactional call failed. */
 enum txn_verdict { TXN_RETRY, TXN_ABORT, TXN_FATAL };
 
-static int verdict(cluster_worker_t *w, const char *what, rd_kafka_error_t *e)
+static enum txn_verdict verdict(cluster_worker_t *w, const char *what, rd_kafka_error_t *e)
 {
-    int v = rd_kafka_error_is_fatal(e)             ? TXN_FATAL
-            : rd_kafka_error_txn_requires_abort(e) ? TXN_ABORT
-            : rd_kafka_error_is_retriable(e)       ? TXN_RETRY
-                                                   : TXN_ABORT;
+    enum txn_verdict v = rd_kafka_error_is_fatal(e)             ? TXN_FATAL
+                         : rd_kafka_error_txn_requires_abort(e) ? TXN_ABORT
+                         : rd_kafka_error_is_retriable(e)       ? TXN_RETRY
+                                                                : TXN_ABORT;
     wlog(w, v == TXN_RETRY ? 1 : 0, "%s: %s (%s)", what, rd_kafka_error_string(e),
          v == TXN_FATAL   ? "fatal: new producer"
          : v == TXN_ABORT ? "aborting"
@@ -943,7 +917,7 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
     for (;;) {
         int32_t gp = -1;
         memset(&c, 0, sizeof c);
-        int s = stage_keys(w, msgs, n, produce, &c, &gp);
+        enum step s = stage_keys(w, msgs, n, produce, &c, &gp);
         if (s == STEP_OK)
             break;
         abort_stores(w);
@@ -1013,7 +987,7 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
             p->repair_until = -1;
         p->batch_last = -1;
         p->needs_kafka = false;
-        part_maintain(w, p, now_ms());
+        part_maintain(w, p, clk_wall_ms());
     }
     crash_hook(w, "stored");
     w->c.consumed += c.consumed;
@@ -1210,10 +1184,10 @@ int cluster_worker_lookup(cluster_worker_t *w, const char *source, size_t source
 static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *epochs,
                      int64_t *last_snap)
 {
-    int64_t deadline = now_ms() + w->o.batch_ms;
+    int64_t deadline = clk_mono_ms() + w->o.batch_ms;
     size_t n = 0;
     while (n < w->o.max_batch && !atomic_load(&w->stop)) {
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - clk_mono_ms();
         if (n > 0 && left <= 0)
             break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, n == 0 ? 100 : (int)left);
@@ -1224,9 +1198,9 @@ static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *e
         if (m == NULL) {
             if (n == 0)
                 answer_lookups(w); /* idle: no batch's transaction is open */
-            if (n == 0 && now_ms() - *last_snap > 1000) {
+            if (n == 0 && clk_mono_ms() - *last_snap > 1000) {
                 snapshot(w);
-                *last_snap = now_ms();
+                *last_snap = clk_mono_ms();
             }
             continue;
         }
@@ -1288,7 +1262,7 @@ int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
             rd_kafka_message_destroy(msgs[i]);
         n = 0;
         snapshot(w);
-        last_snap = now_ms();
+        last_snap = clk_mono_ms();
         answer_lookups(w);
         if (rc != CLUSTER_OK)
             goto out;
@@ -1360,7 +1334,7 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
     FILE *f = open_memstream(&buf, &len);
     if (f == NULL)
         return NULL;
-    int64_t now = now_ms();
+    int64_t now = clk_wall_ms();
     pthread_mutex_lock(&w->snap_mu);
     const counters_t *c = &w->snap_c;
     fprintf(f,
@@ -1407,7 +1381,7 @@ char *cluster_worker_metrics(cluster_worker_t *w)
     FILE *f = open_memstream(&buf, &len);
     if (f == NULL)
         return NULL;
-    int64_t now = now_ms();
+    int64_t now = clk_wall_ms();
     pthread_mutex_lock(&w->snap_mu);
     const counters_t *c = &w->snap_c;
     fprintf(f,

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "server/progress.h"
 #include "storage/commit.h"
 #include "storage/genset.h"
@@ -51,13 +52,6 @@ static uint64_t *lat_us; /* per request latency, indexed by request number */
 static atomic_uint_fast64_t lat_n;
 static uint64_t lat_cap;
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static void on_done(commit_req_t *req, void *arg)
 {
     waiter_t *w = arg;
@@ -91,9 +85,7 @@ static void *client(void *arg)
         if (first >= o.events)
             break;
         size_t n = o.events - first < o.batch ? (size_t)(o.events - first) : o.batch;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+        int64_t now = clk_wall_ms();
         for (size_t i = 0; i < n; i++) {
             uint64_t idn = id_base + first + i;
             /* A re-send of an earlier id, at the requested ratio. */
@@ -110,7 +102,7 @@ static void *client(void *arg)
         req.done = on_done;
         req.arg = &w;
         w.done = false;
-        double t0 = now_s();
+        double t0 = clk_mono_msf() / 1e3;
         if (commit_submit(commit, &req) != COMMIT_OK)
             break;
         pthread_mutex_lock(&w.mu);
@@ -119,7 +111,7 @@ static void *client(void *arg)
         pthread_mutex_unlock(&w.mu);
         uint64_t k = atomic_fetch_add(&lat_n, 1);
         if (k < lat_cap)
-            lat_us[k] = (uint64_t)((now_s() - t0) * 1e6);
+            lat_us[k] = (uint64_t)((clk_mono_msf() / 1e3 - t0) * 1e6);
         atomic_fetch_add(&requests_done, 1);
         if (req.status != COMMIT_OK) {
             fprintf(stderr, "commit failed: %s\n", commit_strerror(req.status));
@@ -400,7 +392,7 @@ int main(int argc, char **argv)
         commit_close(commit);
         commit = NULL;
         fprintf(stderr, "preloading %" PRIu64 " keys into sealed generations\n", o.preload);
-        double f0 = now_s();
+        double f0 = clk_mono_msf() / 1e3;
         if (preload_sealed(secret, o.preload) != 0) {
             fprintf(stderr, "ingestd-commit-bench: the sealed preload failed (is DIR new?)\n");
             return 1;
@@ -409,7 +401,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "ingestd-commit-bench: %s\n", err);
             return 1;
         }
-        fill_s = now_s() - f0;
+        fill_s = clk_mono_msf() / 1e3 - f0;
     }
     lat_cap = o.events / o.batch + o.clients + 1;
     lat_us = calloc(lat_cap, sizeof(*lat_us));
@@ -419,27 +411,27 @@ int main(int argc, char **argv)
     if (!reuse && o.preload > 0 && !o.preload_sealed) {
         /* Fill the window with distinct ids at the largest batches the writer takes. */
         fprintf(stderr, "preloading %" PRIu64 " keys\n", o.preload);
-        double f0 = now_s();
+        double f0 = clk_mono_msf() / 1e3;
         uint64_t keep = o.preload;
         unsigned b = o.batch;
         o.batch = 2500;
         run("fill", keep, o.clients);
         o.batch = b;
-        fill_s = now_s() - f0;
+        fill_s = clk_mono_msf() / 1e3 - f0;
     }
     if (!reuse)
         id_base = o.preload;
     commit_stats_t s0, s1;
     commit_get_stats(commit, &s0);
-    double t0 = now_s();
+    double t0 = clk_mono_msf() / 1e3;
     run("run", events, o.clients);
-    double secs = now_s() - t0;
+    double secs = clk_mono_msf() / 1e3 - t0;
     commit_get_stats(commit, &s1);
     /* Acknowledged is not the end of the work: the keys still pending reach LMDB in the
      * background. Closing checkpoints them; the throughput counts that too. */
     commit_close(commit);
     commit = NULL;
-    double drained = now_s() - t0;
+    double drained = clk_mono_msf() / 1e3 - t0;
     store_info_t si = {0};
     char *dir = NULL;
     store_t *st = NULL;

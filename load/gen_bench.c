@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "storage/genset.h"
 #include "storage/keyhash.h"
 #include "server/progress.h"
@@ -37,13 +37,6 @@ static opts_t o = {.keys = 10000000,
                    .target_count = 16,
                    .merge = true};
 static const uint8_t SECRET[KEYHASH_SECRET_LEN] = "gen-bench-secret";
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void mkkey(uint64_t i, uint8_t key[KEYHASH_LEN])
 {
@@ -151,10 +144,10 @@ static int merge_as_planned(genset_t *gs, uint64_t young, double *merge_s, unsig
             genset_view_release(v);
             return GEN_OK;
         }
-        double t0 = now_s();
+        double t0 = clk_mono_msf() / 1e3;
         int rc = genset_merge(gs, v, plan.merge_first, plan.merge_n, NULL);
         genset_view_release(v);
-        *merge_s += now_s() - t0;
+        *merge_s += clk_mono_msf() / 1e3 - t0;
         (*merges)++;
         if (rc != GEN_OK)
             return rc;
@@ -167,7 +160,7 @@ static int fill(genset_t *gs)
     if (!buf)
         return GEN_NOMEM;
     progress_t *pg = progress_new(stderr); /* NULL, and silent, unless stderr is a terminal */
-    double t0 = now_s(), merge_s = 0;
+    double t0 = clk_mono_msf() / 1e3, merge_s = 0;
     unsigned merges = 0;
     int rc = GEN_OK;
     for (uint64_t done = 0; rc == GEN_OK && done < o.keys;) {
@@ -179,7 +172,7 @@ static int fill(genset_t *gs)
         progress_update(pg, "fill", done, o.keys, "keys", NULL);
     }
     progress_free(pg);
-    double el = now_s() - t0;
+    double el = clk_mono_msf() / 1e3 - t0;
     printf("fill: %" PRIu64 " keys in %.1f s: %.0f keys/s sealed and merged (%u merges, %.1f s)\n",
            o.keys, el, (double)o.keys / el, merges, merge_s);
     free(buf);
@@ -194,7 +187,7 @@ static int lookups(genset_t *gs, uint64_t from, uint64_t n, const char *what, bo
     static bool found[BATCH];
     genset_view_t *v = genset_view(gs);
     uint64_t wrong = 0;
-    double t0 = now_s();
+    double t0 = clk_mono_msf() / 1e3;
     int rc = GEN_OK;
     for (uint64_t done = 0; rc == GEN_OK && done < n; done += BATCH) {
         size_t b = n - done < BATCH ? (size_t)(n - done) : BATCH;
@@ -204,7 +197,7 @@ static int lookups(genset_t *gs, uint64_t from, uint64_t n, const char *what, bo
         for (size_t i = 0; i < b; i++)
             wrong += found[i] != want;
     }
-    double el = now_s() - t0;
+    double el = clk_mono_msf() / 1e3 - t0;
     printf("lookups, %s: %.0f keys/s (%.2f us each), %" PRIu64 " answered wrong\n", what,
            (double)n / el, el * 1e6 / (double)n, wrong);
     genset_view_release(v);

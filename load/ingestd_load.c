@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "common/clock.h"
 #include "server/progress.h"
 
 /*
@@ -166,13 +167,6 @@ static uint64_t ld(atomic_uint_fast64_t *a)
 static void add(atomic_uint_fast64_t *a, uint64_t v)
 {
     atomic_fetch_add_explicit(a, v, memory_order_relaxed);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 /* Stops the run: the first reason is kept and printed (a: what, b: why, may be ""). */
@@ -371,7 +365,7 @@ static void conn_progress(conn_t *c);
 /* Retries in 200 ms; gives the run up when no connect of this thread worked for 5 s. */
 static void connect_failed(conn_t *c, int err)
 {
-    uint64_t t = now_ns();
+    uint64_t t = (uint64_t)clk_mono_ns();
     conn_close(c, C_WAIT);
     c->retry_at = t + 200000000u;
     if (!c->w->failing_since)
@@ -404,7 +398,7 @@ static void conn_connect(conn_t *c)
         return;
     }
     c->state = C_CONNECTING;
-    c->t_start = now_ns();
+    c->t_start = (uint64_t)clk_mono_ns();
 }
 
 /* Renders the next batch into c; returns false when this worker has nothing left to send. */
@@ -413,7 +407,7 @@ static bool next_request(conn_t *c)
     worker_t *w = c->w;
     if (interrupted || atomic_load_explicit(&fatal, memory_order_relaxed) || w->handed >= w->quota)
         return false;
-    if (t_deadline && now_ns() >= t_deadline)
+    if (t_deadline && (uint64_t)clk_mono_ns() >= t_deadline)
         return false;
     uint64_t left = w->quota - w->handed;
     unsigned n = left < o.batch ? (unsigned)left : o.batch;
@@ -468,7 +462,7 @@ static bool next_request(conn_t *c)
     c->sent = 0;
     c->in_len = 0;
     c->state = C_SENDING;
-    c->t_start = now_ns();
+    c->t_start = (uint64_t)clk_mono_ns();
     return true;
 }
 
@@ -505,7 +499,7 @@ static uint64_t json_count(const char *body, const char *field)
 static void on_response(conn_t *c, int status, const char *body)
 {
     worker_t *w = c->w;
-    uint64_t us = (now_ns() - c->t_start) / 1000;
+    uint64_t us = ((uint64_t)clk_mono_ns() - c->t_start) / 1000;
     h_record(us);
     add(&st.requests, 1);
     add(&st.events_sent, c->nids);
@@ -705,7 +699,7 @@ static void *worker_main(void *arg)
     uint64_t last_tick = 0;
 
     while (w->live > 0) {
-        uint64_t t = now_ns();
+        uint64_t t = (uint64_t)clk_mono_ns();
         if (t - last_tick >= 50000000u) {
             last_tick = t;
             for (unsigned i = 0; i < w->nconns; i++) {
@@ -1188,7 +1182,7 @@ static int parse_args(int argc, char **argv)
     if (o.verify_dir && access(o.ingestd_bin, X_OK) != 0)
         return bad("--ingestd", o.ingestd_bin, "is not an executable (needed by --verify)");
     if (!o.run_id[0]) {
-        uint64_t r = now_ns() ^ ((uint64_t)getpid() << 32);
+        uint64_t r = (uint64_t)clk_mono_ns() ^ ((uint64_t)getpid() << 32);
         FILE *f = fopen("/dev/urandom", "rb");
         if (f) {
             if (fread(&r, sizeof(r), 1, f) != 1)
@@ -1229,7 +1223,7 @@ static void progress(uint64_t *last_ev, uint64_t *last_rq, uint64_t *last_t, pro
     static const double pct[2] = {50, 99};
     double ms[2];
     char line[160];
-    uint64_t t = now_ns(), ev = ld(&st.events_ok), rq = ld(&st.requests);
+    uint64_t t = (uint64_t)clk_mono_ns(), ev = ld(&st.events_ok), rq = ld(&st.requests);
     double dt = (double)(t - *last_t) / 1e9;
     h_percentiles(pct, ms, 2);
     uint64_t errors = ld(&st.errors) + status_errors();
@@ -1260,7 +1254,7 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    t_begin = now_ns();
+    t_begin = (uint64_t)clk_mono_ns();
     t_deadline = o.duration ? t_begin + o.duration * 1000000000u : 0;
     for (unsigned t = 0; t < o.threads; t++) {
         unsigned nc = o.connections / o.threads + (t < o.connections % o.threads);
@@ -1285,14 +1279,14 @@ int main(int argc, char **argv)
     while (atomic_load(&workers_done) < (int)o.threads) {
         struct timespec ts = {0, 20 * 1000000};
         nanosleep(&ts, NULL); /* a ticker, not synchronisation: the joins below wait */
-        if (!o.quiet && now_ns() >= next) {
+        if (!o.quiet && (uint64_t)clk_mono_ns() >= next) {
             progress(&last_ev, &last_rq, &last_t, tty);
             next += 1000000000u;
         }
     }
     for (unsigned t = 0; t < o.threads; t++)
         pthread_join(workers[t].th, NULL);
-    t_end = now_ns();
+    t_end = (uint64_t)clk_mono_ns();
     progress_free(tty);
     if (atomic_load(&fatal)) {
         fprintf(stderr, "ingestd-load: %s\n", fatal_msg);

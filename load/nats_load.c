@@ -14,6 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 /*
  * The NATS text protocol, spoken directly (no client library): each connection
  * sends CONNECT (headers on), subscribes to its own inbox "_I.<conn>.*" and
@@ -61,13 +63,6 @@ static char run_id[16], *payload;
 static size_t hdr_len, id_off;
 static uint64_t next_id, published, acks, dups, errors, lat_max, rng = 88172645463325252ull;
 static uint64_t *hist;
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t xorshift(void)
 {
@@ -187,7 +182,7 @@ static void publish(conn_t *c, unsigned slot)
     memcpy(p + n + id_off, hex, 16); /* the payload carries the id too: a re-send is exact */
     memcpy(p + n + o.event_bytes, "\r\n", 2);
     c->outlen += (size_t)n + o.event_bytes + 2;
-    c->sent[slot] = now_ns();
+    c->sent[slot] = (uint64_t)clk_mono_ns();
     c->pending++;
     published++;
 }
@@ -238,7 +233,7 @@ static void on_ack(conn_t *c, const char *subj, const char *body, size_t len, bo
         errors++; /* not an ack of ours */
         return;
     }
-    lat = (now_ns() - c->sent[slot]) / 1000u;
+    lat = ((uint64_t)clk_mono_ns() - c->sent[slot]) / 1000u;
     c->sent[slot] = 0;
     c->pending--;
     hist[lat / BIN_US < BINS ? lat / BIN_US : BINS - 1]++;
@@ -384,7 +379,7 @@ int main(int argc, char **argv)
 
     if ((ep = epoll_create1(0)) < 0)
         die("epoll_create1");
-    last = t0 = now_ns();
+    last = t0 = (uint64_t)clk_mono_ns();
     end = t0 + (uint64_t)(o.seconds * 1e9);
     for (unsigned i = 0; i < o.conns; i++) {
         conn_t *c = &cs[i];
@@ -409,7 +404,7 @@ int main(int argc, char **argv)
     }
     for (;;) {
         struct epoll_event evs[64];
-        uint64_t now = now_ns(), pending = 0;
+        uint64_t now = (uint64_t)clk_mono_ns(), pending = 0;
         bool sending = now < end;
         int n = epoll_wait(ep, evs, 64, 100);
 
@@ -439,7 +434,7 @@ int main(int argc, char **argv)
             flush_out(ep, c);
         }
     }
-    double secs = (now_ns() - t0) / 1e9;
+    double secs = ((uint64_t)clk_mono_ns() - t0) / 1e9;
     uint64_t n = acks + errors, lost = published > n ? published - n : 0;
     printf("published %llu, acknowledged %llu (%llu duplicates), %llu errors, %llu unanswered\n"
            "%.0f acks/s over %.3f s; ack latency p50 %.3f ms p99 %.3f ms max %.3f ms\n",

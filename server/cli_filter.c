@@ -13,9 +13,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/errbuf.h"
 #include "storage/filter/filter.h"
 #include "storage/keyhash.h"
 
@@ -74,13 +75,6 @@ static int parse_count(const char *s, uint64_t max, uint64_t *out)
         return -1;
     *out = (uint64_t)v;
     return 0;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -176,17 +170,17 @@ static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
         snprintf(buf, sizeof buf, "%s", arg + 11);
         char *colon = strchr(buf, ':');
         if (colon == NULL) {
-            snprintf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH", arg);
+            errbuf_printf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH", arg);
             return 2;
         }
         *colon = '\0';
         st->artificial = true;
         if (parse_count(buf, MAX_ALPHABET, &st->alphabet) != 0 ||
             parse_count(colon + 1, MAX_STREAM_LEN, &st->length) != 0) {
-            snprintf(err, errlen,
-                     "--stream %s: ALPHABET (2^N or a number, at most 2^34) and LENGTH must "
-                     "be positive whole numbers",
-                     arg);
+            errbuf_printf(err, errlen,
+                          "--stream %s: ALPHABET (2^N or a number, at most 2^34) and LENGTH must "
+                          "be positive whole numbers",
+                          arg);
             return 2;
         }
         return 0;
@@ -196,7 +190,7 @@ static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
         int fd = open(st->path, O_RDONLY | O_CLOEXEC);
         struct stat sb;
         if (fd < 0 || fstat(fd, &sb) != 0) {
-            snprintf(err, errlen, "%s: %s", st->path, strerror(errno));
+            errbuf_printf(err, errlen, "%s: %s", st->path, strerror(errno));
             if (fd >= 0)
                 close(fd);
             return 1;
@@ -206,7 +200,7 @@ static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
             st->data = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
             if (st->data == MAP_FAILED) {
                 st->data = NULL;
-                snprintf(err, errlen, "%s: %s", st->path, strerror(errno));
+                errbuf_printf(err, errlen, "%s: %s", st->path, strerror(errno));
                 close(fd);
                 return 1;
             }
@@ -220,13 +214,13 @@ static int stream_open(const char *arg, stream_t *st, char *err, size_t errlen)
             i = end + 1;
         }
         if (st->lines == 0) {
-            snprintf(err, errlen, "%s: no elements (one per line)", st->path);
+            errbuf_printf(err, errlen, "%s: no elements (one per line)", st->path);
             return 1;
         }
         st->length = st->lines;
         return 0;
     }
-    snprintf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH or file:PATH", arg);
+    errbuf_printf(err, errlen, "--stream %s: want artificial:ALPHABET:LENGTH or file:PATH", arg);
     return 2;
 }
 
@@ -242,6 +236,57 @@ typedef struct {
     uint64_t n, dups, fp, fn;
     int64_t filter_ns;
 } counts_t;
+
+/* The next line of a file stream (without its \r\n), skipping empty ones: [*b, *e) of st->data. */
+static void next_line(const stream_t *st, size_t *pos, size_t *b, size_t *e)
+{
+    for (;;) {
+        const char *nl = memchr(st->data + *pos, '\n', st->size - *pos);
+        *b = *pos;
+        *e = nl != NULL ? (size_t)(nl - st->data) : st->size;
+        *pos = *e + 1;
+        if (*e > *b && st->data[*e - 1] == '\r')
+            (*e)--;
+        if (*e > *b)
+            return;
+    }
+}
+
+/* The next n keys of the stream into keys, and whether each was seen before into dup. */
+static void next_keys(const stream_t *st, const uint8_t skey[16], uint64_t *rng, size_t *pos,
+                      truth_t *truth, size_t n, uint8_t (*keys)[16], bool *dup)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (st->artificial) {
+            uint64_t sym = (uint64_t)(((u128)splitmix(rng) * st->alphabet) >> 64);
+            keyhash_siphash128(skey, &sym, sizeof sym, keys[i]);
+            dup[i] = truth_insert_symbol(truth, sym);
+        } else {
+            size_t b, e;
+            next_line(st, pos, &b, &e);
+            keyhash_siphash128(skey, st->data + b, e - b, keys[i]);
+            dup[i] = truth_insert_key(truth, keys[i]);
+        }
+    }
+}
+
+/* Times the filter over keys[0..n) and counts its mistakes against dup into c. */
+static void filter_chunk(filter_t *f, size_t n, const uint8_t (*keys)[16], const bool *dup,
+                         int *answer, counts_t *c)
+{
+    int64_t t0 = clk_mono_ns();
+    for (size_t i = 0; i < n; i++)
+        answer[i] = filter_insert_if_absent(f, keys[i]);
+    c->filter_ns += clk_mono_ns() - t0;
+    for (size_t i = 0; i < n; i++) {
+        if (dup[i]) {
+            c->dups++;
+            c->fn += answer[i] == FILTER_UNSEEN;
+        } else {
+            c->fp += answer[i] == FILTER_DUPLICATE;
+        }
+    }
+}
 
 static int run_once(const filter_spec_t *spec, const stream_t *st, uint64_t seed, int run, int runs,
                     bool quiet, counts_t *c)
@@ -272,53 +317,22 @@ static int run_once(const filter_spec_t *spec, const stream_t *st, uint64_t seed
 
     uint64_t rng = seed ^ UINT64_C(0x6a09e667f3bcc908);
     size_t pos = 0; /* file offset */
-    int64_t start = now_ns(), last = start;
+    int64_t start = clk_mono_ns(), last = start;
     for (uint64_t done = 0; done < st->length;) {
         size_t n = st->length - done < CHUNK ? (size_t)(st->length - done) : CHUNK;
-        for (size_t i = 0; i < n; i++) {
-            if (st->artificial) {
-                uint64_t sym = (uint64_t)(((u128)splitmix(&rng) * st->alphabet) >> 64);
-                keyhash_siphash128(skey, &sym, sizeof sym, keys[i]);
-                dup[i] = truth_insert_symbol(&truth, sym);
-            } else {
-                size_t b, e;
-                for (;;) {
-                    const char *nl = memchr(st->data + pos, '\n', st->size - pos);
-                    b = pos;
-                    e = nl != NULL ? (size_t)(nl - st->data) : st->size;
-                    pos = e + 1;
-                    if (e > b && st->data[e - 1] == '\r')
-                        e--;
-                    if (e > b)
-                        break;
-                }
-                keyhash_siphash128(skey, st->data + b, e - b, keys[i]);
-                dup[i] = truth_insert_key(&truth, keys[i]);
-            }
-        }
-        int64_t t0 = now_ns();
-        for (size_t i = 0; i < n; i++)
-            answer[i] = filter_insert_if_absent(f, keys[i]);
-        int64_t t1 = now_ns();
-        c->filter_ns += t1 - t0;
-        for (size_t i = 0; i < n; i++) {
-            if (dup[i]) {
-                c->dups++;
-                c->fn += answer[i] == FILTER_UNSEEN;
-            } else {
-                c->fp += answer[i] == FILTER_DUPLICATE;
-            }
-        }
+        next_keys(st, skey, &rng, &pos, &truth, n, keys, dup);
+        filter_chunk(f, n, (const uint8_t(*)[16])keys, dup, answer, c);
         done += n;
         c->n = done;
-        if (!quiet && t1 - last >= PROGRESS_NS && done < st->length) {
-            double el = (double)(t1 - start) / 1e9;
+        int64_t now = clk_mono_ns();
+        if (!quiet && now - last >= PROGRESS_NS && done < st->length) {
+            double el = (double)(now - start) / 1e9;
             fprintf(stderr,
                     "filter-bench: run %d/%d %5.1f%% (%" PRIu64 "/%" PRIu64
                     ") %.0f s elapsed, ~%.0f s left\n",
                     run, runs, 100.0 * (double)done / (double)st->length, done, st->length, el,
                     el * (double)(st->length - done) / (double)done);
-            last = t1;
+            last = now;
         }
     }
     ret = 0;
@@ -336,45 +350,50 @@ static double rate(uint64_t num, uint64_t den)
     return den == 0 ? 0.0 : (double)num / (double)den;
 }
 
-int cli_filter_main(int argc, char **argv)
-{
-    const char *filter = NULL, *bits = NULL, *buckets = NULL, *fpbits = NULL, *stream = NULL;
-    uint64_t seed = 1, runs = 1;
-    bool quiet = false;
+/* filter-bench's flags as given. */
+struct args {
+    const char *filter, *bits, *buckets, *fpbits, *stream;
+    uint64_t seed, runs;
+    bool quiet;
+};
 
+/* Reads argv into a. Returns -1 to go on, else the exit status (0 after --help, 2 bad flags). */
+static int parse_args(int argc, char **argv, struct args *a)
+{
+    *a = (struct args){.seed = 1, .runs = 1};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             usage(stdout);
             return 0;
         }
-        if (strcmp(a, "--quiet") == 0) {
-            quiet = true;
+        if (strcmp(arg, "--quiet") == 0) {
+            a->quiet = true;
             continue;
         }
         const char **slot = NULL;
         const char *sv = NULL, *rv = NULL;
-        if (strcmp(a, "--filter") == 0)
-            slot = &filter;
-        else if (strcmp(a, "--bits") == 0)
-            slot = &bits;
-        else if (strcmp(a, "--buckets") == 0)
-            slot = &buckets;
-        else if (strcmp(a, "--fingerprint-bits") == 0)
-            slot = &fpbits;
-        else if (strcmp(a, "--stream") == 0)
-            slot = &stream;
-        else if (strcmp(a, "--seed") == 0)
+        if (strcmp(arg, "--filter") == 0)
+            slot = &a->filter;
+        else if (strcmp(arg, "--bits") == 0)
+            slot = &a->bits;
+        else if (strcmp(arg, "--buckets") == 0)
+            slot = &a->buckets;
+        else if (strcmp(arg, "--fingerprint-bits") == 0)
+            slot = &a->fpbits;
+        else if (strcmp(arg, "--stream") == 0)
+            slot = &a->stream;
+        else if (strcmp(arg, "--seed") == 0)
             slot = &sv;
-        else if (strcmp(a, "--runs") == 0)
+        else if (strcmp(arg, "--runs") == 0)
             slot = &rv;
         else {
-            fprintf(stderr, "ingestd filter-bench: unknown argument \"%s\"\n\n", a);
+            fprintf(stderr, "ingestd filter-bench: unknown argument \"%s\"\n\n", arg);
             usage(stderr);
             return 2;
         }
         if (i + 1 >= argc) {
-            fprintf(stderr, "ingestd filter-bench: %s needs a value\n", a);
+            fprintf(stderr, "ingestd filter-bench: %s needs a value\n", arg);
             return 2;
         }
         *slot = argv[++i];
@@ -386,95 +405,138 @@ int cli_filter_main(int argc, char **argv)
                 fprintf(stderr, "ingestd filter-bench: --seed %s: want a whole number\n", sv);
                 return 2;
             }
-            seed = x;
+            a->seed = x;
         }
-        if (rv != NULL && parse_count(rv, 1000000, &runs) != 0) {
+        if (rv != NULL && parse_count(rv, 1000000, &a->runs) != 0) {
             fprintf(stderr, "ingestd filter-bench: --runs %s: want 1..1000000\n", rv);
             return 2;
         }
     }
-    if (filter == NULL || stream == NULL) {
+    if (a->filter == NULL || a->stream == NULL) {
         fprintf(stderr, "ingestd filter-bench: --filter and --stream are required\n\n");
         usage(stderr);
         return 2;
     }
+    return -1;
+}
 
-    /* The flags are spec items appended to --filter; later items win. */
+/* The filter spec: --filter with the other flags appended as spec items (later items win). */
+static int build_spec(const struct args *a, filter_spec_t *spec)
+{
     char text[512], err[256];
-    int len = snprintf(text, sizeof text, "%s", filter);
-    const char *extra[][2] = {{"bits", bits}, {"buckets", buckets}, {"fp", fpbits}};
+    int len = snprintf(text, sizeof text, "%s", a->filter);
+    const char *extra[][2] = {{"bits", a->bits}, {"buckets", a->buckets}, {"fp", a->fpbits}};
     for (size_t i = 0; i < 3; i++)
         if (extra[i][1] != NULL && len > 0 && (size_t)len < sizeof text)
             len += snprintf(text + len, sizeof text - (size_t)len, "%s%s=%s",
                             strchr(text, ':') != NULL ? "," : ":", extra[i][0], extra[i][1]);
     if (len < 0 || (size_t)len >= sizeof text) {
         fprintf(stderr, "ingestd filter-bench: filter spec too long\n");
-        return 2;
+        return -1;
     }
-    filter_spec_t spec;
-    if (filter_parse_spec(text, &spec, err, sizeof err) != 0) {
+    if (filter_parse_spec(text, spec, err, sizeof err) != 0) {
         fprintf(stderr, "ingestd filter-bench: --filter: %s\n", err);
-        return 2;
+        return -1;
     }
+    return 0;
+}
 
+/* The filter's size and asymptotic FPR (from an empty one), into *mem and *afpr. */
+static int probe_filter(const filter_spec_t *spec, uint64_t *mem, double *afpr)
+{
+    filter_t *probe = NULL;
+    uint8_t zero[16] = {0};
+    if (filter_new(spec, zero, &probe) != 0) {
+        fprintf(stderr, "ingestd filter-bench: out of memory\n");
+        return -1;
+    }
+    *mem = filter_memory_bits(probe);
+    *afpr = filter_asymptotic_fpr(probe);
+    filter_free(probe);
+    return 0;
+}
+
+/* Means over the runs (sum_* / runs), and the last run's counts. */
+struct totals {
+    double sum_fpr, sum_fnr, sum_dup, sum_ns;
+    counts_t last;
+};
+
+/* Every run, with a line per run when there are several. 0, or 1 (out of memory). */
+static int run_all(const struct args *a, const filter_spec_t *spec, const stream_t *st,
+                   struct totals *t)
+{
+    for (uint64_t r = 0; r < a->runs; r++) {
+        counts_t *c = &t->last;
+        if (run_once(spec, st, a->seed + r, (int)r + 1, (int)a->runs, a->quiet, c) != 0)
+            return 1;
+        double fpr = rate(c->fp, c->n - c->dups), fnr = rate(c->fn, c->dups);
+        double ns = (double)c->filter_ns / (double)c->n;
+        t->sum_fpr += fpr;
+        t->sum_fnr += fnr;
+        t->sum_dup += rate(c->dups, c->n);
+        t->sum_ns += ns;
+        if (a->runs > 1)
+            printf("run %-7" PRIu64 " seed %" PRIu64 ": FPR %.2f%% FNR %.2f%% error %.2f%% "
+                   "(dups %.2f%%) %.1f ns/op\n",
+                   r + 1, a->seed + r, 100 * fpr, 100 * fnr, 100 * (fpr + fnr),
+                   100 * rate(c->dups, c->n), ns);
+    }
+    return 0;
+}
+
+static void print_summary(const struct args *a, const char *canon, uint64_t mem,
+                          const struct totals *t)
+{
+    double k = (double)a->runs;
+    printf("elements    %" PRIu64 " per run, %.2f%% duplicates%s\n", t->last.n,
+           100 * t->sum_dup / k, a->runs > 1 ? " (mean)" : "");
+    printf("FPR         %.2f%%  (unique elements answered DUPLICATE / unique elements)\n",
+           100 * t->sum_fpr / k);
+    printf("FNR         %.2f%%  (duplicates answered UNSEEN / duplicates)\n", 100 * t->sum_fnr / k);
+    printf("error       %.2f%%  (FPR + FNR)\n", 100 * (t->sum_fpr + t->sum_fnr) / k);
+    printf("ns/op       %.1f  (insert-if-absent with the keyed mix)\n", t->sum_ns / k);
+    printf("RESULT filter=%s stream=%s n=%" PRIu64 " runs=%" PRIu64 " seed=%" PRIu64
+           " mem_bits=%" PRIu64 " dup_pct=%.2f fpr_pct=%.2f fnr_pct=%.2f err_pct=%.2f "
+           "ns_per_op=%.1f\n",
+           canon, a->stream, t->last.n, a->runs, a->seed, mem, 100 * t->sum_dup / k,
+           100 * t->sum_fpr / k, 100 * t->sum_fnr / k, 100 * (t->sum_fpr + t->sum_fnr) / k,
+           t->sum_ns / k);
+}
+
+int cli_filter_main(int argc, char **argv)
+{
+    struct args a;
+    filter_spec_t spec;
     stream_t st;
-    int rc = stream_open(stream, &st, err, sizeof err);
+    struct totals t = {0};
+    char err[256], canon[256];
+    uint64_t mem;
+    double afpr;
+
+    int rc = parse_args(argc, argv, &a);
+    if (rc >= 0)
+        return rc;
+    if (build_spec(&a, &spec) != 0)
+        return 2;
+    rc = stream_open(a.stream, &st, err, sizeof err);
     if (rc != 0) {
         fprintf(stderr, "ingestd filter-bench: %s\n", err);
         stream_close(&st);
         return rc;
     }
-
-    char canon[256];
     filter_spec_format(&spec, canon, sizeof canon);
-    filter_t *probe = NULL;
-    uint8_t zero[16] = {0};
-    if (filter_new(&spec, zero, &probe) != 0) {
-        fprintf(stderr, "ingestd filter-bench: out of memory\n");
+    if (probe_filter(&spec, &mem, &afpr) != 0) {
         stream_close(&st);
         return 1;
     }
-    uint64_t mem = filter_memory_bits(probe);
-    double afpr = filter_asymptotic_fpr(probe);
-    filter_free(probe);
-
     printf("filter      %s (table %" PRIu64 " bits, asymptotic FPR %.2f%%)\n", canon, mem,
            100 * afpr);
-    printf("stream      %s, %" PRIu64 " elements, seed %" PRIu64 ", %" PRIu64 " run%s\n", stream,
-           st.length, seed, runs, runs == 1 ? "" : "s");
-
-    double sum_fpr = 0, sum_fnr = 0, sum_dup = 0, sum_ns = 0;
-    counts_t c = {0};
-    for (uint64_t r = 0; r < runs; r++) {
-        if (run_once(&spec, &st, seed + r, (int)r + 1, (int)runs, quiet, &c) != 0) {
-            stream_close(&st);
-            return 1;
-        }
-        double fpr = rate(c.fp, c.n - c.dups), fnr = rate(c.fn, c.dups);
-        double ns = (double)c.filter_ns / (double)c.n;
-        sum_fpr += fpr;
-        sum_fnr += fnr;
-        sum_dup += rate(c.dups, c.n);
-        sum_ns += ns;
-        if (runs > 1)
-            printf("run %-7" PRIu64 " seed %" PRIu64 ": FPR %.2f%% FNR %.2f%% error %.2f%% "
-                   "(dups %.2f%%) %.1f ns/op\n",
-                   r + 1, seed + r, 100 * fpr, 100 * fnr, 100 * (fpr + fnr),
-                   100 * rate(c.dups, c.n), ns);
-    }
-    double k = (double)runs;
-    printf("elements    %" PRIu64 " per run, %.2f%% duplicates%s\n", c.n, 100 * sum_dup / k,
-           runs > 1 ? " (mean)" : "");
-    printf("FPR         %.2f%%  (unique elements answered DUPLICATE / unique elements)\n",
-           100 * sum_fpr / k);
-    printf("FNR         %.2f%%  (duplicates answered UNSEEN / duplicates)\n", 100 * sum_fnr / k);
-    printf("error       %.2f%%  (FPR + FNR)\n", 100 * (sum_fpr + sum_fnr) / k);
-    printf("ns/op       %.1f  (insert-if-absent with the keyed mix)\n", sum_ns / k);
-    printf("RESULT filter=%s stream=%s n=%" PRIu64 " runs=%" PRIu64 " seed=%" PRIu64
-           " mem_bits=%" PRIu64 " dup_pct=%.2f fpr_pct=%.2f fnr_pct=%.2f err_pct=%.2f "
-           "ns_per_op=%.1f\n",
-           canon, stream, c.n, runs, seed, mem, 100 * sum_dup / k, 100 * sum_fpr / k,
-           100 * sum_fnr / k, 100 * (sum_fpr + sum_fnr) / k, sum_ns / k);
+    printf("stream      %s, %" PRIu64 " elements, seed %" PRIu64 ", %" PRIu64 " run%s\n", a.stream,
+           st.length, a.seed, a.runs, a.runs == 1 ? "" : "s");
+    rc = run_all(&a, &spec, &st, &t);
+    if (rc == 0)
+        print_summary(&a, canon, mem, &t);
     stream_close(&st);
-    return 0;
+    return rc;
 }

@@ -5,7 +5,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "api/timestamp.h"
+#include "common/errbuf.h"
 #include "server/logging.h"
 #include "storage/filter/filter.h"
 
@@ -33,7 +33,7 @@ enum kind {
     K_COUNT,    /* a plain unsigned number */
     K_LEVEL,    /* a log level name */
     K_SECRET,   /* a string field never logged (a token); empty: not set */
-    K_CHOICE,   /* one word of the metavar "a|b|c", stored as its index in an int field */
+    K_CHOICE,   /* one word of the metavar "a|b|c", stored as its index in an enum field */
     K_TIME,     /* an ISO-8601 UTC time or ms since the epoch into an int64 field (ms) */
     K_LIST,     /* NAME=VALUE strings, repeatable, into kafka_opts (the variable: one a line) */
     K_BOOL, /* a switch: the flag alone (or =true/false); the variable 1/true/yes or 0/false/no */
@@ -51,6 +51,12 @@ struct setting {
 };
 
 #define FIELD(f) offsetof(config_t, f), sizeof(((config_t *)0)->f)
+
+/* K_CHOICE fields are enums stored and read as the int index of their word. */
+#define CHOICE_FIELDS_ARE_INT                                                                      \
+    (sizeof(enum config_data_mode) == sizeof(int) && sizeof(enum store_sync) == sizeof(int) &&     \
+     sizeof(enum config_role) == sizeof(int))
+_Static_assert(CHOICE_FIELDS_ARE_INT, "a K_CHOICE field is not the size of an int");
 
 /* The one table: parsing, validation, --help and config_log all walk it. */
 static const struct setting settings[] = {
@@ -90,13 +96,13 @@ static const struct setting settings[] = {
     {"timeout", "INGESTD_TIMEOUT", "30s", K_SECONDS, 1, 3600, FIELD(timeout_s), "DURATION",
      "close a connection idle this long (1s..1h)"},
     {"commit-max-events", "INGESTD_COMMIT_MAX_EVENTS", "50000", K_COUNT, 1, 10000000,
-     FIELD(max_batch_events), "N", "events per group commit (LMDB transaction + fsync) at most"},
+     FIELD(max_batch_events), "N", "events per group commit (one log append + fsync) at most"},
     {"log-level", "INGESTD_LOG_LEVEL", "info", K_LEVEL, 0, 0, FIELD(log_level), "LEVEL",
      "error, warn, info or debug"},
     {"admin-token", "INGESTD_ADMIN_TOKEN", NULL, K_SECRET, 1,
      sizeof(((config_t *)0)->admin_token) - 1, FIELD(admin_token), "TOKEN",
-     "bearer token for GET /v1/log (reading the log over HTTP); without one that route is off "
-     "(404). Printable ASCII without blanks, at most 255 bytes"},
+     "bearer token for GET /v1/log, /stats and /metrics (/healthz stays open); without one "
+     "/v1/log is off (404). Printable ASCII without blanks, at most 255 bytes"},
     {"log-retention", "INGESTD_LOG_RETENTION", "0", K_DURATION, 0, (uint64_t)(3650 * MS_PER_DAY),
      FIELD(log_retention_ms), "DURATION",
      "delete closed log segments last written longer ago than this, e.g. 7d; 0: keep forever. "
@@ -217,29 +223,21 @@ static int choice_index(const char *choices, const char *word)
     return -1;
 }
 
-unsigned config_data_umask(int mode)
+unsigned config_data_umask(enum config_data_mode mode)
 {
-    return mode == CONFIG_DATA_GROUP ? 027 : 077;
+    switch (mode) {
+    case CONFIG_DATA_GROUP:
+        return 027;
+    case CONFIG_DATA_PRIVATE:
+        break;
+    }
+    return 077;
 }
 
-int config_data_mode_env(const char *value)
+enum config_data_mode config_data_mode_env(const char *value)
 {
     int i = value ? choice_index("private|group", value) : -1;
-    return i < 0 ? CONFIG_DATA_PRIVATE : i;
-}
-
-static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *errbuf, size_t errlen, const char *fmt, ...)
-{
-    va_list ap;
-
-    if (errbuf == NULL || errlen == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(errbuf, errlen, fmt, ap);
-    va_end(ap);
+    return i == CONFIG_DATA_GROUP ? CONFIG_DATA_GROUP : CONFIG_DATA_PRIVATE;
 }
 
 static unsigned cpu_count(void)
@@ -423,7 +421,7 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
     if (v[0] == '[') {
         const char *rb = strchr(v, ']');
         if (rb == NULL || rb[1] != ':') {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected [IPV6]:PORT", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected [IPV6]:PORT", origin, v);
             return -1;
         }
         host = v + 1;
@@ -432,13 +430,13 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
     } else {
         colon = strrchr(v, ':');
         if (colon == NULL) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected HOST:PORT", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected HOST:PORT", origin, v);
             return -1;
         }
         if (memchr(v, ':', (size_t)(colon - v)) != NULL) {
-            set_err(errbuf, errlen,
-                    "invalid %s \"%s\": put an IPv6 address in brackets, e.g. [::1]:8080", origin,
-                    v);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": put an IPv6 address in brackets, e.g. [::1]:8080",
+                          origin, v);
             return -1;
         }
         host = v;
@@ -446,11 +444,13 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
         port_s = colon + 1;
     }
     if (hlen == 0 || hlen >= sizeof cfg->listen_host) {
-        set_err(errbuf, errlen, "invalid %s \"%s\": the host is empty or too long", origin, v);
+        errbuf_printf(errbuf, errlen, "invalid %s \"%s\": the host is empty or too long", origin,
+                      v);
         return -1;
     }
     if (parse_u64(port_s, &end, &port) != 0 || *end != '\0' || port < st->min || port > st->max) {
-        set_err(errbuf, errlen, "invalid %s \"%s\": the port must be a number 0..65535", origin, v);
+        errbuf_printf(errbuf, errlen, "invalid %s \"%s\": the port must be a number 0..65535",
+                      origin, v);
         return -1;
     }
     memcpy(cfg->listen_host, host, hlen);
@@ -458,13 +458,13 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
     if (memchr(host, ':', hlen) != NULL) {
         unsigned char a6[16];
         if (inet_pton(AF_INET6, cfg->listen_host, a6) != 1) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": not an IPv6 address", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": not an IPv6 address", origin, v);
             return -1;
         }
     }
     for (size_t i = 0; i < hlen; i++) {
         if (isspace((unsigned char)host[i]) || iscntrl((unsigned char)host[i])) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": blank in the host", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": blank in the host", origin, v);
             return -1;
         }
     }
@@ -487,7 +487,7 @@ static int add_keys(config_t *cfg, const char *v, const char *origin, char *errb
         while (e > b && isspace((unsigned char)e[-1]))
             e--;
         if (b == e) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
             return -1;
         }
         const char *sep = memchr(b, ':', (size_t)(e - b));
@@ -496,35 +496,37 @@ static int add_keys(config_t *cfg, const char *v, const char *origin, char *errb
         size_t slen = sep != NULL ? (size_t)(e - src) : strlen("default");
 
         if (klen == 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
             return -1;
         }
         if (slen == 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": empty source after ':'", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty source after ':'", origin, v);
             return -1;
         }
         for (const char *c = b; c < e; c++) {
             if (isspace((unsigned char)*c) || iscntrl((unsigned char)*c)) {
-                set_err(errbuf, errlen, "invalid %s: blank or control character in a write key",
-                        origin);
+                errbuf_printf(errbuf, errlen,
+                              "invalid %s: blank or control character in a write key", origin);
                 return -1;
             }
         }
         if (klen + slen + 2 > sizeof cfg->key_storage[0]) {
-            set_err(errbuf, errlen, "invalid %s: write key or source too long (max %zu bytes)",
-                    origin, sizeof cfg->key_storage[0] - 2);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s: write key or source too long (max %zu bytes)", origin,
+                          sizeof cfg->key_storage[0] - 2);
             return -1;
         }
         if (cfg->nwrite_keys == CONFIG_MAX_WRITE_KEYS) {
-            set_err(errbuf, errlen, "invalid %s: more than %d write keys", origin,
-                    CONFIG_MAX_WRITE_KEYS);
+            errbuf_printf(errbuf, errlen, "invalid %s: more than %d write keys", origin,
+                          CONFIG_MAX_WRITE_KEYS);
             return -1;
         }
         for (size_t i = 0; i < cfg->nwrite_keys; i++) {
             const char *k = cfg->write_keys[i].key;
             if (strlen(k) == klen && memcmp(k, b, klen) == 0) {
                 /* Two sources for one key would make the source ambiguous. */
-                set_err(errbuf, errlen, "invalid %s: the same write key is given twice", origin);
+                errbuf_printf(errbuf, errlen, "invalid %s: the same write key is given twice",
+                              origin);
                 return -1;
             }
         }
@@ -550,16 +552,17 @@ static int add_opt(config_t *cfg, const char *v, const char *origin, char *errbu
     size_t n = strlen(v);
 
     if (eq == NULL || eq == v) {
-        set_err(errbuf, errlen, "invalid %s: expected NAME=VALUE", origin);
+        errbuf_printf(errbuf, errlen, "invalid %s: expected NAME=VALUE", origin);
         return -1;
     }
     if (n >= sizeof cfg->kafka_opt_storage[0]) {
-        set_err(errbuf, errlen, "invalid %s: longer than %zu bytes", origin,
-                sizeof cfg->kafka_opt_storage[0] - 1);
+        errbuf_printf(errbuf, errlen, "invalid %s: longer than %zu bytes", origin,
+                      sizeof cfg->kafka_opt_storage[0] - 1);
         return -1;
     }
     if (cfg->nkafka_opts == CONFIG_MAX_KAFKA_OPTS) {
-        set_err(errbuf, errlen, "invalid %s: more than %d settings", origin, CONFIG_MAX_KAFKA_OPTS);
+        errbuf_printf(errbuf, errlen, "invalid %s: more than %d settings", origin,
+                      CONFIG_MAX_KAFKA_OPTS);
         return -1;
     }
     memcpy(cfg->kafka_opt_storage[cfg->nkafka_opts], v, n + 1);
@@ -580,8 +583,8 @@ static int add_opt_lines(config_t *cfg, const char *v, const char *origin, char 
         while (m > 0 && (p[m - 1] == '\r' || p[m - 1] == ' ' || p[m - 1] == '\t'))
             m--;
         if (m >= sizeof item) {
-            set_err(errbuf, errlen, "invalid %s: a line longer than %zu bytes", origin,
-                    sizeof item - 1);
+            errbuf_printf(errbuf, errlen, "invalid %s: a line longer than %zu bytes", origin,
+                          sizeof item - 1);
             return -1;
         }
         memcpy(item, p, m);
@@ -605,9 +608,9 @@ static int parse_time(const char *v, int64_t *ms)
     return timestamp_parse(v, strlen(v), ms) == 0 && *ms > 0 ? 0 : -1;
 }
 
-/* Parses one value of setting `st`; `origin` names the flag or variable for errors. */
-static int apply(config_t *cfg, const struct setting *st, const char *v, const char *origin,
-                 char *errbuf, size_t errlen)
+/* A number of setting `st` (a duration, a size or a count) within its bounds. */
+static int apply_number(config_t *cfg, const struct setting *st, const char *v, const char *origin,
+                        char *errbuf, size_t errlen)
 {
     uint64_t u = 0;
     int64_t ms = 0;
@@ -615,12 +618,95 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     char lo[32], hi[32];
 
     switch (st->kind) {
+    case K_DURATION:
+    case K_SECONDS:
+        if (config_parse_duration(v, &ms) != 0) {
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected a duration such as 90s, 15m, 24h or 28d",
+                          origin, v);
+            return -1;
+        }
+        u = st->kind == K_SECONDS ? (uint64_t)(ms / MS_PER_S) : (uint64_t)ms;
+        if (u < st->min || u > st->max) {
+            uint64_t f = st->kind == K_SECONDS ? (uint64_t)MS_PER_S : 1;
+            fmt_duration(lo, sizeof lo, (int64_t)(st->min * f));
+            fmt_duration(hi, sizeof hi, (int64_t)(st->max * f));
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v,
+                          lo, hi);
+            return -1;
+        }
+        put_uint(cfg, st, u);
+        return 0;
+    case K_SIZE:
+        if (config_parse_size(v, &u) != 0) {
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected a size such as 1048576, 64k, 64MiB or 1G",
+                          origin, v);
+            return -1;
+        }
+        if (u < st->min || u > st->max) {
+            fmt_size(lo, sizeof lo, st->min);
+            fmt_size(hi, sizeof hi, st->max);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v,
+                          lo, hi);
+            return -1;
+        }
+        put_uint(cfg, st, u);
+        return 0;
+    case K_COUNT:
+        if (parse_u64(v, &end, &u) != 0 || *end != '\0') {
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected a whole number", origin, v);
+            return -1;
+        }
+        if (u < st->min || u > st->max) {
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": must be between %" PRIu64 " and %" PRIu64, origin, v,
+                          st->min, st->max);
+            return -1;
+        }
+        put_uint(cfg, st, u);
+        return 0;
+    default:
+        break;
+    }
+    return -1;
+}
+
+/* The admin token: printable ASCII without blanks, within the length bounds. */
+static int apply_secret(config_t *cfg, const struct setting *st, const char *v, const char *origin,
+                        char *errbuf, size_t errlen)
+{
+    size_t n = strlen(v);
+    if (n < st->min || n > st->max) {
+        errbuf_printf(errbuf, errlen, "invalid %s: must be 1 to %" PRIu64 " bytes", origin,
+                      st->max);
+        return -1;
+    }
+    /* It travels in an Authorization header: printable ASCII, no blanks (RFC 6750 token). */
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] <= ' ' || v[i] > '~') {
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s: only printable ASCII without blanks is allowed", origin);
+            return -1;
+        }
+    }
+    memcpy((char *)cfg + st->off, v, n + 1);
+    return 0;
+}
+
+/* Parses one value of setting `st`; `origin` names the flag or variable for errors. */
+static int apply(config_t *cfg, const struct setting *st, const char *v, const char *origin,
+                 char *errbuf, size_t errlen)
+{
+    int64_t ms = 0;
+
+    switch (st->kind) {
     case K_LISTEN:
         return parse_listen(cfg, st, v, origin, errbuf, errlen);
     case K_PATH: {
         size_t n = strlen(v);
         if (n < st->min || n > st->max) {
-            set_err(errbuf, errlen, "invalid %s: the path is empty or too long", origin);
+            errbuf_printf(errbuf, errlen, "invalid %s: the path is empty or too long", origin);
             return -1;
         }
         memcpy((char *)cfg + st->off, v, n + 1);
@@ -633,7 +719,7 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     case K_BOOL: {
         bool on = strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 || strcmp(v, "1") == 0;
         if (!on && strcasecmp(v, "false") != 0 && strcasecmp(v, "no") != 0 && strcmp(v, "0") != 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected true or false", origin, v);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected true or false", origin, v);
             return -1;
         }
         *(bool *)((char *)cfg + st->off) = on;
@@ -641,36 +727,21 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     }
     case K_TIME:
         if (parse_time(v, &ms) != 0) {
-            set_err(errbuf, errlen,
-                    "invalid %s \"%s\": expected an ISO-8601 UTC time such as "
-                    "2026-01-31T00:00:00Z or milliseconds since the epoch",
-                    origin, v);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected an ISO-8601 UTC time such as "
+                          "2026-01-31T00:00:00Z or milliseconds since the epoch",
+                          origin, v);
             return -1;
         }
         memcpy((char *)cfg + st->off, &ms, sizeof ms);
         return 0;
-    case K_SECRET: {
-        size_t n = strlen(v);
-        if (n < st->min || n > st->max) {
-            set_err(errbuf, errlen, "invalid %s: must be 1 to %" PRIu64 " bytes", origin, st->max);
-            return -1;
-        }
-        /* It travels in an Authorization header: printable ASCII, no blanks (RFC 6750 token). */
-        for (size_t i = 0; i < n; i++) {
-            if (v[i] <= ' ' || v[i] > '~') {
-                set_err(errbuf, errlen,
-                        "invalid %s: only printable ASCII without blanks is allowed", origin);
-                return -1;
-            }
-        }
-        memcpy((char *)cfg + st->off, v, n + 1);
-        return 0;
-    }
+    case K_SECRET:
+        return apply_secret(cfg, st, v, origin, errbuf, errlen);
     case K_LEVEL: {
         int lvl = logging_parse_level(v);
         if (lvl < 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected one of error, warn, info, debug",
-                    origin, v);
+            errbuf_printf(errbuf, errlen,
+                          "invalid %s \"%s\": expected one of error, warn, info, debug", origin, v);
             return -1;
         }
         cfg->log_level = lvl;
@@ -679,59 +750,17 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
     case K_CHOICE: {
         int i = choice_index(st->metavar, v);
         if (i < 0) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected %s", origin, v, st->metavar);
+            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected %s", origin, v, st->metavar);
             return -1;
         }
-        *(int *)((char *)cfg + st->off) = i;
+        memcpy((char *)cfg + st->off, &i, sizeof i); /* an enum field (CHOICE_FIELDS_ARE_INT) */
         return 0;
     }
     case K_DURATION:
     case K_SECONDS:
-        if (config_parse_duration(v, &ms) != 0) {
-            set_err(errbuf, errlen,
-                    "invalid %s \"%s\": expected a duration such as 90s, 15m, 24h or 28d", origin,
-                    v);
-            return -1;
-        }
-        u = st->kind == K_SECONDS ? (uint64_t)(ms / MS_PER_S) : (uint64_t)ms;
-        if (u < st->min || u > st->max) {
-            uint64_t f = st->kind == K_SECONDS ? (uint64_t)MS_PER_S : 1;
-            fmt_duration(lo, sizeof lo, (int64_t)(st->min * f));
-            fmt_duration(hi, sizeof hi, (int64_t)(st->max * f));
-            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v, lo,
-                    hi);
-            return -1;
-        }
-        put_uint(cfg, st, u);
-        return 0;
     case K_SIZE:
-        if (config_parse_size(v, &u) != 0) {
-            set_err(errbuf, errlen,
-                    "invalid %s \"%s\": expected a size such as 1048576, 64k, 64MiB or 1G", origin,
-                    v);
-            return -1;
-        }
-        if (u < st->min || u > st->max) {
-            fmt_size(lo, sizeof lo, st->min);
-            fmt_size(hi, sizeof hi, st->max);
-            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v, lo,
-                    hi);
-            return -1;
-        }
-        put_uint(cfg, st, u);
-        return 0;
     case K_COUNT:
-        if (parse_u64(v, &end, &u) != 0 || *end != '\0') {
-            set_err(errbuf, errlen, "invalid %s \"%s\": expected a whole number", origin, v);
-            return -1;
-        }
-        if (u < st->min || u > st->max) {
-            set_err(errbuf, errlen, "invalid %s \"%s\": must be between %" PRIu64 " and %" PRIu64,
-                    origin, v, st->min, st->max);
-            return -1;
-        }
-        put_uint(cfg, st, u);
-        return 0;
+        return apply_number(cfg, st, v, origin, errbuf, errlen);
     }
     return -1;
 }
@@ -768,69 +797,62 @@ static int check_role(const config_t *cfg, char *errbuf, size_t errlen)
                         : cfg->repartition_at_ms ? "--repartition-at"
                                                  : NULL;
     if (!edge && stray) {
-        set_err(errbuf, errlen, "%s is for --role edge only (this is --role single)", stray);
+        errbuf_printf(errbuf, errlen, "%s is for --role edge only (this is --role single)", stray);
         return -1;
     }
     if (!edge)
         return 0;
     if (!cfg->kafka_brokers[0] || !cfg->raw_topic[0]) {
-        set_err(errbuf, errlen, "--role edge needs --kafka-brokers LIST and --raw-topic NAME");
+        errbuf_printf(errbuf, errlen,
+                      "--role edge needs --kafka-brokers LIST and --raw-topic NAME");
         return -1;
     }
     if ((cfg->partitions_before > 0) != (cfg->repartition_at_ms > 0)) {
-        set_err(errbuf, errlen, "%s",
-                cfg->partitions_before > 0 ? "--partitions-before needs --repartition-at TIMESTAMP"
-                                           : "--repartition-at needs --partitions-before COUNT");
+        errbuf_printf(errbuf, errlen, "%s",
+                      cfg->partitions_before > 0
+                          ? "--partitions-before needs --repartition-at TIMESTAMP"
+                          : "--repartition-at needs --partitions-before COUNT");
         return -1;
     }
     return 0;
 }
 
-int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
-                 size_t errlen)
+/* The flags as given, by setting; --write-key and --kafka-opt may repeat, so they keep them all. */
+struct given {
+    const char *flagval[NSETTINGS];
+    const char **keyvals, **optvals;
+    size_t nkeyvals, noptvals;
+};
+
+static bool wants_help(int argc, char **argv)
 {
-    /* Flag values by setting; --write-key may repeat, so it keeps them all. */
-    const char *flagval[NSETTINGS] = {0};
-    const char **keyvals = NULL, **optvals = NULL;
-    size_t nkeyvals = 0, noptvals = 0;
-    int rc = 2;
-
-    memset(cfg, 0, sizeof *cfg);
-    if (errbuf != NULL && errlen > 0)
-        errbuf[0] = '\0';
-
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            config_usage(out);
-            return 1;
-        }
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return true;
     }
+    return false;
+}
 
-    keyvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *keyvals);
-    optvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *optvals);
-    if (keyvals == NULL || optvals == NULL) {
-        set_err(errbuf, errlen, "out of memory");
-        free(keyvals);
-        free(optvals);
-        return 2;
-    }
-
+/* Sorts argv's flags into g by setting, unparsed. Returns 0 or -1 (unknown flag, no value). */
+static int collect_flags(int argc, char **argv, struct given *g, char *errbuf, size_t errlen)
+{
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         const char *name, *eq, *val;
         const struct setting *st;
 
         if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
-            set_err(errbuf, errlen, "unexpected argument \"%s\" (see ingestd serve --help)", arg);
-            goto out;
+            errbuf_printf(errbuf, errlen, "unexpected argument \"%s\" (see ingestd serve --help)",
+                          arg);
+            return -1;
         }
         name = arg + 2;
         eq = strchr(name, '=');
         st = find_flag(name, eq != NULL ? (size_t)(eq - name) : strlen(name));
         if (st == NULL) {
-            set_err(errbuf, errlen, "unknown flag %.*s (see ingestd serve --help)",
-                    (int)(eq != NULL ? (size_t)(eq - arg) : strlen(arg)), arg);
-            goto out;
+            errbuf_printf(errbuf, errlen, "unknown flag %.*s (see ingestd serve --help)",
+                          (int)(eq != NULL ? (size_t)(eq - arg) : strlen(arg)), arg);
+            return -1;
         }
         if (eq != NULL) {
             val = eq + 1;
@@ -839,103 +861,135 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
         } else if (i + 1 < argc) {
             val = argv[++i];
         } else {
-            set_err(errbuf, errlen, "flag --%s needs a value (%s)", st->name, st->metavar);
-            goto out;
+            errbuf_printf(errbuf, errlen, "flag --%s needs a value (%s)", st->name, st->metavar);
+            return -1;
         }
         if (st->kind == K_KEYS)
-            keyvals[nkeyvals++] = val;
+            g->keyvals[g->nkeyvals++] = val;
         else if (st->kind == K_LIST)
-            optvals[noptvals++] = val;
+            g->optvals[g->noptvals++] = val;
         else
-            flagval[st - settings] = val; /* the last one wins, as with most tools */
+            g->flagval[st - settings] = val; /* the last one wins, as with most tools */
     }
+    return 0;
+}
 
-    for (size_t i = 0; i < NSETTINGS; i++) {
-        const struct setting *st = &settings[i];
-        const char *env = env_get(envp, st->env);
-        char flagname[64];
+/*
+ * Sets one setting from its flags, else its variable, else its default. The repeatable ones
+ * (write keys, Kafka options) take every flag, and the flags replace the variable as a whole.
+ */
+static int apply_setting(config_t *cfg, const struct setting *st, const char *flag,
+                         const struct given *g, char **envp, char *errbuf, size_t errlen)
+{
+    const char *env = env_get(envp, st->env);
+    char flagname[64];
 
-        snprintf(flagname, sizeof flagname, "--%s", st->name);
-        if (env != NULL && env[0] == '\0')
-            env = NULL; /* an empty variable counts as unset */
+    snprintf(flagname, sizeof flagname, "--%s", st->name);
+    if (env != NULL && env[0] == '\0')
+        env = NULL; /* an empty variable counts as unset */
 
-        if (st->kind == K_KEYS) {
-            if (nkeyvals > 0) {
-                for (size_t k = 0; k < nkeyvals; k++) {
-                    if (apply(cfg, st, keyvals[k], flagname, errbuf, errlen) != 0)
-                        goto out;
-                }
-            } else if (env != NULL) {
-                if (apply(cfg, st, env, st->env, errbuf, errlen) != 0)
-                    goto out;
-            }
-            continue;
+    if (st->kind == K_KEYS) {
+        for (size_t k = 0; k < g->nkeyvals; k++) {
+            if (apply(cfg, st, g->keyvals[k], flagname, errbuf, errlen) != 0)
+                return -1;
         }
-        if (st->kind == K_LIST) {
-            /* Flags replace the variable as a whole, as for the write keys. */
-            for (size_t k = 0; k < noptvals; k++)
-                if (apply(cfg, st, optvals[k], flagname, errbuf, errlen) != 0)
-                    goto out;
-            if (noptvals == 0 && env != NULL &&
-                add_opt_lines(cfg, env, st->env, errbuf, errlen) != 0)
-                goto out;
-            continue;
-        }
-        if (flagval[i] != NULL) {
-            if (apply(cfg, st, flagval[i], flagname, errbuf, errlen) != 0)
-                goto out;
-        } else if (env != NULL) {
-            if (apply(cfg, st, env, st->env, errbuf, errlen) != 0)
-                goto out;
-        } else if (st->def != NULL) {
-            if (apply(cfg, st, st->def, "default", errbuf, errlen) != 0)
-                goto out; /* a bad default is a bug; the message says which */
-        } else if (st->kind == K_COUNT) {
-            put_uint(cfg, st, cpu_count()); /* threads */
-        } /* else a K_SECRET without default: stays empty (not set) */
+        if (g->nkeyvals == 0 && env != NULL)
+            return apply(cfg, st, env, st->env, errbuf, errlen);
+        return 0;
     }
+    if (st->kind == K_LIST) {
+        for (size_t k = 0; k < g->noptvals; k++) {
+            if (apply(cfg, st, g->optvals[k], flagname, errbuf, errlen) != 0)
+                return -1;
+        }
+        if (g->noptvals == 0 && env != NULL)
+            return add_opt_lines(cfg, env, st->env, errbuf, errlen);
+        return 0;
+    }
+    if (flag != NULL)
+        return apply(cfg, st, flag, flagname, errbuf, errlen);
+    if (env != NULL)
+        return apply(cfg, st, env, st->env, errbuf, errlen);
+    if (st->def != NULL)
+        return apply(cfg, st, st->def, "default", errbuf, errlen); /* a bad one is a bug */
+    if (st->kind == K_COUNT)
+        put_uint(cfg, st, cpu_count()); /* threads */
+    /* Else a K_SECRET without default: it stays empty (not set). */
+    return 0;
+}
 
+/* What no single setting can check: settings that go together, and the parsed lists. */
+static int check_together(config_t *cfg, char *errbuf, size_t errlen)
+{
     /* A keys file may hold every key; whether it has any is checked when it is read (main.c). */
     if (cfg->nwrite_keys == 0 && cfg->write_keys_file[0] == '\0') {
-        set_err(errbuf, errlen,
-                "no write key: give --write-key KEY[:SOURCE], set INGESTD_WRITE_KEY "
-                "(comma-separated) or give --write-keys-file FILE");
-        goto out;
+        errbuf_printf(errbuf, errlen,
+                      "no write key: give --write-key KEY[:SOURCE], set INGESTD_WRITE_KEY "
+                      "(comma-separated) or give --write-keys-file FILE");
+        return -1;
     }
     if (strcmp(cfg->store, "lmdb") != 0) {
         filter_spec_t spec;
         char ferr[160];
         if (strncmp(cfg->store, "memory:", 7) != 0) {
-            set_err(errbuf, errlen, "invalid --store \"%s\": expected lmdb or memory:SPEC",
-                    cfg->store);
-            goto out;
+            errbuf_printf(errbuf, errlen, "invalid --store \"%s\": expected lmdb or memory:SPEC",
+                          cfg->store);
+            return -1;
         }
         if (filter_parse_spec(cfg->store + 7, &spec, ferr, sizeof(ferr)) != FILTER_OK) {
-            set_err(errbuf, errlen, "invalid --store \"%s\": %s", cfg->store, ferr);
-            goto out;
+            errbuf_printf(errbuf, errlen, "invalid --store \"%s\": %s", cfg->store, ferr);
+            return -1;
         }
     }
     /* Half a TLS configuration would silently serve plain HTTP: refuse it. */
     if ((cfg->tls_cert[0] != '\0') != (cfg->tls_key[0] != '\0')) {
-        set_err(errbuf, errlen, "%s without %s: give both (PEM files) or neither",
-                cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
-                cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
-        goto out;
+        errbuf_printf(errbuf, errlen, "%s without %s: give both (PEM files) or neither",
+                      cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
+                      cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
+        return -1;
     }
     if (cfg->window_floor_ms > cfg->window_ms) {
-        set_err(errbuf, errlen,
-                "--window-floor must not exceed --window: the window never reaches it");
-        goto out;
+        errbuf_printf(errbuf, errlen,
+                      "--window-floor must not exceed --window: the window never reaches it");
+        return -1;
     }
     if (check_role(cfg, errbuf, errlen) != 0)
+        return -1;
+    return proxy_parse(cfg->trusted_proxies, &cfg->proxies, errbuf, errlen);
+}
+
+int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, char *errbuf,
+                 size_t errlen)
+{
+    struct given g = {0};
+    int rc = 2;
+
+    memset(cfg, 0, sizeof *cfg);
+    if (errbuf != NULL && errlen > 0)
+        errbuf[0] = '\0';
+    if (wants_help(argc, argv)) {
+        config_usage(out);
+        return 1;
+    }
+    g.keyvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *g.keyvals);
+    g.optvals = calloc((size_t)(argc > 0 ? argc : 1), sizeof *g.optvals);
+    if (g.keyvals == NULL || g.optvals == NULL) {
+        errbuf_printf(errbuf, errlen, "out of memory");
         goto out;
-    if (proxy_parse(cfg->trusted_proxies, &cfg->proxies, errbuf, errlen) != 0)
+    }
+    if (collect_flags(argc, argv, &g, errbuf, errlen) != 0)
+        goto out;
+    for (size_t i = 0; i < NSETTINGS; i++) {
+        if (apply_setting(cfg, &settings[i], g.flagval[i], &g, envp, errbuf, errlen) != 0)
+            goto out;
+    }
+    if (check_together(cfg, errbuf, errlen) != 0)
         goto out;
     rc = 0;
 
 out:
-    free(keyvals);
-    free(optvals);
+    free(g.keyvals);
+    free(g.optvals);
     return rc;
 }
 
@@ -947,6 +1001,37 @@ static void mask_key(char *buf, size_t len, const char *key)
     if (n > 3)
         n = 3;
     snprintf(buf, len, "%.*s\xe2\x80\xa6", (int)n, key);
+}
+
+/* The write keys, masked, with their sources. */
+static void fmt_keys(const config_t *cfg, char *buf, size_t len)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < cfg->nwrite_keys && used + 1 < len; i++) {
+        char masked[32];
+        mask_key(masked, sizeof masked, cfg->write_keys[i].key);
+        int w = snprintf(buf + used, len - used, "%s%s:%s", i > 0 ? ", " : "", masked,
+                         cfg->write_keys[i].source);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
+/* The --kafka-opt names only: a value may be a password (sasl.password). */
+static void fmt_kafka_opts(const config_t *cfg, char *buf, size_t len)
+{
+    size_t used = 0;
+    snprintf(buf, len, "none");
+    for (size_t i = 0; i < cfg->nkafka_opts && used + 1 < len; i++) {
+        const char *o = cfg->kafka_opts[i];
+        int w = snprintf(buf + used, len - used, "%s%.*s=(hidden)", i > 0 ? ", " : "",
+                         (int)strcspn(o, "="), o);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
 }
 
 static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, size_t len)
@@ -963,20 +1048,9 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
         snprintf(buf, len, "%s", v[0] != '\0' ? v : "none");
         return;
     }
-    case K_KEYS: {
-        size_t used = 0;
-        buf[0] = '\0';
-        for (size_t i = 0; i < cfg->nwrite_keys && used + 1 < len; i++) {
-            char masked[32];
-            mask_key(masked, sizeof masked, cfg->write_keys[i].key);
-            int w = snprintf(buf + used, len - used, "%s%s:%s", i > 0 ? ", " : "", masked,
-                             cfg->write_keys[i].source);
-            if (w < 0)
-                break;
-            used += (size_t)w;
-        }
+    case K_KEYS:
+        fmt_keys(cfg, buf, len);
         return;
-    }
     case K_LEVEL: {
         static const char *const names[] = {"error", "warn", "info", "debug"};
         int l = cfg->log_level;
@@ -991,25 +1065,16 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
     case K_CHOICE: {
         /* The n-th word of "a|b|c". */
         const char *w = st->metavar;
-        for (int i = *(const int *)((const char *)cfg + st->off); i > 0 && w; i--)
+        int n;
+        memcpy(&n, (const char *)cfg + st->off, sizeof n);
+        for (int i = n; i > 0 && w; i--)
             w = strchr(w, '|') ? strchr(w, '|') + 1 : NULL;
         snprintf(buf, len, "%.*s", w ? (int)strcspn(w, "|") : 1, w ? w : "?");
         return;
     }
-    case K_LIST: {
-        /* Names only: a value may be a password (sasl.password). */
-        size_t used = 0;
-        snprintf(buf, len, "none");
-        for (size_t i = 0; i < cfg->nkafka_opts && used + 1 < len; i++) {
-            const char *o = cfg->kafka_opts[i];
-            int w = snprintf(buf + used, len - used, "%s%.*s=(hidden)", i > 0 ? ", " : "",
-                             (int)strcspn(o, "="), o);
-            if (w < 0)
-                break;
-            used += (size_t)w;
-        }
+    case K_LIST:
+        fmt_kafka_opts(cfg, buf, len);
         return;
-    }
     case K_TIME: {
         int64_t ms;
         memcpy(&ms, (const char *)cfg + st->off, sizeof ms);

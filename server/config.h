@@ -7,7 +7,9 @@
 #include <stdio.h>
 
 #include "api/api.h"
+#include "server/logging.h"
 #include "server/proxy.h"
+#include "storage/store.h"
 
 #define CONFIG_MAX_WRITE_KEYS 256
 #define CONFIG_MAX_KAFKA_OPTS 64
@@ -24,13 +26,13 @@ enum config_data_mode {
     CONFIG_DATA_GROUP = 1,   /* files 0640, directories 0750: also read by the user's group */
 };
 
-/* The umask of `mode` (enum config_data_mode); storage asks for 0644 files, 0755 directories
- * (the secret 0600), and the umask takes the rest away. */
-unsigned config_data_umask(int mode);
+/* The umask of `mode`; storage asks for 0644 files, 0755 directories (the secret 0600), and the
+ * umask takes the rest away. */
+unsigned config_data_umask(enum config_data_mode mode);
 
 /* The data mode that INGESTD_DATA_MODE names ("private", "group"), for the commands without a
  * --data-mode flag; private when unset or not one of them. */
-int config_data_mode_env(const char *value);
+enum config_data_mode config_data_mode_env(const char *value);
 
 typedef struct config {
     char listen_host[256]; /* --listen HOST:PORT (INGESTD_LISTEN), default 127.0.0.1:8080 */
@@ -48,12 +50,12 @@ typedef struct config {
     unsigned max_connections; /* --max-connections (INGESTD_MAX_CONNECTIONS), default 1024 */
     unsigned timeout_s;       /* --timeout (INGESTD_TIMEOUT), idle connection timeout, default 30 */
     size_t max_batch_events;  /* --commit-max-events (INGESTD_COMMIT_MAX_EVENTS), default 50000 */
-    int log_level;            /* --log-level (INGESTD_LOG_LEVEL), default info */
-    int store_sync;           /* --store-sync meta|full|lazy (INGESTD_STORE_SYNC): enum
-                                 store_sync, default meta */
-    char store[128];          /* --store lmdb|memory:SPEC (INGESTD_STORE), default lmdb */
-    char admin_token[256];    /* --admin-token (INGESTD_ADMIN_TOKEN), default "" (none): when set,
-                                 GET /v1/log needs `Authorization: Bearer TOKEN`; else it is off */
+    enum log_level log_level; /* --log-level (INGESTD_LOG_LEVEL), default info */
+    enum store_sync store_sync; /* --store-sync meta|full|lazy (INGESTD_STORE_SYNC), default meta */
+    char store[128];            /* --store lmdb|memory:SPEC (INGESTD_STORE), default lmdb */
+    char admin_token[256];      /* --admin-token (INGESTD_ADMIN_TOKEN), default "" (none): when set,
+                                   /v1/log, /stats, /metrics need `Authorization: Bearer TOKEN`;
+                                   without, /v1/log is off */
     int64_t log_retention_ms; /* --log-retention (INGESTD_LOG_RETENTION), default 0: keep forever */
     uint64_t log_max_bytes;   /* --log-max-bytes (INGESTD_LOG_MAX_BYTES), default 0: no bound */
     uint64_t rejected_max_bytes; /* --rejected-max-bytes (INGESTD_REJECTED_MAX_BYTES): bound of
@@ -86,9 +88,9 @@ typedef struct config {
     char tls_key[4096];              /* --tls-key (INGESTD_TLS_KEY) PEM path, "": plain HTTP */
     char cors_origin[1024];          /* --cors-origin (INGESTD_CORS_ORIGIN): allowed browser
                                         origins, comma-separated, default "*" */
-    int data_mode; /* --data-mode private|group (INGESTD_DATA_MODE): enum config_data_mode */
+    enum config_data_mode data_mode; /* --data-mode private|group (INGESTD_DATA_MODE) */
     /* Scale-out on Kafka (docs/scale-out.md): the edge role. */
-    int role;                    /* --role single|edge (INGESTD_ROLE): enum config_role */
+    enum config_role role;       /* --role single|edge (INGESTD_ROLE) */
     char kafka_brokers[1024];    /* --kafka-brokers (INGESTD_KAFKA_BROKERS), "": none */
     char raw_topic[256];         /* --raw-topic (INGESTD_RAW_TOPIC), "": none */
     uint32_t partitions_before;  /* --partitions-before (INGESTD_PARTITIONS_BEFORE), 0: none */

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/errbuf.h"
 #include "server/gzip.h"
 #include "server/logging.h"
 
@@ -30,17 +31,25 @@
  * --max-body-memory, or dropped), then the final call (final_call: gzip, api_handle, and an
  * answer now or once the group commit calls on_done, the connection suspended meanwhile).
  * Refusals decided on the first call wait for the body (lingering close, below). The connection
- * around it (deadlines, the watchdog, shedding, per-address counts) is http_conn.c's.
+ * around it (deadlines, shedding, per-address counts) is http_conn.c's, the watchdog that expires
+ * overdue requests http_watchdog.c's, the TLS set-up http_tls.c's, and the reading of a request
+ * head's framing headers http_headers.c's (http_internal.h).
  *
- * Functions, in order: counters (counter_add, counter_wait_zero), ids (safe_request_id), the
- * body budget (budget_take, budget_give), answers (too_large, answer, transport_headers,
- * answer_transport, answer_error, answer_too_large), lingering (expects_continue, may_linger,
- * linger_start, refuse, linger, refuse_error), on_done, the request for the api (parse_encoding,
- * get_param, fill_req, header_bytes, start_request_id), header checks
- * (content_lengths_disagree, resolve_client, unfolded, find_bad_name, check_framing,
- * count_client), the calls (new_req, first_call, grow_body, over_budget, body_chunk, call_api,
- * retry_api, settle, final_call, dispatch, on_request, on_completed), start and stop (read_pem,
- * on_mhd_log, resolve, free_tls, set_limits, http_start, http_quiesce, http_drain, http_stop).
+ * Functions, in order:
+ *   counters        counter_add, counter_wait_zero
+ *   ids             safe_request_id
+ *   body budget     budget_take, budget_give
+ *   answers         too_large, answer, transport_headers, answer_transport, answer_error,
+ *                   answer_too_large
+ *   lingering       expects_continue, may_linger, linger_start, refuse, linger, refuse_error
+ *   storage's call  on_done
+ *   the api request parse_encoding, get_param, fill_req, start_request_id
+ *   header checks   resolve_client, check_framing, count_client (what the head says is read by
+ *                   http_headers.c)
+ *   the calls       new_req, first_call, grow_body, over_budget, body_chunk, call_api, retry_api,
+ *                   settle, final_call, dispatch, on_request, on_completed
+ *   start and stop  on_mhd_log, resolve, set_limits, init_sync, destroy, start_daemon,
+ *                   listen_error, http_start, http_quiesce, http_drain, http_stop
  */
 
 /*
@@ -57,15 +66,8 @@
  */
 #define LINGER_MAX_BYTES ((size_t)8 * API_MAX_REQUEST_BYTES)
 
-/* The header values joined for the client address (X-Forwarded-For may repeat); longer ones keep
- * their right end, the hops our own proxies added. */
-#define FORWARDED_MAX 2048
-
 /* How long http_stop waits for parked requests to be answered before giving up. */
 #define STOP_WAIT_MS 5000
-
-/* A PEM certificate chain or key larger than this is not a PEM file. */
-#define TLS_FILE_MAX (1024 * 1024)
 
 enum encoding { ENC_IDENTITY, ENC_GZIP };
 
@@ -88,7 +90,7 @@ struct req {
     enum encoding enc;
     int64_t now_ms;
     int64_t mono_ms;  /* arrival on CLOCK_MONOTONIC: a long-poll's deadline counts from it */
-    int64_t start_ns; /* arrival, api_clock_ns(): for ingestd_request_duration_seconds */
+    int64_t start_ns; /* arrival, clk_mono_ns(): for ingestd_request_duration_seconds */
     const char *path; /* MHD's url, or path_copy when a query had to be cut */
     char *path_copy;
     char *body; /* raw (maybe compressed) body, NUL-terminated */
@@ -129,13 +131,7 @@ static unsigned counter_wait_zero(http_t *h, unsigned *c, int timeout_ms)
     struct timespec deadline;
     unsigned left;
 
-    clock_gettime(CLOCK_MONOTONIC, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    deadline = clk_mono_after(timeout_ms);
     pthread_mutex_lock(&h->mu);
     while (*c > 0) {
         if (pthread_cond_timedwait(&h->cv, &h->mu, &deadline) == ETIMEDOUT)
@@ -247,7 +243,7 @@ static enum MHD_Result answer(struct req *r, api_resp_t *resp)
     MHD_destroy_response(mr);
     if (ret == MHD_YES) {
         api_count_response(h->api, resp->status);
-        api_count_duration(h->api, r->path, resp->status, api_clock_ns() - r->start_ns);
+        api_count_duration(h->api, r->path, resp->status, clk_mono_ns() - r->start_ns);
         r->phase = PH_ANSWERED;
         /* The path, never the body: event data stays out of the logs. */
         LOG_DEBUG("http: %s %.200s -> %d (from %s)", r->method, r->path, resp->status,
@@ -338,7 +334,7 @@ static void linger_start(http_t *h, struct req *r)
         c->early_status = r->early.status;
     }
     pthread_mutex_unlock(&h->wd_mu);
-    http_conn_move(c, http_clock_ms(CLOCK_MONOTONIC) + LINGER_MAX_MS, true);
+    http_conn_move(c, clk_mono_ms() + LINGER_MAX_MS, true);
 }
 
 /*
@@ -499,27 +495,6 @@ static void q_record(struct req *r, const char *body, size_t len)
     r->q_reason = NULL;
 }
 
-/* MHD_get_connection_values iterator: adds up the bytes of a request's headers. */
-static enum MHD_Result add_header_bytes(void *cls, enum MHD_ValueKind kind, const char *key,
-                                        const char *value)
-{
-    size_t *n = cls;
-
-    (void)kind;
-    *n += strlen(key) + (value != NULL ? strlen(value) : 0) + 4; /* ": " and CRLF */
-    return MHD_YES;
-}
-
-/* Request line and headers, as near as MHD lets us count them after parsing. */
-static size_t header_bytes(struct MHD_Connection *conn, const char *method, const char *url)
-{
-    size_t n = strlen(method) + strlen(url) + sizeof " HTTP/1.1\r\n";
-
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, add_header_bytes, &n);
-    MHD_get_connection_values(conn, MHD_GET_ARGUMENT_KIND, add_header_bytes, &n);
-    return n;
-}
-
 /* Gives r its request id (the client's, if safe, else a new one) and stamps it on log lines. */
 static void start_request_id(http_t *h, struct req *r)
 {
@@ -538,70 +513,6 @@ static void start_request_id(http_t *h, struct req *r)
     }
 }
 
-struct cl_scan {
-    const char *first;
-    bool disagree;
-};
-
-static enum MHD_Result scan_content_length(void *cls, enum MHD_ValueKind kind, const char *key,
-                                           const char *value)
-{
-    struct cl_scan *sc = cls;
-    (void)kind;
-    if (key == NULL || strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) != 0)
-        return MHD_YES;
-    if (sc->first == NULL)
-        sc->first = value != NULL ? value : "";
-    else if (value == NULL || strcmp(sc->first, value) != 0)
-        sc->disagree = true;
-    return MHD_YES;
-}
-
-/*
- * Two Content-Length headers that differ: libmicrohttpd 0.9.75 takes the first, but a proxy in
- * front may have taken the other, and the bytes between are another request to one of them
- * (request smuggling). RFC 9112 6.3: refuse it, and the early answer closes the connection.
- */
-static bool content_lengths_disagree(struct MHD_Connection *conn)
-{
-    struct cl_scan sc = {NULL, false};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, scan_content_length, &sc);
-    return sc.disagree;
-}
-
-/* MHD_get_connection_values iterator: joins every value of one header with ", " (RFC 9110 5.3),
- * keeping the right end when they are too long. */
-struct join {
-    const char *name;
-    char buf[FORWARDED_MAX];
-    size_t len;
-};
-
-static enum MHD_Result join_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                   const char *value)
-{
-    struct join *j = cls;
-    (void)kind;
-    if (key == NULL || value == NULL || strcasecmp(key, j->name) != 0)
-        return MHD_YES;
-    size_t sep = j->len > 0 ? 2 : 0;
-    size_t n = strlen(value);
-    if (n + sep >= sizeof j->buf) {
-        value += n - (sizeof j->buf - 1); /* this value alone fills it: its right end */
-        n = sizeof j->buf - 1;
-        j->len = sep = 0;
-    } else if (j->len + sep + n >= sizeof j->buf) {
-        size_t drop = j->len + sep + n - (sizeof j->buf - 1);
-        memmove(j->buf, j->buf + drop, j->len - drop);
-        j->len -= drop;
-    }
-    memcpy(j->buf + j->len, ", ", sep);
-    memcpy(j->buf + j->len + sep, value, n);
-    j->len += sep + n;
-    j->buf[j->len] = '\0';
-    return MHD_YES;
-}
-
 /* The socket peer's address or, behind a trusted proxy, the client's it forwarded; log lines of
  * the connection name both then. */
 static void resolve_client(http_t *h, struct req *r)
@@ -609,7 +520,6 @@ static void resolve_client(http_t *h, struct req *r)
     const union MHD_ConnectionInfo *ai =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     const struct sockaddr *sa = ai != NULL ? ai->client_addr : NULL;
-    struct join fwd = {"Forwarded", "", 0}, xff = {"X-Forwarded-For", "", 0};
     char client[PROXY_ADDR_LEN];
 
     r->client_ip[0] = '\0';
@@ -623,10 +533,7 @@ static void resolve_client(http_t *h, struct req *r)
                   sizeof r->client_ip);
     if (h->proxies.n == 0 || !proxy_trusted_sa(&h->proxies, sa))
         return;
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &fwd);
-    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, join_header, &xff);
-    bool found = proxy_client(&h->proxies, fwd.len > 0 ? fwd.buf : NULL,
-                              xff.len > 0 ? xff.buf : NULL, client) == 0;
+    bool found = http_forwarded_client(&h->proxies, r->conn, client);
     if (r->c != NULL) {
         /* A proxy's kept-alive connection carries many clients: this request's, or its own. */
         pthread_mutex_lock(&h->wd_mu);
@@ -641,55 +548,6 @@ static void resolve_client(http_t *h, struct req *r)
 }
 
 /*
- * Whether libmicrohttpd 0.9.75 unfolded this header from obs-folded lines. It parses headers in
- * place in its read buffer: the colon becomes a NUL and the value follows the name after blanks.
- * A continuation line (one starting with a blank) it appends to the *name*, which it copies to a
- * fresh block of its memory pool for that, so the name no longer sits right before its value.
- * Only checked on the version it was read in (0.9.75, Debian 12's): 1.0 handles obs-fold itself
- * (refuses it, or replaces it with a blank), and another layout would make every header look
- * unfolded, hence the guard.
- */
-static bool unfolded(const char *key, const char *value)
-{
-#if MHD_VERSION == 0x00097500
-    size_t klen = strlen(key);
-    const char *p = key + klen + 1;
-
-    if (value == NULL || value < p)
-        return true;
-    while (p < value && (*p == ' ' || *p == '\t'))
-        p++;
-    return p != value;
-#else
-    (void)key;
-    (void)value;
-    return false;
-#endif
-}
-
-/* MHD_get_connection_values iterator: a header line we refuse (RFC 9112 5.1, 5.2): a name that is
- * not a token (libmicrohttpd 0.9.75 keeps a blank before the colon in the name), or a folded one.
- */
-static enum MHD_Result find_bad_name(void *cls, enum MHD_ValueKind kind, const char *key,
-                                     const char *value)
-{
-    bool *bad = cls;
-    (void)kind;
-    if (key == NULL || key[0] == '\0' || unfolded(key, value)) {
-        *bad = true;
-        return MHD_NO;
-    }
-    for (const char *p = key; *p != '\0'; p++) {
-        unsigned char ch = (unsigned char)*p;
-        if (ch <= ' ' || ch >= 0x7f || strchr("\"(),/:;<=>?@[\\]{}", ch) != NULL) {
-            *bad = true;
-            return MHD_NO;
-        }
-    }
-    return MHD_YES;
-}
-
-/*
  * Framing and syntax a proxy in front might read differently from us (request smuggling):
  * refused, or for Content-Length beside chunked, answered and then closed (RFC 9112 6.1). Returns
  * MHD_YES to go on with *done false, or what the handler returns with *done true.
@@ -699,15 +557,13 @@ static enum MHD_Result check_framing(struct req *r, bool *done)
     struct MHD_Connection *conn = r->conn;
     const char *te =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
-    bool bad_name = false;
 
     *done = true;
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, find_bad_name, &bad_name);
-    if (bad_name) {
+    if (http_headers_malformed(conn)) {
         r->must_close = true;
         return answer_error(r, 400, "malformed header line (blank before the colon, or folded)");
     }
-    if (content_lengths_disagree(conn))
+    if (http_content_lengths_disagree(conn))
         return answer_error(r, 400, "conflicting Content-Length headers");
     if (te != NULL && strcasecmp(te, "chunked") != 0) {
         /* libmicrohttpd reads only chunked; any other coding it would wait on forever. */
@@ -758,9 +614,9 @@ static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *u
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     r->c = ci != NULL ? ci->socket_context : NULL;
-    r->now_ms = http_clock_ms(CLOCK_REALTIME);
-    r->mono_ms = http_clock_ms(CLOCK_MONOTONIC);
-    r->start_ns = api_clock_ns();
+    r->now_ms = clk_wall_ms();
+    r->mono_ms = clk_mono_ms();
+    r->start_ns = clk_mono_ns();
     r->path = url;
     q = strchr(url, '?');
     if (q != NULL) {
@@ -818,7 +674,7 @@ static enum MHD_Result first_call(http_t *h, struct MHD_Connection *conn, const 
 
     /* MHD's memory pool only stops headers far past the limit (with its own HTML 431); this
      * is the clear answer for everything between. */
-    size_t hb = header_bytes(conn, method, url);
+    size_t hb = http_header_bytes(conn, method, url);
     if (hb > h->max_header_bytes) {
         char msg[128];
         snprintf(msg, sizeof msg, "request headers too large (%zu bytes; max %zu)", hb,
@@ -887,7 +743,7 @@ static enum MHD_Result over_budget(struct req *r)
     api_resp_t resp;
 
     /* At most one line a second: a flood would otherwise write one per request. */
-    int64_t now = http_clock_ms(CLOCK_MONOTONIC);
+    int64_t now = clk_mono_ms();
     int64_t last = atomic_load(&r->h->budget_warned_ms);
     if (now - last >= 1000 && atomic_compare_exchange_strong(&r->h->budget_warned_ms, &last, now))
         LOG_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
@@ -1160,45 +1016,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         counter_add(h, &h->inflight, -1);
 }
 
-/* Reads a whole PEM file into a NUL-terminated string (caller frees). Returns 0 or -1. */
-static int read_pem(const char *what, const char *path, char **out, char *errbuf, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t n;
-
-    *out = NULL;
-    if (f == NULL) {
-        snprintf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path, strerror(errno));
-        return -1;
-    }
-    buf = malloc(TLS_FILE_MAX + 1);
-    if (buf == NULL) {
-        fclose(f);
-        snprintf(errbuf, errlen, "out of memory");
-        return -1;
-    }
-    n = fread(buf, 1, TLS_FILE_MAX + 1, f);
-    if (ferror(f) || n == 0 || n > TLS_FILE_MAX) {
-        snprintf(errbuf, errlen, "cannot read TLS %s \"%s\": %s", what, path,
-                 ferror(f) ? strerror(errno)
-                 : n == 0  ? "empty file"
-                           : "larger than 1 MiB");
-        fclose(f);
-        free(buf);
-        return -1;
-    }
-    fclose(f);
-    buf[n] = '\0';
-    if (strstr(buf, "-----BEGIN ") == NULL) {
-        snprintf(errbuf, errlen, "TLS %s \"%s\" is not a PEM file", what, path);
-        free(buf);
-        return -1;
-    }
-    *out = buf;
-    return 0;
-}
-
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     __attribute__((format(printf, 2, 0)));
 
@@ -1267,20 +1084,8 @@ static int resolve(const config_t *cfg, struct sockaddr_storage *ss, bool *v6, c
     freeaddrinfo(ai);
     return 0;
 bad:
-    snprintf(errbuf, errlen, "cannot resolve listen host \"%s\"", cfg->listen_host);
+    errbuf_printf(errbuf, errlen, "cannot resolve listen host \"%s\"", cfg->listen_host);
     return -1;
-}
-
-/* The key is a secret: wiped before its memory goes back to the allocator. */
-static void free_tls(http_t *h)
-{
-    if (h->tls_key != NULL) {
-        explicit_bzero(h->tls_key, strlen(h->tls_key));
-        free(h->tls_key);
-        h->tls_key = NULL;
-    }
-    free(h->tls_cert);
-    h->tls_cert = NULL;
 }
 
 /* The transport's limits from the configuration (README "Limits"). Returns 0 or -1 (no
@@ -1313,35 +1118,15 @@ static int set_limits(http_t *h, const config_t *cfg)
     return 0;
 }
 
-int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
+/* The locks, condition variables and request-id counter of a new http_t. */
+static void init_sync(http_t *h)
 {
-    http_t *h = NULL;
-    struct sockaddr_storage ss;
     pthread_condattr_t ca;
-    bool v6;
-    unsigned flags;
-    const union MHD_DaemonInfo *info;
     uint64_t seed;
 
-    *out = NULL;
-    if (resolve(cfg, &ss, &v6, errbuf, errlen) != 0)
-        return -1;
-
-    h = calloc(1, sizeof *h);
-    if (h == NULL) {
-        snprintf(errbuf, errlen, "out of memory");
-        return -1;
-    }
-    h->api = api;
-    h->listen_fd = MHD_INVALID_SOCKET;
-    if (set_limits(h, cfg) != 0) {
-        snprintf(errbuf, errlen, "out of memory");
-        free(h); /* nothing else is set up yet */
-        return -1;
-    }
     atomic_init(&h->quiesced, false);
     if (getrandom(&seed, sizeof seed, GRND_NONBLOCK) != (ssize_t)sizeof seed)
-        seed = (uint64_t)http_clock_ms(CLOCK_REALTIME) ^ ((uint64_t)getpid() << 32);
+        seed = (uint64_t)clk_wall_ms() ^ ((uint64_t)getpid() << 32);
     atomic_init(&h->rid_next, seed);
     pthread_mutex_init(&h->mu, NULL);
     pthread_mutex_init(&h->wd_mu, NULL);
@@ -1352,7 +1137,26 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     pthread_cond_init(&h->cv, &ca);
     pthread_cond_init(&h->wd_cv, &ca);
     pthread_condattr_destroy(&ca);
+}
 
+/* Frees an http_t whose daemon is stopped or was never started (init_sync has run). */
+static void destroy(http_t *h)
+{
+    http_tls_free(h);
+    addrcount_free(h->per_ip);
+    pthread_rwlock_destroy(&h->gate);
+    pthread_cond_destroy(&h->cv);
+    pthread_cond_destroy(&h->wd_cv);
+    pthread_mutex_destroy(&h->mu);
+    pthread_mutex_destroy(&h->wd_mu);
+    free(h);
+}
+
+/* MHD_start_daemon with the transport's callbacks and limits; NULL (errno set or 0) if it fails. */
+static struct MHD_Daemon *start_daemon(http_t *h, const config_t *cfg,
+                                       const struct sockaddr_storage *ss, bool v6,
+                                       struct MHD_OptionItem *tls_opts)
+{
     /*
      * poll(), not epoll: libmicrohttpd 0.9.75's MHD_quiesce_daemon races each epoll worker
      * of a thread pool, which drops the listening socket from its own epoll set once it sees
@@ -1360,27 +1164,12 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
      * when the worker was first. With poll() there is no set to race on; each worker polls
      * its share of --max-connections, which costs nothing measurable at these counts.
      */
-    flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
-            MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
     if (v6)
         flags |= MHD_USE_IPv6;
-
-    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}};
-    if (cfg->tls_cert[0] != '\0') {
-        if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
-            snprintf(errbuf, errlen,
-                     "--tls-cert: this libmicrohttpd was built without TLS support (GnuTLS)");
-            goto fail;
-        }
-        if (read_pem("certificate", cfg->tls_cert, &h->tls_cert, errbuf, errlen) != 0 ||
-            read_pem("key", cfg->tls_key, &h->tls_key, errbuf, errlen) != 0)
-            goto fail;
-        h->tls = true;
+    if (h->tls)
         flags |= MHD_USE_TLS;
-        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert};
-        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key};
-        tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    }
 
     /*
      * MHD keeps a connection's request line and headers in a per-connection memory pool and
@@ -1393,32 +1182,64 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     /* MHD treats a pool of one as an error-prone special case; one thread is just no pool. */
     unsigned pool = cfg->threads > 1 ? cfg->threads : 0;
     errno = 0;
-    h->daemon = MHD_start_daemon(
+    return MHD_start_daemon(
         flags, cfg->listen_port, NULL, NULL, on_request, h,
         /* The logger goes first, or MHD prints what it logs before it to stderr itself. */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_THREAD_POOL_SIZE, pool,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool_bytes, MHD_OPTION_SOCK_ADDR,
-        (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        (const struct sockaddr *)ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_NOTIFY_CONNECTION, http_conn_notify, h, MHD_OPTION_URI_LOG_CALLBACK,
         http_conn_uri, h, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
-    if (h->daemon == NULL) {
-        int e = errno;
-        snprintf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
-                 cfg->listen_host, v6 ? "]" : "", (unsigned)cfg->listen_port, e != 0 ? ": " : "",
-                 e != 0 ? strerror(e) : "",
-                 h->tls ? " (or TLS setup failed: see the line above; does --tls-key belong to "
-                          "--tls-cert?)"
-                        : "");
+}
+
+/* Why MHD_start_daemon failed, into errbuf. */
+static void listen_error(const http_t *h, const config_t *cfg, bool v6, int e, char *errbuf,
+                         size_t errlen)
+{
+    errbuf_printf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
+                  cfg->listen_host, v6 ? "]" : "", (unsigned)cfg->listen_port, e != 0 ? ": " : "",
+                  e != 0 ? strerror(e) : "",
+                  h->tls ? " (or TLS setup failed: see the line above; does --tls-key belong to "
+                           "--tls-cert?)"
+                         : "");
+}
+
+int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)
+{
+    http_t *h = NULL;
+    struct sockaddr_storage ss;
+    struct MHD_OptionItem tls_opts[3];
+    const union MHD_DaemonInfo *info;
+    bool v6;
+
+    *out = NULL;
+    if (resolve(cfg, &ss, &v6, errbuf, errlen) != 0)
+        return -1;
+    h = calloc(1, sizeof *h);
+    if (h == NULL) {
+        errbuf_printf(errbuf, errlen, "out of memory");
+        return -1;
+    }
+    h->api = api;
+    h->listen_fd = MHD_INVALID_SOCKET;
+    init_sync(h);
+    if (set_limits(h, cfg) != 0) {
+        errbuf_printf(errbuf, errlen, "out of memory");
         goto fail;
     }
-    if (pthread_create(&h->wd_thread, NULL, http_watchdog, h) != 0) {
-        snprintf(errbuf, errlen, "cannot start the request-timeout watchdog thread");
+    if (http_tls_load(h, cfg, tls_opts, errbuf, errlen) != 0)
+        goto fail;
+    h->daemon = start_daemon(h, cfg, &ss, v6, tls_opts);
+    if (h->daemon == NULL) {
+        listen_error(h, cfg, v6, errno, errbuf, errlen);
+        goto fail;
+    }
+    if (http_watchdog_start(h) != 0) {
+        errbuf_printf(errbuf, errlen, "cannot start the request-timeout watchdog thread");
         MHD_stop_daemon(h->daemon);
         goto fail;
     }
-    h->wd_running = true;
-
     info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     LOG_INFO("listening on %s://%s%s%s:%u", h->tls ? "https" : "http", v6 ? "[" : "",
              cfg->listen_host, v6 ? "]" : "",
@@ -1427,14 +1248,7 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
     return 0;
 
 fail:
-    free_tls(h);
-    addrcount_free(h->per_ip);
-    pthread_rwlock_destroy(&h->gate);
-    pthread_cond_destroy(&h->cv);
-    pthread_cond_destroy(&h->wd_cv);
-    pthread_mutex_destroy(&h->mu);
-    pthread_mutex_destroy(&h->wd_mu);
-    free(h);
+    destroy(h);
     return -1;
 }
 
@@ -1498,12 +1312,5 @@ void http_stop(http_t *h)
     MHD_stop_daemon(h->daemon);
     if (h->listen_fd != MHD_INVALID_SOCKET)
         close(h->listen_fd);
-    free_tls(h);
-    addrcount_free(h->per_ip);
-    pthread_rwlock_destroy(&h->gate);
-    pthread_cond_destroy(&h->cv);
-    pthread_cond_destroy(&h->wd_cv);
-    pthread_mutex_destroy(&h->mu);
-    pthread_mutex_destroy(&h->wd_mu);
-    free(h);
+    destroy(h);
 }

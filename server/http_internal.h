@@ -1,6 +1,8 @@
 /*
- * http_internal: what http.c (requests) and http_conn.c (connections: deadlines, the watchdog,
- * shedding, per-address counts) share. Not for other modules: the public interface is http.h.
+ * http_internal: what the files of the HTTP transport share: http.c (requests, start and stop),
+ * http_conn.c (connections: deadlines, shedding, per-address counts), http_headers.c (what a
+ * request head says), http_watchdog.c (the deadline watchdog) and http_tls.c (the TLS set-up).
+ * Not for other modules: the public interface is http.h.
  */
 #ifndef INGESTD_HTTP_INTERNAL_H
 #define INGESTD_HTTP_INTERNAL_H
@@ -14,6 +16,7 @@
 
 #include <microhttpd.h>
 
+#include "common/clock.h"
 #include "server/addrcount.h"
 #include "server/http.h"
 #include "server/proxy.h"
@@ -108,9 +111,6 @@ struct http {
  * that have not sent a complete request head are closed, oldest first, as new ones arrive. */
 #define SHED_RESERVE_DIV 8
 
-/* The clock (CLOCK_MONOTONIC or CLOCK_REALTIME) in ms. */
-int64_t http_clock_ms(clockid_t clk);
-
 /* A new request id (16 hex digits, unique within the process) into out. Thread-safe. */
 void http_new_request_id(http_t *h, char out[REQID_MAX + 1]);
 
@@ -136,8 +136,50 @@ void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
 /* MHD_OPTION_URI_LOG_CALLBACK: marks a %00 in the raw path on the connection; returns NULL. */
 void *http_conn_uri(void *cls, const char *uri, struct MHD_Connection *conn);
 
-/* The watchdog thread (arg: the http_t) and its stop (joins it; no-op when not running). */
-void *http_watchdog(void *arg);
+/* ---- http_headers.c: what a request head's headers say ---- */
+
+/* Request line and headers, as near as MHD lets us count them after parsing. */
+size_t http_header_bytes(struct MHD_Connection *conn, const char *method, const char *url);
+
+/*
+ * Two Content-Length headers that differ: libmicrohttpd 0.9.75 takes the first. RFC 9112 6.3
+ * says refuse it (the early answer closes the connection).
+ */
+bool http_content_lengths_disagree(struct MHD_Connection *conn);
+
+/*
+ * A header line to refuse (RFC 9112 5.1, 5.2): a name that is not a token (libmicrohttpd 0.9.75
+ * keeps a blank before the colon in the name), or one unfolded from obs-folded lines.
+ */
+bool http_headers_malformed(struct MHD_Connection *conn);
+
+/*
+ * The client that a trusted proxy names in Forwarded / X-Forwarded-For (every value of each,
+ * joined), into client. False when neither names one (proxy_client). Call it only for a peer in
+ * --trusted-proxies.
+ */
+bool http_forwarded_client(const proxy_list_t *proxies, struct MHD_Connection *conn,
+                           char client[PROXY_ADDR_LEN]);
+
+/* ---- http_watchdog.c: the thread that expires connections past their deadline ---- */
+
+/* Starts the watchdog thread. Returns 0, or -1 when the thread cannot be created. */
+int http_watchdog_start(http_t *h);
+/* Stops and joins it; a no-op when it is not running. */
 void http_watchdog_stop(http_t *h);
+
+/* ---- http_tls.c: the TLS set-up ---- */
+
+/*
+ * With cfg's --tls-cert: checks that libmicrohttpd has TLS, reads the certificate and key into
+ * h->tls_cert / h->tls_key (kept while the daemon runs), sets h->tls and fills opts with the
+ * options that hand them to MHD_start_daemon, MHD_OPTION_END last. Without: opts[0] is
+ * MHD_OPTION_END. Returns 0, or -1 with the reason in errbuf; http_tls_free either way.
+ */
+int http_tls_load(http_t *h, const config_t *cfg, struct MHD_OptionItem opts[3], char *errbuf,
+                  size_t errlen);
+
+/* Wipes and frees the key, frees the certificate. Idempotent. */
+void http_tls_free(http_t *h);
 
 #endif

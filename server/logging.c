@@ -9,7 +9,9 @@
 #include <time.h>
 #include <unistd.h>
 
-int logging_level = LOG_LEVEL_INFO;
+#include "common/clock.h"
+
+enum log_level logging_level = LOG_LEVEL_INFO;
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 
@@ -43,7 +45,8 @@ void logging_write(int level, const char *fmt, ...)
     /* Lines longer than this are cut: a log line must stay one atomic write, and
      * a pipe only guarantees atomicity up to PIPE_BUF anyway. */
     char line[4096];
-    struct timespec ts;
+    int64_t now_ms = clk_wall_ms();
+    time_t now_s = (time_t)(now_ms / 1000);
     struct tm tm;
     int saved_errno = errno; /* callers often log and then inspect errno */
     size_t n;
@@ -54,10 +57,9 @@ void logging_write(int level, const char *fmt, ...)
     if (level > LOG_LEVEL_DEBUG)
         level = LOG_LEVEL_DEBUG;
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
+    gmtime_r(&now_s, &tm);
     n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
-    n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ %s ", ts.tv_nsec / 1000000L,
+    n += (size_t)snprintf(line + n, sizeof line - n, ".%03dZ %s ", (int)(now_ms % 1000),
                           level_names[level]);
     if (current_request_id[0] != '\0')
         n += (size_t)snprintf(line + n, sizeof line - n, "req=%s ", current_request_id);

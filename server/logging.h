@@ -4,7 +4,7 @@
 
 enum log_level { LOG_LEVEL_ERROR = 0, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
 
-extern int logging_level; /* current level; set once at start-up */
+extern enum log_level logging_level; /* current level; set once at start-up */
 
 /* Parses "error|warn|info|debug"; returns the level or -1. */
 int logging_parse_level(const char *name);
@@ -33,7 +33,7 @@ void logging_syslog(int severity, const char *facility, const char *msg);
 
 #define LOGF(level, ...)                                                                           \
     do {                                                                                           \
-        if ((level) <= logging_level)                                                              \
+        if ((int)(level) <= (int)logging_level)                                                    \
             logging_write((level), __VA_ARGS__);                                                   \
     } while (0)
 #define LOG_ERROR(...) LOGF(LOG_LEVEL_ERROR, __VA_ARGS__)

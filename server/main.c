@@ -3,6 +3,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "api/auth.h"
 #include "api/cors.h"
 #include "cluster/edge.h"
+#include "common/errbuf.h"
 #include "server/cli_admin.h"
 #include "server/cli_filter.h"
 #include "server/cli_log.h"
@@ -24,10 +26,6 @@
 #include "storage/commit.h"
 #include "storage/log.h"
 #include "storage/quarantine.h"
-
-#ifndef INGESTD_VERSION
-#define INGESTD_VERSION "0.0.0"
-#endif
 
 /* How long in-flight requests get to finish after SIGTERM before storage closes. */
 #define DRAIN_MS 10000
@@ -155,8 +153,9 @@ static int load_keys(const config_t *cfg, api_write_key_t **keys, size_t *n, cha
         return -1;
     if (*n == 0) {
         /* A server without keys would refuse everything: surely a mistake (an emptied file). */
-        snprintf(err, errlen, "%.400s: no write key in the file (and none given by --write-key)",
-                 cfg->write_keys_file);
+        errbuf_printf(err, errlen,
+                      "%.400s: no write key in the file (and none given by --write-key)",
+                      cfg->write_keys_file);
         auth_keys_free(*keys, *n);
         *keys = NULL;
         return -1;
@@ -189,103 +188,121 @@ static void reload_keys(const config_t *cfg, api_t *api)
     auth_keys_free(keys, n);
 }
 
-static int serve(int argc, char **argv)
+/* What `serve` holds while it runs; release_all frees it, whatever was set up. */
+struct serving {
+    config_t *cfg;
+    commit_t *commit;         /* the single-node role's storage */
+    quarantine_t *quarantine; /* and its quarantine (NULL: off, or the edge role) */
+    cluster_edge_t *edge;     /* or the edge role's Kafka producer */
+    api_sink_t sink;
+    api_t *api;
+    http_t *http;
+    histogram_t *fsync_hist, *batch_hist, *age_hist; /* filled by the commit, read by the api */
+    api_write_key_t *keys;
+    size_t nkeys;
+};
+
+/*
+ * Blocks the stop signals before any thread exists, so every thread inherits the mask and only
+ * sigwait() in wait_for_stop ever sees them.
+ */
+static void block_signals(sigset_t *sigs)
 {
-    config_t *cfg = NULL;
-    commit_t *commit = NULL;
-    quarantine_t *quarantine = NULL;
-    cluster_edge_t *edge = NULL;
-    api_sink_t sink = {0};
-    api_t *api = NULL;
-    http_t *http = NULL;
-    histogram_t *fsync_hist = NULL, *batch_hist = NULL; /* filled by the commit, read by the api */
-    histogram_t *age_hist = NULL;
-    api_write_key_t *keys = NULL;
-    size_t nkeys = 0;
-    sigset_t sigs;
-    char err[512];
-    int sig = 0, ret = 1;
-
-    /*
-     * Block the stop signals before any thread exists, so every thread
-     * inherits the mask and only sigwait() below ever sees them.
-     */
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    sigemptyset(sigs);
+    sigaddset(sigs, SIGINT);
+    sigaddset(sigs, SIGTERM);
+    sigaddset(sigs, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+}
 
-    cfg = calloc(1, sizeof *cfg); /* ~130 KB of key storage: not for the stack */
-    if (cfg == NULL) {
+/*
+ * Parses and checks the flags (and the write keys file, and the CORS origins: a bad one is a bad
+ * flag, exit 2 with its reason before anything starts). Returns -1 to go on, else the exit
+ * status: 0 after --help, 1 out of memory, 2 a bad flag.
+ */
+static int parse_flags(struct serving *s, int argc, char **argv)
+{
+    char err[512];
+    cors_t *cors = NULL;
+
+    s->cfg = calloc(1, sizeof *s->cfg); /* ~130 KB of key storage: not for the stack */
+    if (s->cfg == NULL) {
         fprintf(stderr, "ingestd: out of memory\n");
         return 1;
     }
-    switch (config_parse(cfg, argc, argv, environ, stdout, err, sizeof err)) {
+    switch (config_parse(s->cfg, argc, argv, environ, stdout, err, sizeof err)) {
     case 0:
         break;
     case 1:
-        ret = 0; /* --help */
-        goto out;
+        return 0; /* --help */
     default:
         fprintf(stderr, "ingestd serve: %s\n", err);
-        ret = 2;
-        goto out;
+        return 2;
     }
-    umask((mode_t)config_data_umask(cfg->data_mode)); /* --data-mode wins over the variable */
+    umask((mode_t)config_data_umask(s->cfg->data_mode)); /* --data-mode wins over the variable */
     /* Checked here so a bad origin exits 2 with its reason, like any bad flag (api_new would
      * only fail). */
-    cors_t *cors = NULL;
-    if (cors_new(cfg->cors_origin, &cors, err, sizeof err) != CORS_OK) {
+    if (cors_new(s->cfg->cors_origin, &cors, err, sizeof err) != CORS_OK) {
         fprintf(stderr, "ingestd serve: --cors-origin: %s\n", err[0] ? err : "out of memory");
-        ret = 2;
-        goto out;
+        return 2;
     }
     cors_free(cors);
-    /* A bad keys file is a bad flag too: exit 2 with FILE:LINE before anything starts. */
-    if (load_keys(cfg, &keys, &nkeys, err, sizeof err) != 0) {
+    if (load_keys(s->cfg, &s->keys, &s->nkeys, err, sizeof err) != 0) {
         fprintf(stderr, "ingestd serve: --write-keys-file: %s\n", err);
-        ret = 2;
-        goto out;
+        return 2;
     }
+    return -1;
+}
+
+/* The first lines of the log: version, effective configuration, keys in force. */
+static void log_start(const struct serving *s)
+{
+    const config_t *cfg = s->cfg;
+
     logging_level = cfg->log_level;
     cluster_set_log(logging_syslog); /* librdkafka's lines (the edge role) into our log */
     LOG_INFO("ingestd %s starting", INGESTD_VERSION);
     config_log(cfg);
     if (cfg->write_keys_file[0] != '\0')
-        LOG_INFO("write keys: %zu in force (%zu from flags, %zu from %s)", nkeys, cfg->nwrite_keys,
-                 nkeys - cfg->nwrite_keys, cfg->write_keys_file);
+        LOG_INFO("write keys: %zu in force (%zu from flags, %zu from %s)", s->nkeys,
+                 cfg->nwrite_keys, s->nkeys - cfg->nwrite_keys, cfg->write_keys_file);
+}
 
-    if (histogram_new(HISTOGRAM_SECONDS, HISTOGRAM_SECONDS_N, &fsync_hist) != 0 ||
-        histogram_new(HISTOGRAM_EVENTS, HISTOGRAM_EVENTS_N, &batch_hist) != 0 ||
-        histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &age_hist) != 0) {
-        LOG_ERROR("out of memory");
-        goto out;
-    }
+/*
+ * The edge role keeps no storage at all (no LMDB, no log: --data is not used); the workers
+ * de-duplicate downstream (docs/scale-out.md, "Edge role"). Returns 0 or -1 (logged).
+ */
+static int open_edge(struct serving *s)
+{
+    const config_t *cfg = s->cfg;
+    char err[512];
+    cluster_edge_options_t eopts = {
+        .brokers = cfg->kafka_brokers,
+        .raw_topic = cfg->raw_topic,
+        .partitions_before = (int32_t)cfg->partitions_before,
+        .repartition_at_ms = cfg->repartition_at_ms,
+        .timeout_ms = (int)cfg->delivery_timeout_s * 1000,
+        .opts = {.kv = cfg->kafka_opts, .n = cfg->nkafka_opts},
+    };
 
-    if (cfg->role == CONFIG_ROLE_EDGE) {
-        /* The edge keeps no storage at all (no LMDB, no log: --data is not used); the workers
-         * de-duplicate downstream (docs/scale-out.md, "Edge role"). */
-        cluster_edge_options_t eopts = {
-            .brokers = cfg->kafka_brokers,
-            .raw_topic = cfg->raw_topic,
-            .partitions_before = (int32_t)cfg->partitions_before,
-            .repartition_at_ms = cfg->repartition_at_ms,
-            .timeout_ms = (int)cfg->delivery_timeout_s * 1000,
-            .opts = {.kv = cfg->kafka_opts, .n = cfg->nkafka_opts},
-        };
-        err[0] = '\0';
-        int erc = cluster_edge_new(&eopts, &edge, err, sizeof err);
-        if (erc != CLUSTER_OK) {
-            LOG_ERROR("cannot start the edge role: %s", err[0] ? err : cluster_strerror(erc));
-            goto out;
-        }
-        cluster_edge_sink(edge, &sink);
-        LOG_INFO("edge: producing to %s (%d partitions) on %s", cfg->raw_topic,
-                 (int)cluster_edge_partitions(edge), cfg->kafka_brokers);
-        goto storage_ready;
+    err[0] = '\0';
+    int erc = cluster_edge_new(&eopts, &s->edge, err, sizeof err);
+    if (erc != CLUSTER_OK) {
+        LOG_ERROR("cannot start the edge role: %s", err[0] ? err : cluster_strerror(erc));
+        return -1;
     }
+    cluster_edge_sink(s->edge, &s->sink);
+    LOG_INFO("edge: producing to %s (%d partitions) on %s", cfg->raw_topic,
+             (int)cluster_edge_partitions(s->edge), cfg->kafka_brokers);
+    return 0;
+}
+
+/* The single-node role: the data dir's log and store behind the group commit. 0 or -1 (logged). */
+static int open_storage(struct serving *s)
+{
+    const config_t *cfg = s->cfg;
+    char err[512];
     commit_options_t copts = {
         .data_dir = cfg->data_dir,
         .window_ms = cfg->window_ms,
@@ -303,92 +320,149 @@ static int serve(int argc, char **argv)
         .boot_id_path = getenv("INGESTD_BOOT_ID_FILE"),
         .notify = on_storage_notice,
         .notify_arg = NULL,
-        .fsync_seconds = fsync_hist,
-        .batch_events = batch_hist,
-        .duplicate_age_seconds = age_hist,
+        .fsync_seconds = s->fsync_hist,
+        .batch_events = s->batch_hist,
+        .duplicate_age_seconds = s->age_hist,
         .window_floor_ms = cfg->window_floor_ms,
     };
+
     err[0] = '\0';
-    int rc = commit_open(&copts, &commit, err, sizeof err);
+    int rc = commit_open(&copts, &s->commit, err, sizeof err);
     if (rc != COMMIT_OK) {
         LOG_ERROR("cannot open data dir %s: %s", cfg->data_dir,
                   err[0] != '\0' ? err : commit_strerror(rc));
-        goto out;
+        return -1;
     }
+    return open_quarantine(cfg, &s->quarantine);
+}
 
-    if (open_quarantine(cfg, &quarantine) != 0)
-        goto out;
+/* Where accepted events go: --role's storage or Kafka producer. 0 or -1 (logged). */
+static int open_role(struct serving *s)
+{
+    switch (s->cfg->role) {
+    case CONFIG_ROLE_SINGLE:
+        return open_storage(s);
+    case CONFIG_ROLE_EDGE:
+        return open_edge(s);
+    }
+    return -1;
+}
 
-storage_ready:;
+/* Request handling over the storage or the edge, and the HTTP transport. 0 or -1 (logged). */
+static int start_serving(struct serving *s)
+{
+    const config_t *cfg = s->cfg;
+    bool edge = s->edge != NULL;
+    char err[512];
     api_options_t aopts = {
-        .keys = keys,
-        .nkeys = nkeys,
-        .commit = commit,
-        .sink = edge != NULL ? &sink : NULL,
+        .keys = s->keys,
+        .nkeys = s->nkeys,
+        .commit = s->commit,
+        .sink = edge ? &s->sink : NULL,
         .window_ms = cfg->window_ms,
         .max_keys = cfg->max_keys,
         .admin_token = cfg->admin_token[0] != '\0' ? cfg->admin_token : NULL,
-        .data_dir = edge == NULL ? cfg->data_dir : NULL,
+        .data_dir = edge ? NULL : cfg->data_dir,
         .cors_origin = cfg->cors_origin,
         .rate_limit = cfg->rate_limit,
-        .fsync_seconds = edge == NULL ? fsync_hist : NULL, /* the edge has no commit */
-        .batch_events = edge == NULL ? batch_hist : NULL,
-        .quarantine = quarantine,
-        .duplicate_age_seconds = edge == NULL ? age_hist : NULL,
+        .fsync_seconds = edge ? NULL : s->fsync_hist, /* the edge has no commit */
+        .batch_events = edge ? NULL : s->batch_hist,
+        .quarantine = s->quarantine,
+        .duplicate_age_seconds = edge ? NULL : s->age_hist,
         .window_floor_ms = cfg->window_floor_ms,
     };
-    if (api_new(&aopts, &api) != 0) {
-        LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");
-        goto out;
-    }
 
-    err[0] = '\0';
-    if (http_start(cfg, api, &http, err, sizeof err) != 0) {
-        LOG_ERROR("%s", err);
-        goto out;
+    if (api_new(&aopts, &s->api) != 0) {
+        LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");
+        return -1;
     }
-    LOG_INFO("ready");
+    err[0] = '\0';
+    if (http_start(cfg, s->api, &s->http, err, sizeof err) != 0) {
+        LOG_ERROR("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for SIGINT or SIGTERM (returned); SIGHUP reloads the write keys meanwhile. */
+static int wait_for_stop(const struct serving *s, const sigset_t *sigs)
+{
+    int sig = 0;
 
     for (;;) {
-        if (sigwait(&sigs, &sig) != 0)
+        if (sigwait(sigs, &sig) != 0)
             continue;
-        if (sig == SIGHUP) {
-            reload_keys(cfg, api);
-            continue;
-        }
-        break;
+        if (sig != SIGHUP)
+            return sig;
+        reload_keys(s->cfg, s->api);
     }
-    LOG_INFO("received %s; stopping", strsignal(sig));
+}
 
-    /* Order matters: stop new connections, let in-flight requests finish, flush
-     * and answer every queued commit (which resumes parked connections), and
-     * only then tear the daemon down. */
-    http_quiesce(http);
-    unsigned left = http_drain(http, DRAIN_MS);
+/*
+ * The orderly stop. Order matters: stop new connections, let in-flight requests finish, flush
+ * and answer every queued commit (which resumes parked connections), and only then tear the
+ * daemon down.
+ */
+static void stop_serving(struct serving *s)
+{
+    http_quiesce(s->http);
+    unsigned left = http_drain(s->http, DRAIN_MS);
     if (left > 0)
         LOG_WARN("%u requests still in flight after %d ms; closing storage anyway", left, DRAIN_MS);
-    cluster_edge_quiesce(edge); /* answers what still waits for Kafka, before the transport goes */
-    commit_close(commit);
-    commit = NULL;
-    http_stop(http);
-    http = NULL;
-    close_quarantine(quarantine); /* after the transport: nothing adds to it any more */
-    quarantine = NULL;
+    cluster_edge_quiesce(s->edge); /* answers what still waits for Kafka, before the transport */
+    commit_close(s->commit);
+    s->commit = NULL;
+    http_stop(s->http);
+    s->http = NULL;
+    close_quarantine(s->quarantine); /* after the transport: nothing adds to it any more */
+    s->quarantine = NULL;
+}
+
+/* Frees whatever was set up. On the error paths nothing is listening yet or any more. */
+static void release_all(struct serving *s)
+{
+    http_stop(s->http);
+    commit_close(s->commit);
+    close_quarantine(s->quarantine);
+    cluster_edge_free(s->edge, DRAIN_MS);
+    api_free(s->api);
+    histogram_free(s->fsync_hist); /* after commit_close and api_free, their last users */
+    histogram_free(s->batch_hist);
+    histogram_free(s->age_hist);
+    auth_keys_free(s->keys, s->nkeys);
+    free(s->cfg);
+}
+
+static int serve(int argc, char **argv)
+{
+    struct serving s = {0};
+    sigset_t sigs;
+    int ret;
+
+    block_signals(&sigs);
+    ret = parse_flags(&s, argc, argv);
+    if (ret >= 0)
+        goto out;
+    ret = 1;
+    log_start(&s);
+    if (histogram_new(HISTOGRAM_SECONDS, HISTOGRAM_SECONDS_N, &s.fsync_hist) != 0 ||
+        histogram_new(HISTOGRAM_EVENTS, HISTOGRAM_EVENTS_N, &s.batch_hist) != 0 ||
+        histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &s.age_hist) != 0) {
+        LOG_ERROR("out of memory");
+        goto out;
+    }
+    if (open_role(&s) != 0)
+        goto out;
+    if (start_serving(&s) != 0)
+        goto out;
+    LOG_INFO("ready");
+    int sig = wait_for_stop(&s, &sigs);
+    LOG_INFO("received %s; stopping", strsignal(sig));
+    stop_serving(&s);
     LOG_INFO("stopped");
     ret = 0;
-
 out:
-    /* On the error paths: nothing is listening yet or any more. */
-    http_stop(http);
-    commit_close(commit);
-    close_quarantine(quarantine);
-    cluster_edge_free(edge, DRAIN_MS);
-    api_free(api);
-    histogram_free(fsync_hist); /* after commit_close and api_free, their last users */
-    histogram_free(batch_hist);
-    histogram_free(age_hist);
-    auth_keys_free(keys, nkeys);
-    free(cfg);
+    release_all(&s);
     return ret;
 }
 

@@ -6,8 +6,9 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "common/clock.h"
 
 #define REDRAW_NS 200000000 /* five redraws a second: live, without flooding a slow terminal */
 
@@ -19,13 +20,6 @@ struct progress {
     uint64_t start;   /* `done` then */
     int64_t drawn_ns; /* last redraw */
 };
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 progress_t *progress_new(FILE *f)
 {
@@ -91,7 +85,7 @@ void progress_update(progress_t *p, const char *what, uint64_t done, uint64_t to
 
     if (!p)
         return;
-    int64_t now = now_ns();
+    int64_t now = clk_mono_ns();
     if (strncmp(p->phase, what, sizeof(p->phase) - 1) != 0) {
         snprintf(p->phase, sizeof(p->phase), "%s", what);
         p->start_ns = now;

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "common/errbuf.h"
+
 #define MAX_HOPS 64 /* hops of one header looked at; a longer chain is cut at its left end */
 
 /* A hop as read from a header: its address (IPv4-mapped when v4), or unusable. */
@@ -89,16 +91,17 @@ int proxy_parse(const char *spec, proxy_list_t *out, char *errbuf, size_t errlen
         if (v4)
             net.prefix += 96;
         if (out->n == PROXY_MAX_NETS) {
-            snprintf(errbuf, errlen, "more than %d networks in --trusted-proxies", PROXY_MAX_NETS);
+            errbuf_printf(errbuf, errlen, "more than %d networks in --trusted-proxies",
+                          PROXY_MAX_NETS);
             return -1;
         }
         out->nets[out->n++] = net;
         continue;
     bad:
-        snprintf(errbuf, errlen,
-                 "invalid network \"%.*s\" in --trusted-proxies (expected CIDR "
-                 "such as 10.0.0.0/8 or fd00::/8, or an address)",
-                 (int)(n > 64 ? 64 : n), e);
+        errbuf_printf(errbuf, errlen,
+                      "invalid network \"%.*s\" in --trusted-proxies (expected CIDR "
+                      "such as 10.0.0.0/8 or fd00::/8, or an address)",
+                      (int)(n > 64 ? 64 : n), e);
         return -1;
     }
     return 0;
