@@ -500,9 +500,12 @@ void genset_plan(const genset_view_t *v, const genset_policy_t *p, int64_t now_m
     uint64_t target = p->target_count ? left / p->target_count : 0;
     if (target < p->merge_min_keys)
         target = p->merge_min_keys;
+    /* Small is under 3/4 of the target: a window that grows a little past a multiple of the
+     * target must not merge every generation it already has (at 1B keys, 2 GB each). */
+    uint64_t small = target - target / 4;
     size_t run = 0;
     for (size_t j = i; p->fanin >= 2 && j < v->n; j++) {
-        run = v->slots[j]->info.keys < target ? run + 1 : 0;
+        run = v->slots[j]->info.keys < small ? run + 1 : 0;
         if (run == p->fanin) {
             out->merge_first = j + 1 - run - i;
             out->merge_n = run;

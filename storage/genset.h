@@ -110,11 +110,13 @@ int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
  *     generations after it plus `young_keys`, the keys not sealed yet) are
  *     still at least `max_keys` (0: no size bound), so at least max_keys are
  *     always kept, and at most one generation more;
- *   - merges: a generation smaller than the target (the whole window's keys
- *     divided by `target_count`, at least `merge_min_keys`) is merged with
- *     its neighbours, `fanin` at a time, oldest first, so a lookup passes a
- *     bounded number of filters and a generation ages out within about
- *     1/target_count of the window.
+ *   - merges: a generation smaller than 3/4 of the target (the whole
+ *     window's keys divided by `target_count`, at least `merge_min_keys`) is
+ *     merged with its neighbours, `fanin` at a time, oldest first, so a
+ *     lookup passes a bounded number of filters (about 4/3 target_count
+ *     large ones) and a generation ages out within about 1/target_count of
+ *     the window; the quarter's slack keeps a window that grows past a
+ *     multiple of the target from merging every generation it has.
  */
 typedef struct genset_policy {
     int64_t window_ms;

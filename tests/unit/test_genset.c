@@ -396,6 +396,13 @@ static void test_plan(void **state)
     p.target_count = 6; /* target 100: nothing is smaller */
     genset_plan(v, &p, 0, 0, &plan);
     assert_int_equal(plan.merge_n, 0);
+    /* A window a little past it (target 108 with 48 young keys): 100 is not small yet, since
+     * merging every generation the window has at each such step would cost it whole. */
+    genset_plan(v, &p, 0, 48, &plan);
+    assert_int_equal(plan.merge_n, 0);
+    p.target_count = 4; /* target 162: under 3/4 of it, 100 is small */
+    genset_plan(v, &p, 0, 48, &plan);
+    assert_int_equal(plan.merge_n, 3);
     genset_view_release(v);
     genset_close(gs);
 }
