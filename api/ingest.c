@@ -257,6 +257,8 @@ static int submit(api_t *api, const api_req_t *req, batch_t *b, verdict_t *vd, a
     p->verdict = *vd;
     memset(vd, 0, sizeof(*vd));
 
+    /* The sealed generations' filters, asked here on this request's thread, not the writer's. */
+    commit_prepare(api->commit, p->events, b->nevents);
     int rc = commit_submit(api->commit, &p->req);
     if (rc != COMMIT_OK) {
         /* Not queued, so the callback will not run: answer and free here. */

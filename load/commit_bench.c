@@ -34,6 +34,7 @@ typedef struct {
     int sync;
     uint64_t preload;
     bool preload_sealed;
+    bool prepare;
     uint64_t max_keys;
 } opts_t;
 
@@ -43,7 +44,8 @@ typedef struct {
     bool done;
 } waiter_t;
 
-static opts_t o = {.events = 1000000, .clients = 64, .batch = 50, .payload = 400, .sync = 0};
+static opts_t o = {
+    .events = 1000000, .clients = 64, .batch = 50, .payload = 400, .sync = 0, .prepare = true};
 static commit_t *commit;
 static atomic_uint_fast64_t next_id; /* events handed out */
 static uint64_t id_base;             /* the run's ids are m-<id_base + n> */
@@ -97,6 +99,8 @@ static void *client(void *arg)
             ev[i].data = payloads + i * o.payload;
             ev[i].len = o.payload;
         }
+        if (o.prepare)
+            commit_prepare(commit, ev, n); /* the request threads' part, as the server's */
         req.events = ev;
         req.n = n;
         req.done = on_done;
@@ -288,6 +292,8 @@ static void usage(FILE *f)
                "  --preload-sealed  fill them straight into sealed generations, not through\n"
                "                    the log (for windows whose log would not fit the disk)\n"
                "  --max-keys N      window size bound (default 0: none)\n"
+               "  --no-prepare      the writer asks every generation (no commit_prepare on the\n"
+               "                    client threads, which the server's request threads call)\n"
                "Prints a progress line (on a terminal) and a summary. DIR is new, or one that\n"
                "an earlier run filled: then the fill is skipped and the ids go on from\n"
                "DIR/bench-next-id.\n");
@@ -331,6 +337,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--preload-sealed")) {
             o.preload_sealed = true;
+            continue;
+        }
+        if (!strcmp(a, "--no-prepare")) {
+            o.prepare = false;
             continue;
         }
         if (!v) {

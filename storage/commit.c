@@ -150,6 +150,7 @@ static commit_t *open_alloc(const commit_options_t *opts)
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&c->ckpt_cv, NULL);
     pthread_cond_init(&c->merge_cv, NULL);
+    pthread_cond_init(&c->probe_cv, NULL);
     pthread_cond_init(&c->lookup_cv, NULL);
     c->data_dir = strdup(opts->data_dir);
     c->log_dir = c->data_dir ? fsutil_join(c->data_dir, "log") : NULL;
@@ -303,6 +304,7 @@ void commit_close(commit_t *c)
     pthread_cond_destroy(&c->cv);
     pthread_cond_destroy(&c->ckpt_cv);
     pthread_cond_destroy(&c->merge_cv);
+    pthread_cond_destroy(&c->probe_cv);
     pthread_cond_destroy(&c->lookup_cv);
     free(c->recs);
     free(c->look_state);

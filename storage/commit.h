@@ -45,6 +45,10 @@ typedef struct commit_event {
      * generation). 0: unknown, with offset: memory-filter mode keeps no positions. Not set for
      * COMMIT_ACCEPTED */
     int64_t first_received_ms;
+    /* in, filled by commit_prepare (all zero: not prepared): whether a sealed generation's
+     * filter passed the key, and the newest generation's end then */
+    bool prepared, maybe_sealed;
+    uint64_t probed_end;
 } commit_event_t;
 
 typedef struct commit_req commit_req_t;
@@ -213,6 +217,17 @@ const uint8_t *commit_secret(const commit_t *c);
  * opts.queue_max_bytes, COMMIT_CLOSED when closing. Thread-safe.
  */
 int commit_submit(commit_t *c, commit_req_t *req);
+
+/*
+ * Optional, on the submitter's thread before commit_submit: asks the sealed
+ * generations' filters about every event's key (commit_event_t.prepared and
+ * the fields after it). The writer, the one thread every event passes, then
+ * asks a generation only for keys a filter did not rule out, and for the
+ * rest only the generations sealed since: in a big window the filters' cache
+ * misses are most of a new key's cost. Without generations (or in memory
+ * mode) it does nothing. Thread-safe; never blocks on I/O.
+ */
+void commit_prepare(commit_t *c, commit_event_t *events, size_t n);
 
 /*
  * Whether the queue is at its bound now (commit_submit would answer

@@ -155,6 +155,12 @@ struct commit {
     pthread_cond_t ckpt_cv; /* wakes the checkpointer; the writer waits on cv */
     ckpt_job_t job;         /* under mu */
     size_t ckpt_chunk;      /* checkpointer-only: deletions per LMDB transaction (CHUNK_MAX) */
+    /* commit_prepare's access to the generations, from submitter threads: the set while it is
+     * open (under mu), how many threads probe it now, and the writer's wait for them to end
+     * before it closes the set. */
+    genset_t *probe_gens;
+    unsigned probing;
+    pthread_cond_t probe_cv;
     /* The merger thread (LMDB mode). */
     pthread_t merge_thread;
     pthread_cond_t merge_cv;
@@ -288,6 +294,9 @@ int commit_memory_init(commit_t *c, const char *spec, char *errbuf, size_t errle
 
 /* The view of a freshly opened (and replayed) store: its snapshot, nothing pending. */
 int commit_view_open(commit_t *c, char *errbuf, size_t errlen);
+/* Lets commit_prepare probe the open set (after open), or stops it and waits for the probes
+ * under way (before the set closes). */
+void commit_view_share_gens(commit_t *c, bool share);
 /* The oldest key in the window (the entry at or after the floor): *found, and *e. */
 int commit_view_oldest(commit_t *c, store_entry_t *e, bool *found);
 /*

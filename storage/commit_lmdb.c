@@ -15,6 +15,7 @@ static void lmdb_close(commit_t *c)
     c->reader = NULL;
     genset_view_release(c->gview);
     c->gview = NULL;
+    commit_view_share_gens(c, false);
     genset_close(c->gens);
     c->gens = NULL;
     pending_free(c->cur);

@@ -46,6 +46,7 @@ int commit_view_open(commit_t *c, char *errbuf, size_t errlen)
         return -1;
     }
     commit_view_take_gens(c);
+    commit_view_share_gens(c, true);
     c->next_seq = c->snap_end = si.next_seq;
     c->floor = c->handed_floor = found ? e.seq : si.next_seq;
     c->live = si.keys;
@@ -162,6 +163,17 @@ static int view_look_batch(commit_t *c, commit_req_t *batch, size_t nevents)
                     return rc;
                 continue;
             }
+            const commit_event_t *ev = &q->events[k];
+            if (ev->prepared && !ev->maybe_sealed) {
+                /* No generation the submitter saw has it: ask those sealed since only. */
+                bool found = false;
+                int grc = genset_view_find_after(c->gview, key, ev->probed_end, &found,
+                                                 &c->look_first[i]);
+                if (grc != GEN_OK)
+                    return grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
+                c->look_state[i] = found ? LOOK_DUP : LOOK_NEW;
+                continue;
+            }
             c->look_state[i] = LOOK_GENS;
             memcpy(c->look_keys[nask], key, KEYHASH_LEN);
             c->look_event[nask++] = i;
@@ -217,6 +229,59 @@ void commit_view_take_gens(commit_t *c)
         return;
     genset_view_release(c->gview);
     c->gview = genset_view(c->gens);
+}
+
+void commit_view_share_gens(commit_t *c, bool share)
+{
+    pthread_mutex_lock(&c->mu);
+    c->probe_gens = share ? c->gens : NULL;
+    while (!share && c->probing > 0)
+        pthread_cond_wait(&c->probe_cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* Sizes a probe's scratch on the stack up to this many keys; a bigger request mallocs it. */
+#define PROBE_STACK 256
+
+void commit_prepare(commit_t *c, commit_event_t *events, size_t n)
+{
+    uint8_t(stack_keys)[PROBE_STACK][KEYHASH_LEN];
+    bool stack_maybe[PROBE_STACK];
+    uint8_t(*keys)[KEYHASH_LEN] = stack_keys;
+    bool *maybe = stack_maybe;
+    if (n == 0)
+        return;
+    pthread_mutex_lock(&c->mu);
+    genset_t *gs = c->probe_gens;
+    if (gs)
+        c->probing++;
+    pthread_mutex_unlock(&c->mu);
+    if (!gs)
+        return;
+    if (n > PROBE_STACK) {
+        keys = malloc(n * sizeof(*keys));
+        maybe = malloc(n * sizeof(*maybe));
+    }
+    if (keys && maybe) {
+        for (size_t i = 0; i < n; i++)
+            memcpy(keys[i], events[i].key, KEYHASH_LEN);
+        genset_view_t *v = genset_view(gs);
+        uint64_t end = genset_view_probe_many(v, (const uint8_t(*)[KEYHASH_LEN])keys, n, maybe);
+        genset_view_release(v);
+        for (size_t i = 0; i < n; i++) {
+            events[i].prepared = true;
+            events[i].maybe_sealed = maybe[i];
+            events[i].probed_end = end;
+        }
+    } /* out of memory: not prepared, the writer asks every generation */
+    if (keys != stack_keys) {
+        free(keys);
+        free(maybe);
+    }
+    pthread_mutex_lock(&c->mu);
+    if (--c->probing == 0)
+        pthread_cond_broadcast(&c->probe_cv);
+    pthread_mutex_unlock(&c->mu);
 }
 
 bool commit_view_seals(const commit_t *c)

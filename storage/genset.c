@@ -339,6 +339,35 @@ int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], boo
     return GEN_OK;
 }
 
+int genset_view_find_after(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], uint64_t after,
+                           bool *found, gen_entry_t *e)
+{
+    *found = false;
+    for (size_t i = v->n; i-- > 0 && v->slots[i]->info.id.end > after;) {
+        int rc = gen_find(v->slots[i]->g, key, found, e);
+        if (rc != GEN_OK || *found)
+            return rc;
+    }
+    return GEN_OK;
+}
+
+uint64_t genset_view_probe_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_LEN],
+                                size_t n, bool *maybe)
+{
+    for (size_t i = 0; i < n && i < PREFETCH_AHEAD; i++)
+        for (size_t j = 0; j < v->n; j++)
+            gen_prefetch(v->slots[j]->g, keys[i]);
+    for (size_t i = 0; i < n; i++) {
+        if (i + PREFETCH_AHEAD < n)
+            for (size_t j = 0; j < v->n; j++)
+                gen_prefetch(v->slots[j]->g, keys[i + PREFETCH_AHEAD]);
+        maybe[i] = false;
+        for (size_t j = v->n; j-- > 0 && !maybe[i];)
+            maybe[i] = gen_may_contain(v->slots[j]->g, keys[i]);
+    }
+    return v->n > 0 ? v->slots[v->n - 1]->info.id.end : 0;
+}
+
 int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_LEN], size_t n,
                           bool *found, gen_entry_t *e)
 {

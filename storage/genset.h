@@ -77,6 +77,22 @@ int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], boo
                      gen_entry_t *e);
 
 /*
+ * The filters alone, for keys[0..n), prefetched as genset_view_find_many
+ * does: maybe[i] false means no generation of v holds keys[i]. Returns the
+ * newest generation's end (0 when empty): a key sealed after v lies in a
+ * generation whose range ends past it, whatever merges come meanwhile (a
+ * merge's range ends where its newest input's did), so a later lookup of a
+ * key found nowhere here need only ask genset_view_find_after(that end).
+ * Touches no file: cheap enough for the threads that submit requests.
+ */
+uint64_t genset_view_probe_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_LEN],
+                                size_t n, bool *maybe);
+
+/* genset_view_find among the generations whose range ends past `after` only. */
+int genset_view_find_after(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], uint64_t after,
+                           bool *found, gen_entry_t *e);
+
+/*
  * genset_view_find for keys[0..n), found[i] and (when e is not NULL) e[i] for
  * each. Faster than n calls: it loads the filter blocks of keys ahead while it
  * tests the current one, so the memory waits overlap.

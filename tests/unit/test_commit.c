@@ -159,12 +159,17 @@ static void req_free(req_t *r)
     free(r->payload);
 }
 
+/* Whether submit_status asks the generations on the submitting thread first (commit_prepare). */
+static bool prepare_submits;
+
 /* Submits one request of the given ids, waits for its done callback, returns its status. */
 static int submit_status(commit_t *c, req_t *r, const unsigned *ids, size_t n, int64_t received_ms)
 {
     tu_waiter_t w;
     tu_waiter_init(&w);
     req_init(r, commit_secret(c), ids, n, received_ms, &w);
+    if (prepare_submits)
+        commit_prepare(c, r->ev, n);
     tu_waiter_add(&w, 1);
     assert_int_equal(commit_submit(c, &r->req), COMMIT_OK);
     tu_waiter_wait(&w);
@@ -526,6 +531,14 @@ static void test_duplicates_across_generations(void **state)
         assert_int_equal(r.ev[i].first_received_ms, now);
     req_free(&r);
     commit_close(c);
+}
+
+/* The same with every request prepared on the submitting thread, as the server does. */
+static void test_duplicates_across_generations_prepared(void **state)
+{
+    prepare_submits = true;
+    test_duplicates_across_generations(state);
+    prepare_submits = false;
 }
 
 static void test_close_answers_queued(void **state)
@@ -1967,6 +1980,7 @@ int main(void)
         T(test_concurrent_exactly_once),
         T(test_duplicate_within_request),
         T(test_duplicates_across_generations),
+        T(test_duplicates_across_generations_prepared),
         T(test_close_answers_queued),
         T(test_lock),
         T(test_invalid),

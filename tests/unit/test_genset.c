@@ -240,6 +240,42 @@ static void test_changes_from_two_views(void **state)
     genset_close(gs);
 }
 
+/*
+ * A submitter's probe (filters only) and the writer's lookup later: a key no
+ * generation of the probed view has is found by asking only those that end
+ * past the probe's end, even once a later seal was merged with older ones.
+ */
+static void test_probe_then_find_after(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    add(gs, 0, 100, 0, 100, 0);
+    add(gs, 100, 200, 100, 100, 0);
+    uint8_t keys[2][KEYHASH_LEN];
+    bool maybe[2];
+    mkkey(50, keys[0]);  /* in the window */
+    mkkey(250, keys[1]); /* not yet */
+    genset_view_t *v = genset_view(gs);
+    uint64_t end = genset_view_probe_many(v, (const uint8_t(*)[KEYHASH_LEN])keys, 2, maybe);
+    genset_view_release(v);
+    assert_int_equal(end, 200);
+    assert_true(maybe[0]);
+    assert_false(maybe[1]);         /* 14 bits a key: this key is not a false positive */
+    add(gs, 200, 300, 200, 100, 0); /* sealed after the probe */
+    assert_int_equal(merge_now(gs, 1, 2), GEN_OK);
+    v = genset_view(gs);
+    bool found = false;
+    gen_entry_t e;
+    assert_int_equal(genset_view_find_after(v, keys[1], end, &found, &e), GEN_OK);
+    assert_true(found);
+    assert_int_equal(e.offset, 250);
+    assert_int_equal(genset_view_find_after(v, keys[0], 300, &found, &e), GEN_OK);
+    assert_false(found); /* nothing ends past 300: nothing was asked */
+    genset_view_release(v);
+    genset_close(gs);
+}
+
 /* Merging adjacent generations: one file covering their ranges, every key still found. */
 static void test_merge(void **state)
 {
@@ -413,6 +449,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_add_find, setup, teardown),
         cmocka_unit_test_setup_teardown(test_view_outlives_drop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_changes_from_two_views, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_probe_then_find_after, setup, teardown),
         cmocka_unit_test_setup_teardown(test_merge, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_after_crash, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
