@@ -26,30 +26,6 @@
 #include "storage/commit_internal.h"
 #include "storage/fsutil.h"
 
-int64_t commit_now_ms(clockid_t clk)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-double commit_now_msf(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-void commit_errf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    if (!buf || len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
-
 void commit_notify(commit_t *c, int level, const char *fmt, ...)
 {
     char msg[512];
@@ -101,7 +77,7 @@ void commit_refresh_stats(commit_t *c)
  */
 void commit_watch_fire(commit_t *c, bool all)
 {
-    int64_t now = commit_now_ms(CLOCK_MONOTONIC);
+    int64_t now = clk_mono_ms();
     watch_t *fire = NULL, **pp = &c->watches;
     while (*pp) {
         watch_t *w = *pp;
@@ -163,7 +139,7 @@ static int open_lock(commit_t *c, char *errbuf, size_t errlen)
 {
     int rc = -1;
     if (fsutil_mkdirs(c->data_dir) != 0) {
-        commit_errf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
+        errbuf_printf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
         return -1;
     }
     char *path = fsutil_join(c->data_dir, "LOCK");
@@ -175,12 +151,12 @@ static int open_lock(commit_t *c, char *errbuf, size_t errlen)
     }
     c->lockfd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (c->lockfd < 0) {
-        commit_errf(errbuf, errlen, "%s: %s", path, strerror(errno));
+        errbuf_printf(errbuf, errlen, "%s: %s", path, strerror(errno));
         goto out;
     }
     if (flock(c->lockfd, LOCK_EX | LOCK_NB) != 0) {
-        commit_errf(errbuf, errlen, "data dir %s is in use by another ingestd process",
-                    c->data_dir);
+        errbuf_printf(errbuf, errlen, "data dir %s is in use by another ingestd process",
+                      c->data_dir);
         goto out;
     }
     rc = 0;
@@ -196,7 +172,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
 
     *out = NULL;
     if (!opts || !opts->data_dir || opts->window_ms <= 0 || opts->window_floor_ms < 0) {
-        commit_errf(errbuf, errlen, "invalid commit options");
+        errbuf_printf(errbuf, errlen, "invalid commit options");
         return COMMIT_INVALID;
     }
     if (!(c = open_alloc(opts)))
@@ -215,7 +191,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     if (open_lock(c, errbuf, errlen) != 0 || commit_recover_open_storage(c, errbuf, errlen) != 0)
         goto fail;
     commit_refresh_stats(c);
-    c->last_reader_check = commit_now_ms(CLOCK_MONOTONIC);
+    c->last_reader_check = clk_mono_ms();
     if (c->mode->start && c->mode->start(c, errbuf, errlen) != 0)
         goto fail;
     if (commit_writer_start(c, errbuf, errlen) != 0)

@@ -204,7 +204,7 @@ static int ckpt_seal(commit_t *c, ckpt_seal_result_t *out)
     genset_policy_t p = commit_view_gen_policy(c);
     p.fanin = 0; /* merges are the merger's (commit_merge.c): they must not hold up checkpoints */
     if (rc == STORE_OK)
-        rc = seal_maintain(c->gens, &p, commit_now_ms(CLOCK_REALTIME), si.keys, &out->maintain);
+        rc = seal_maintain(c->gens, &p, clk_wall_ms(), si.keys, &out->maintain);
     return rc;
 }
 
@@ -226,9 +226,9 @@ static void *ckpt_thread(void *arg)
         ckpt_job_t j = c->job;
         pthread_mutex_unlock(&c->mu);
 
-        double t0 = commit_now_msf();
+        double t0 = clk_mono_msf();
         int rc = ckpt_run(c, &j);
-        double ms = commit_now_msf() - t0;
+        double ms = clk_mono_msf() - t0;
         ckpt_seal_result_t sr = {0};
         if (rc == STORE_OK)
             rc = ckpt_seal(c, &sr);
@@ -267,7 +267,7 @@ static void *ckpt_thread(void *arg)
 int commit_ckpt_start(commit_t *c, char *errbuf, size_t errlen)
 {
     if (pthread_create(&c->ckpt_thread, NULL, ckpt_thread, c) != 0) {
-        commit_errf(errbuf, errlen, "starting the checkpointer thread: %s", strerror(errno));
+        errbuf_printf(errbuf, errlen, "starting the checkpointer thread: %s", strerror(errno));
         return -1;
     }
     c->ckpt_started = true;
@@ -396,7 +396,7 @@ static bool ckpt_gens_due(commit_t *c)
     genset_policy_t p = commit_view_gen_policy(c);
     genset_plan_t plan;
     p.fanin = 0; /* merges wait for the next checkpoint */
-    genset_plan(c->gview, &p, commit_now_ms(CLOCK_REALTIME), c->live, &plan);
+    genset_plan(c->gview, &p, clk_wall_ms(), c->live, &plan);
     return plan.drop_age + plan.drop_size > 0;
 }
 
@@ -436,7 +436,7 @@ void commit_ckpt_hand_off(commit_t *c, bool force)
     if (!c->reader || c->failed)
         return;
     size_t n = pending_count(c->cur);
-    int64_t t = commit_now_ms(CLOCK_MONOTONIC);
+    int64_t t = clk_mono_ms();
     if (n == 0 && c->floor == c->handed_floor && !ckpt_gens_due(c)) {
         if (t - c->cur_since_ms >= CHECKPOINT_MS)
             c->cur_since_ms = t; /* looked: the generations are due again in CHECKPOINT_MS */

@@ -24,14 +24,14 @@ static int read_secret_file(const char *path, uint8_t file_secret[KEYHASH_SECRET
     size_t n = 0;
     if (fsutil_read_small(path, file_secret, KEYHASH_SECRET_LEN, &n) == 0 || errno == EFBIG) {
         if (errno == EFBIG || n != KEYHASH_SECRET_LEN) {
-            commit_errf(errbuf, errlen, "%s: not a %d-byte secret", path, KEYHASH_SECRET_LEN);
+            errbuf_printf(errbuf, errlen, "%s: not a %d-byte secret", path, KEYHASH_SECRET_LEN);
             return -1;
         }
         return 1;
     }
     if (errno == ENOENT)
         return 0;
-    commit_errf(errbuf, errlen, "%s: %s", path, strerror(errno));
+    errbuf_printf(errbuf, errlen, "%s: %s", path, strerror(errno));
     return -1;
 }
 
@@ -55,24 +55,24 @@ int commit_files_load_secret(commit_t *c, store_t *store, char *errbuf, size_t e
         if (have)
             memcpy(c->secret, file_secret, sizeof(file_secret));
         else if (keyhash_random(c->secret, sizeof(c->secret)) != 0) {
-            commit_errf(errbuf, errlen, "generating the hash secret: %s", strerror(errno));
+            errbuf_printf(errbuf, errlen, "generating the hash secret: %s", strerror(errno));
             goto out;
         }
     }
     int src = store ? store_secret(store, have ? file_secret : NULL, c->secret) : STORE_OK;
     if (src != STORE_OK) {
-        commit_errf(errbuf, errlen, "reading the hash secret: %s", store_strerror(src));
+        errbuf_printf(errbuf, errlen, "reading the hash secret: %s", store_strerror(src));
         goto out;
     }
     if (have && memcmp(file_secret, c->secret, sizeof(file_secret)) != 0) {
-        commit_errf(
+        errbuf_printf(
             errbuf, errlen,
             "%s differs from the secret in the LMDB store: the store belongs to another data dir",
             path);
         goto out;
     }
     if (!have && fsutil_write_atomic(path, c->secret, sizeof(c->secret), 0600) != 0) {
-        commit_errf(errbuf, errlen, "writing %s: %s", path, strerror(errno));
+        errbuf_printf(errbuf, errlen, "writing %s: %s", path, strerror(errno));
         goto out;
     }
     rc = 0;
@@ -206,11 +206,11 @@ int commit_files_unsynced_crash(const commit_t *c, const char *marker, char *err
     if (read_line(marker, had, sizeof(had)) != 0) {
         if (errno == ENOENT)
             return 0;
-        commit_errf(errbuf, errlen, "reading %s: %s", marker, strerror(errno));
+        errbuf_printf(errbuf, errlen, "reading %s: %s", marker, strerror(errno));
         return -1;
     }
     if (boot_id(c, now, sizeof(now)) != 0) {
-        commit_errf(errbuf, errlen, "reading the kernel's boot id: %s", strerror(errno));
+        errbuf_printf(errbuf, errlen, "reading the kernel's boot id: %s", strerror(errno));
         return -1;
     }
     return strcmp(had, now) != 0;
@@ -220,7 +220,7 @@ int commit_files_mark_unsynced(const commit_t *c, const char *marker, char *errb
 {
     char id[64];
     if (boot_id(c, id, sizeof(id)) != 0 || fsutil_write_atomic(marker, id, strlen(id), 0644) != 0) {
-        commit_errf(errbuf, errlen, "writing %s: %s", marker, strerror(errno));
+        errbuf_printf(errbuf, errlen, "writing %s: %s", marker, strerror(errno));
         return -1;
     }
     return 0;

@@ -13,6 +13,8 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "common/clock.h"
+#include "common/errbuf.h"
 #include "storage/commit.h"
 #include "storage/filter/filter.h"
 #include "storage/genset.h"
@@ -229,9 +231,6 @@ extern const commit_mode_t commit_memory_mode;
 
 /* ---- commit.c: the public API, and the helpers every file uses ---- */
 
-int64_t commit_now_ms(clockid_t clk);
-double commit_now_msf(void); /* CLOCK_MONOTONIC, fractional ms: for durations */
-void commit_errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* An operator notice through opts.notify (storage never logs itself); level as commit_notify_fn. */
 void commit_notify(commit_t *c, int level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

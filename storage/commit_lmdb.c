@@ -90,7 +90,7 @@ static void lmdb_tick(commit_t *c)
 /* Readers in processes that died (e.g. a killed `log cat`) would pin old pages. */
 static void lmdb_check_readers(commit_t *c)
 {
-    int64_t t = commit_now_ms(CLOCK_MONOTONIC);
+    int64_t t = clk_mono_ms();
     if (c->store && t - c->last_reader_check > READER_CHECK_MS) {
         int cleared;
         store_reader_check(c->store, &cleared);

@@ -25,7 +25,7 @@ int commit_memory_init(commit_t *c, const char *spec, char *errbuf, size_t errle
 {
     char ferr[256];
     if (filter_parse_spec(spec, &c->fspec, ferr, sizeof(ferr)) != FILTER_OK) {
-        commit_errf(errbuf, errlen, "--store memory:%s: %s", spec, ferr);
+        errbuf_printf(errbuf, errlen, "--store memory:%s: %s", spec, ferr);
         return -1;
     }
     c->mode = &commit_memory_mode;
@@ -53,7 +53,7 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
                         .discard = c->discard,
                         .discard_from = c->discard_from};
     if ((lrc = log_open(logdir, &lo, &c->log)) != LOG_OK) {
-        commit_errf(errbuf, errlen, "opening log %s: %s", logdir, log_strerror(lrc));
+        errbuf_printf(errbuf, errlen, "opening log %s: %s", logdir, log_strerror(lrc));
         goto out;
     }
     if (commit_files_load_secret(c, NULL, errbuf, errlen) != 0)
@@ -61,7 +61,7 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
     /* The filter's own secret, derived: the data dir's secret itself never leaves keyhash. */
     keyhash_siphash128(c->secret, "ingestd filter", 14, fsecret);
     if ((lrc = filter_new(&c->fspec, fsecret, &c->filter)) != FILTER_OK) {
-        commit_errf(errbuf, errlen, "creating the filter: %s", filter_strerror(lrc));
+        errbuf_printf(errbuf, errlen, "creating the filter: %s", filter_strerror(lrc));
         goto out;
     }
     pthread_mutex_lock(&c->mu);
@@ -70,7 +70,7 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
     pthread_mutex_unlock(&c->mu);
     log_get_info(c->log, &li);
     if ((lrc = log_reader_open(logdir, li.first_offset, &r)) != LOG_OK) {
-        commit_errf(errbuf, errlen, "reading the log: %s", log_strerror(lrc));
+        errbuf_printf(errbuf, errlen, "reading the log: %s", log_strerror(lrc));
         goto out;
     }
     log_record_t rec;
@@ -80,8 +80,8 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
         n++;
     }
     if (lrc != LOG_END) {
-        commit_errf(errbuf, errlen, "reading the log at offset %llu: %s",
-                    (unsigned long long)log_reader_position(r), log_strerror(lrc));
+        errbuf_printf(errbuf, errlen, "reading the log at offset %llu: %s",
+                      (unsigned long long)log_reader_position(r), log_strerror(lrc));
         goto out;
     }
     pthread_mutex_lock(&c->mu);
@@ -89,7 +89,7 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
     pthread_mutex_unlock(&c->mu);
     if ((lrc = log_sync(c->log)) != LOG_OK || fsutil_sync_dir(c->data_dir) != 0 ||
         commit_recover_probe_write(logdir) != 0) {
-        commit_errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
+        errbuf_printf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
         goto out;
     }
     c->discard = false;

@@ -29,7 +29,7 @@ static void merge_all(commit_t *c)
     while (c->gens && !atomic_load(&c->merger.cancel)) {
         genset_view_t *v = genset_view(c->gens);
         genset_plan_t plan;
-        genset_plan(v, &p, commit_now_ms(CLOCK_REALTIME), 0, &plan);
+        genset_plan(v, &p, clk_wall_ms(), 0, &plan);
         size_t first = plan.drop_age + plan.drop_size + plan.merge_first;
         int rc = plan.merge_n > 0 ? genset_merge(c->gens, v, first, plan.merge_n, &c->merger.cancel)
                                   : GEN_OK;
@@ -76,7 +76,7 @@ int commit_merge_start(commit_t *c, char *errbuf, size_t errlen)
     atomic_store(&c->merger.cancel, false);
     c->merger.wanted = true; /* what the last run left to merge */
     if (pthread_create(&c->merge_thread, NULL, merge_thread, c) != 0) {
-        commit_errf(errbuf, errlen, "starting the merger thread: %s", strerror(errno));
+        errbuf_printf(errbuf, errlen, "starting the merger thread: %s", strerror(errno));
         return -1;
     }
     c->merger.started = true;

@@ -46,7 +46,7 @@ void commit_reach_judge(commit_t *c)
     int64_t floor = c->opts.window_floor_ms;
     if (floor <= 0)
         return;
-    int64_t now = commit_now_ms(CLOCK_REALTIME);
+    int64_t now = clk_wall_ms();
     pthread_mutex_lock(&c->mu);
     int64_t oldest = c->stats.keys > 0 ? c->stats.oldest_received_ms : 0;
     bool evicted = c->stats.evicted_size != c->reach_seen_evicted;
@@ -83,6 +83,6 @@ int64_t commit_reach_wake(const commit_t *c)
     if (c->opts.window_floor_ms <= 0 || !c->stats.window_below_floor)
         return INT64_MAX;
     /* When the mark is a floor old (realtime), as a CLOCK_MONOTONIC time (the writer's clock). */
-    int64_t left = c->reach_forgot_ms + c->opts.window_floor_ms - commit_now_ms(CLOCK_REALTIME);
-    return commit_now_ms(CLOCK_MONOTONIC) + (left > 0 ? left : 0) + 1;
+    int64_t left = c->reach_forgot_ms + c->opts.window_floor_ms - clk_wall_ms();
+    return clk_mono_ms() + (left > 0 ? left : 0) + 1;
 }

@@ -89,7 +89,7 @@ static int recover_seal(commit_t *c)
     genset_policy_t p = commit_view_gen_policy(c);
     seal_result_t sr;
     if (rc == STORE_OK)
-        rc = seal_maintain(c->gens, &p, commit_now_ms(CLOCK_REALTIME), 0, &sr);
+        rc = seal_maintain(c->gens, &p, clk_wall_ms(), 0, &sr);
     return rc;
 }
 
@@ -130,30 +130,31 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
     log_reader_t *r = NULL;
     int rc = store_get_info(c->store, &si), lrc = LOG_OK;
     if (rc != STORE_OK) {
-        commit_errf(errbuf, errlen, "reading the store: %s (%s)", store_strerror(rc),
-                    store_detail(c->store));
+        errbuf_printf(errbuf, errlen, "reading the store: %s (%s)", store_strerror(rc),
+                      store_detail(c->store));
         return -1;
     }
     log_get_info(c->log, &li);
     if (si.applied > li.next_offset) {
-        commit_errf(errbuf, errlen,
-                    "the LMDB store has applied log offset %llu but the log ends at %llu: the log "
-                    "lost acknowledged records; restore the log from a backup, or run `ingestd "
-                    "rebuild` to accept the loss",
-                    (unsigned long long)si.applied, (unsigned long long)li.next_offset);
+        errbuf_printf(
+            errbuf, errlen,
+            "the LMDB store has applied log offset %llu but the log ends at %llu: the log "
+            "lost acknowledged records; restore the log from a backup, or run `ingestd "
+            "rebuild` to accept the loss",
+            (unsigned long long)si.applied, (unsigned long long)li.next_offset);
         return -1;
     }
     if (si.applied == 0 && si.keys == 0)
         si.applied = li.first_offset; /* a new store over a log retention has shortened */
     if (si.applied < li.first_offset) {
-        commit_errf(errbuf, errlen,
-                    "the store's applied offset %llu is older than the log's start %llu",
-                    (unsigned long long)si.applied, (unsigned long long)li.first_offset);
+        errbuf_printf(errbuf, errlen,
+                      "the store's applied offset %llu is older than the log's start %llu",
+                      (unsigned long long)si.applied, (unsigned long long)li.first_offset);
         return -1;
     }
     if (si.evicting_below > 0 && (rc = recover_finish_evictions(c, si.evicting_below, grows))) {
-        commit_errf(errbuf, errlen, "finishing a checkpoint's evictions: %s (%s)",
-                    store_strerror(rc), store_detail(c->store));
+        errbuf_printf(errbuf, errlen, "finishing a checkpoint's evictions: %s (%s)",
+                      store_strerror(rc), store_detail(c->store));
         return -1;
     }
     uint64_t pos = si.applied;
@@ -181,13 +182,13 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
     }
     log_reader_close(r);
     if (lrc != LOG_OK) {
-        commit_errf(errbuf, errlen, "replaying the log at offset %llu: %s", (unsigned long long)pos,
-                    log_strerror(lrc == LOG_END ? LOG_CORRUPT : lrc));
+        errbuf_printf(errbuf, errlen, "replaying the log at offset %llu: %s",
+                      (unsigned long long)pos, log_strerror(lrc == LOG_END ? LOG_CORRUPT : lrc));
         return -1;
     }
     if (rc != STORE_OK) {
-        commit_errf(errbuf, errlen, "replaying the log into LMDB: %s (%s)", store_strerror(rc),
-                    store_detail(c->store));
+        errbuf_printf(errbuf, errlen, "replaying the log into LMDB: %s (%s)", store_strerror(rc),
+                      store_detail(c->store));
         return -1;
     }
     return 0;
@@ -210,7 +211,7 @@ static int recover_reset_store(commit_t *c, const char *path, const char *logdir
         return -1;
     snprintf(*aside, n, "%s.unsynced-%lld", path, (long long)time(NULL));
     if (rename(path, *aside) != 0 || mkdir(path, 0755) != 0 || fsutil_sync_dir(c->data_dir) != 0) {
-        commit_errf(errbuf, errlen, "moving the unsynced store aside: %s", strerror(errno));
+        errbuf_printf(errbuf, errlen, "moving the unsynced store aside: %s", strerror(errno));
         return -1;
     }
     int src = store_open(path, &so, &c->store);
@@ -221,7 +222,7 @@ static int recover_reset_store(commit_t *c, const char *path, const char *logdir
     if (src == STORE_OK)
         src = store_commit(c->store);
     if (src != STORE_OK) {
-        commit_errf(errbuf, errlen, "creating a fresh store: %s", store_strerror(src));
+        errbuf_printf(errbuf, errlen, "creating a fresh store: %s", store_strerror(src));
         return -1;
     }
     return 0;
@@ -237,7 +238,7 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
                               int *crashed, char **aside, char *errbuf, size_t errlen)
 {
     if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-        commit_errf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
+        errbuf_printf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
         return -1;
     }
     *crashed = commit_files_unsynced_crash(c, marker, errbuf, errlen);
@@ -257,7 +258,7 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
                           "the LMDB store has another format version: rebuilding it from the log");
             reset = true;
         } else if (src != STORE_OK) {
-            commit_errf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
+            errbuf_printf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
             return -1;
         }
     }
@@ -274,7 +275,7 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
         return -1;
     /* LMDB never syncs its directory: make the names of its files durable once. */
     if (fsutil_sync_dir(path) != 0) {
-        commit_errf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));
+        errbuf_printf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
@@ -292,19 +293,19 @@ static int recover_open_gens(commit_t *c, const char *storedir, char *errbuf, si
     int grc = dir ? genset_open(dir, 0, &c->gens) : GEN_NOMEM;
     free(dir);
     if (grc != GEN_OK) {
-        commit_errf(errbuf, errlen,
-                    "opening the sealed generations in %s/gens: %s (run `ingestd "
-                    "rebuild`)",
-                    storedir, gen_strerror(grc));
+        errbuf_printf(errbuf, errlen,
+                      "opening the sealed generations in %s/gens: %s (run `ingestd "
+                      "rebuild`)",
+                      storedir, gen_strerror(grc));
         return -1;
     }
     int rc = seal_recover(c->store, c->gens);
     if (rc != STORE_OK) {
-        commit_errf(errbuf, errlen, "finishing a seal: %s (%s)%s", store_strerror(rc),
-                    store_detail(c->store),
-                    rc == STORE_CORRUPT ? "; the generations do not belong to this store: run "
-                                          "`ingestd rebuild`"
-                                        : "");
+        errbuf_printf(errbuf, errlen, "finishing a seal: %s (%s)%s", store_strerror(rc),
+                      store_detail(c->store),
+                      rc == STORE_CORRUPT ? "; the generations do not belong to this store: run "
+                                            "`ingestd rebuild`"
+                                          : "");
         return -1;
     }
     return 0;
@@ -316,8 +317,8 @@ static int recover_open_log(commit_t *c, const char *logdir, char *errbuf, size_
     store_info_t si;
     int src = store_get_info(c->store, &si);
     if (src != STORE_OK) {
-        commit_errf(errbuf, errlen, "reading LMDB store: %s (%s)", store_strerror(src),
-                    store_detail(c->store));
+        errbuf_printf(errbuf, errlen, "reading LMDB store: %s (%s)", store_strerror(src),
+                      store_detail(c->store));
         return -1;
     }
     log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
@@ -326,8 +327,8 @@ static int recover_open_log(commit_t *c, const char *logdir, char *errbuf, size_
                         .discard_from = c->discard_from};
     int lrc = log_open(logdir, &lo, &c->log);
     if (lrc != LOG_OK) {
-        commit_errf(errbuf, errlen, "opening log %s: %s%s", logdir, log_strerror(lrc),
-                    lrc == LOG_CORRUPT ? " (run `ingestd check` for details)" : "");
+        errbuf_printf(errbuf, errlen, "opening log %s: %s%s", logdir, log_strerror(lrc),
+                      lrc == LOG_CORRUPT ? " (run `ingestd check` for details)" : "");
         return -1;
     }
     return 0;
@@ -346,13 +347,13 @@ static int recover_catch_up(commit_t *c, const char *logdir, char *errbuf, size_
         return -1;
     int lrc = log_sync(c->log);
     if (lrc != LOG_OK) {
-        commit_errf(errbuf, errlen, "syncing log %s: %s (%s)", logdir, log_strerror(lrc),
-                    strerror(log_errno(c->log)));
+        errbuf_printf(errbuf, errlen, "syncing log %s: %s (%s)", logdir, log_strerror(lrc),
+                      strerror(log_errno(c->log)));
         return -1;
     }
     /* The names of store/ and log/ themselves live in the data dir. */
     if (fsutil_sync_dir(c->data_dir) != 0 || commit_recover_probe_write(logdir) != 0) {
-        commit_errf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
+        errbuf_printf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
         return -1;
     }
     return 0;
@@ -452,7 +453,7 @@ bool commit_recover(commit_t *c, bool grow_map)
 
     commit_ckpt_settle(c); /* the view goes with the store (nothing to do without a checkpointer) */
     commit_merge_settle(c); /* the set is closed and opened again */
-    c->last_recover_ms = commit_now_ms(CLOCK_MONOTONIC);
+    c->last_recover_ms = clk_mono_ms();
     pthread_mutex_lock(&c->mu);
     uint64_t map = c->stats.store_map_size;
     pthread_mutex_unlock(&c->mu);

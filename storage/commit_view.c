@@ -41,8 +41,8 @@ int commit_view_open(commit_t *c, char *errbuf, size_t errlen)
     if (rc == STORE_OK)
         rc = store_reader_first_from(c->reader, 0, &found, &e);
     if (rc != STORE_OK) {
-        commit_errf(errbuf, errlen, "reading the LMDB store: %s (%s)", store_strerror(rc),
-                    store_detail(c->store));
+        errbuf_printf(errbuf, errlen, "reading the LMDB store: %s (%s)", store_strerror(rc),
+                      store_detail(c->store));
         return -1;
     }
     commit_view_take_gens(c);
@@ -53,10 +53,10 @@ int commit_view_open(commit_t *c, char *errbuf, size_t errlen)
     c->cur = pending_new(si.next_seq);
     c->spare = pending_new(si.next_seq);
     if (!c->cur || !c->spare) {
-        commit_errf(errbuf, errlen, "out of memory");
+        errbuf_printf(errbuf, errlen, "out of memory");
         return -1;
     }
-    c->cur_since_ms = commit_now_ms(CLOCK_MONOTONIC);
+    c->cur_since_ms = clk_mono_ms();
     c->ckpt_store_bytes = si.used_bytes; /* the checkpointer is idle while the view opens */
     pthread_mutex_lock(&c->mu);
     c->stats.store_map_size = si.map_size;
@@ -358,7 +358,7 @@ int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_ou
                       int *store_rc)
 {
     log_info_t li;
-    int64_t now = commit_now_ms(CLOCK_REALTIME);
+    int64_t now = clk_wall_ms();
     size_t nrec = 0;
     int rc;
 

@@ -62,9 +62,9 @@ int commit_writer_write_log(commit_t *c, size_t nrec, batch_out_t *bo)
 {
     int lrc = log_append(c->log, c->recs, nrec);
     if (lrc == LOG_OK) {
-        double t0 = commit_now_msf();
+        double t0 = clk_mono_msf();
         lrc = log_sync(c->log);
-        bo->fsync_ms = commit_now_msf() - t0;
+        bo->fsync_ms = clk_mono_msf() - t0;
         bo->synced = true;
     }
     return lrc;
@@ -77,11 +77,11 @@ int commit_writer_write_log(commit_t *c, size_t nrec, batch_out_t *bo)
  */
 static void writer_warn_short_window(commit_t *c, uint64_t evicted, int64_t oldest_ms)
 {
-    int64_t t = commit_now_ms(CLOCK_MONOTONIC);
+    int64_t t = clk_mono_ms();
     if (c->last_short_window_ms != 0 && t - c->last_short_window_ms < SHORT_WINDOW_WARN_MS)
         return;
     c->last_short_window_ms = t;
-    int64_t effective = oldest_ms > 0 ? commit_now_ms(CLOCK_REALTIME) - oldest_ms : 0;
+    int64_t effective = oldest_ms > 0 ? clk_wall_ms() - oldest_ms : 0;
     commit_notify(
         c, 1,
         "--max-keys %llu evicted %llu keys younger than --window: the effective window is "
@@ -125,7 +125,7 @@ static void writer_process(commit_t *c, commit_req_t *batch, size_t nevents, siz
     batch_out_t bo = {0};
     int status = COMMIT_UNAVAILABLE, store_rc = STORE_OK;
 
-    if (c->failed && commit_now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS)
+    if (c->failed && clk_mono_ms() - c->last_recover_ms >= RECOVER_EVERY_MS)
         commit_recover(c, false);
     if (!c->failed) {
         int ar = c->mode->apply(c, batch, nevents, &bo, &store_rc);
@@ -170,12 +170,12 @@ static void writer_retain(commit_t *c)
     log_retain_result_t res;
     if (!c->log || (c->opts.log_retention_ms <= 0 && c->opts.log_max_bytes == 0))
         return;
-    int64_t t = commit_now_ms(CLOCK_MONOTONIC);
+    int64_t t = clk_mono_ms();
     if (t - c->last_retain_ms < RETAIN_EVERY_MS)
         return;
     c->last_retain_ms = t;
-    int rc = log_retain(c->log, commit_now_ms(CLOCK_REALTIME), c->opts.log_retention_ms,
-                        c->opts.log_max_bytes, &res);
+    int rc =
+        log_retain(c->log, clk_wall_ms(), c->opts.log_retention_ms, c->opts.log_max_bytes, &res);
     if (rc != LOG_OK)
         commit_notify(c, 1, "log retention: %s (%s)", log_strerror(rc),
                       strerror(log_errno(c->log)));
@@ -213,7 +213,7 @@ static void writer_retain(commit_t *c)
 /* What the writer does between batches and while idle. */
 static void writer_housekeeping(commit_t *c)
 {
-    if (c->failed && commit_now_ms(CLOCK_MONOTONIC) - c->last_recover_ms >= RECOVER_EVERY_MS) {
+    if (c->failed && clk_mono_ms() - c->last_recover_ms >= RECOVER_EVERY_MS) {
         commit_recover(c, false);
         commit_refresh_stats(c);
     }
@@ -317,7 +317,7 @@ static void *writer_thread(void *arg)
 int commit_writer_start(commit_t *c, char *errbuf, size_t errlen)
 {
     if (pthread_create(&c->thread, NULL, writer_thread, c) != 0) {
-        commit_errf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
+        errbuf_printf(errbuf, errlen, "starting the writer thread: %s", strerror(errno));
         return -1;
     }
     c->thread_started = true;

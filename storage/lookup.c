@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/errbuf.h"
 #include "storage/fsutil.h"
 #include "storage/genset.h"
 #include "storage/log.h"
@@ -27,28 +28,16 @@ struct lookup {
     uint64_t gap_end; /* > si.applied: retention deleted [applied, gap_end) before a checkpoint */
 };
 
-static void errf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
-static void errf(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    if (!buf || len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
-
 static int read_secret(lookup_t *lk, const char *data_dir, char *errbuf, size_t errlen)
 {
     size_t n = 0;
     char *path = fsutil_join(data_dir, "secret");
     int rc = path ? fsutil_read_small(path, lk->secret, sizeof(lk->secret), &n) : -1;
     if (rc != 0 || n != sizeof(lk->secret)) {
-        errf(errbuf, errlen, "%s/secret: %s", data_dir,
-             rc != 0 && errno == ENOENT ? "missing (no data dir here?)"
-             : rc != 0                  ? strerror(errno)
-                                        : "not a 16-byte secret");
+        errbuf_printf(errbuf, errlen, "%s/secret: %s", data_dir,
+                      rc != 0 && errno == ENOENT ? "missing (no data dir here?)"
+                      : rc != 0                  ? strerror(errno)
+                                                 : "not a 16-byte secret");
         rc = -1;
     }
     free(path);
@@ -66,7 +55,7 @@ static int read_tail(lookup_t *lk, const char *data_dir, char *errbuf, size_t er
 
     lk->tail = pending_new(0);
     if (!lk->tail) {
-        errf(errbuf, errlen, "out of memory");
+        errbuf_printf(errbuf, errlen, "out of memory");
         return -1;
     }
     if (commit_read_acked(data_dir, &acked) != 0 || acked <= from)
@@ -83,8 +72,8 @@ static int read_tail(lookup_t *lk, const char *data_dir, char *errbuf, size_t er
     }
     log_reader_close(r);
     if (rc != LOG_END) {
-        errf(errbuf, errlen, "reading %s from offset %llu: %s", lk->log_dir,
-             (unsigned long long)from, log_strerror(rc));
+        errbuf_printf(errbuf, errlen, "reading %s from offset %llu: %s", lk->log_dir,
+                      (unsigned long long)from, log_strerror(rc));
         return -1;
     }
     return 0;
@@ -110,12 +99,12 @@ int lookup_open(const char *data_dir, lookup_t **out, char *errbuf, size_t errle
     if ((rc = store_open(lk->store_dir, &so, &lk->store)) != STORE_OK ||
         (rc = store_reader_open(lk->store, &lk->reader)) != STORE_OK ||
         (rc = store_reader_info(lk->reader, &lk->si)) != STORE_OK) {
-        errf(errbuf, errlen, "reading the LMDB store %s: %s (%s)", lk->store_dir,
-             store_strerror(rc), lk->store ? store_detail(lk->store) : "");
+        errbuf_printf(errbuf, errlen, "reading the LMDB store %s: %s (%s)", lk->store_dir,
+                      store_strerror(rc), lk->store ? store_detail(lk->store) : "");
         goto fail;
     }
     if (genset_open_read_only(lk->gens_dir, &lk->gens) != GEN_OK) {
-        errf(errbuf, errlen, "reading the generations in %s", lk->gens_dir);
+        errbuf_printf(errbuf, errlen, "reading the generations in %s", lk->gens_dir);
         goto fail;
     }
     lk->gview = genset_view(lk->gens);
@@ -125,7 +114,7 @@ int lookup_open(const char *data_dir, lookup_t **out, char *errbuf, size_t errle
     *out = lk;
     return 0;
 nomem:
-    errf(errbuf, errlen, "out of memory");
+    errbuf_printf(errbuf, errlen, "out of memory");
 fail:
     lookup_close(lk);
     return -1;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "storage/log.h"
 
 /*
@@ -432,7 +433,12 @@ int quarantine_open(const char *dir, const quarantine_options_t *opts, quarantin
         pthread_mutex_destroy(&q->mu);
         goto nomem_log;
     }
-    if (pthread_cond_init(&q->idle, NULL) != 0) {
+    pthread_condattr_t ca; /* quarantine_flush's deadline must not move with the wall clock */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int crc = pthread_cond_init(&q->idle, &ca);
+    pthread_condattr_destroy(&ca);
+    if (crc != 0) {
         pthread_cond_destroy(&q->work);
         pthread_mutex_destroy(&q->mu);
         goto nomem_log;
@@ -497,16 +503,9 @@ int quarantine_add(quarantine_t *q, const quarantine_entry_t *e)
 
 int quarantine_flush(quarantine_t *q, int timeout_ms)
 {
-    struct timespec until;
+    struct timespec until = clk_mono_after(timeout_ms);
     int rc = QUARANTINE_OK;
 
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
     pthread_mutex_lock(&q->mu);
     uint64_t target = q->enqueued;
     while (q->done < target) {
