@@ -673,49 +673,40 @@ static int backup_gens(genset_t *before, const char *src, const char *dst, uint6
     return rc;
 }
 
-int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report,
-                 admin_progress_fn progress, void *arg)
+/* Where a backup goes: to_dir empty or new, with store/ and log/ in it. 0 or -1 (reported). */
+static int backup_make_dirs(const char *to_dir, const char *dst_store, const char *dst_log,
+                            admin_report_fn report, void *arg)
 {
-    char src_store[PATH_LEN], src_log[PATH_LEN], dst_store[PATH_LEN], dst_log[PATH_LEN];
-    char src[PATH_LEN], dst[PATH_LEN];
-    store_t *st = NULL;
-    genset_t *gens = NULL;
-    store_info_t si;
-    log_reader_t *r = NULL;
-    uint64_t *bases = NULL;
-    log_info_t li;
-    uint8_t secret[KEYHASH_SECRET_LEN];
-    int rc = ADMIN_ERROR;
-
-    path_of(src_store, data_dir, "store");
-    path_of(src_log, data_dir, "log");
-    path_of(dst_store, to_dir, "store");
-    path_of(dst_log, to_dir, "log");
     if (!dir_empty_or_missing(to_dir)) {
         say(report, arg, 1, "%s exists and is not empty", to_dir);
-        return ADMIN_ERROR;
+        return -1;
     }
     if ((mkdir(to_dir, 0755) != 0 && errno != EEXIST) || mkdir(dst_store, 0755) != 0 ||
         mkdir(dst_log, 0755) != 0) {
         say(report, arg, 1, "creating %s: %s", to_dir, strerror(errno));
-        return ADMIN_ERROR;
+        return -1;
     }
-    if (read_secret_file(data_dir, secret) != 0) {
-        say(report, arg, 1, "%s/secret is missing or unreadable", data_dir);
-        goto out;
-    }
-    /*
-     * LMDB first, then the log, cut at what was acknowledged by then: the copy's applied offset
-     * (its last checkpoint) or, further, what the server says it acknowledged since (ACKED,
-     * read after the copy). A server started on the backup replays the difference.
-     */
-    store_options_t so = {.read_only = true};
+    return 0;
+}
+
+/*
+ * The store's part: a compacted copy of LMDB (its info into *si), then the generations it
+ * sealed, from a view taken before the copy and one after (backup_gens). 0 or -1 (reported).
+ */
+static int backup_store(const char *src_store, const char *dst_store, store_info_t *si,
+                        admin_report_fn report, void *arg)
+{
     char src_gens[PATH_LEN], dst_gens[PATH_LEN];
+    store_options_t so = {.read_only = true};
+    store_t *st = NULL;
+    genset_t *gens = NULL;
+    int rc = -1;
+
     path_of(src_gens, src_store, "gens");
     path_of(dst_gens, dst_store, "gens");
     if (genset_open_read_only(src_gens, &gens) != GEN_OK) {
         say(report, arg, 1, "generations: cannot open %s", src_gens);
-        goto out;
+        return -1;
     }
     int src_rc = store_open(src_store, &so, &st);
     if (src_rc == STORE_OK)
@@ -726,26 +717,38 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
         say(report, arg, 1, "copying the LMDB store: %s", store_strerror(src_rc));
         goto out;
     }
-    if (store_open(dst_store, &so, &st) != STORE_OK || store_get_info(st, &si) != STORE_OK) {
+    if (store_open(dst_store, &so, &st) != STORE_OK || store_get_info(st, si) != STORE_OK) {
         say(report, arg, 1, "reading the copied store: %s", store_detail(st));
         goto out;
     }
-    store_close(st);
-    st = NULL;
     say(report, arg, 0,
-        "store: compacted copy taken at applied offset %" PRIu64 " (%" PRIu64 " keys)", si.applied,
-        si.keys);
-    if (backup_gens(gens, src_gens, dst_gens, si.sealed_below, report, arg) != 0)
-        goto out;
-    uint64_t cut = si.applied, acked;
-    if (commit_read_acked(data_dir, &acked) == 0 && acked > cut)
-        cut = acked;
+        "store: compacted copy taken at applied offset %" PRIu64 " (%" PRIu64 " keys)", si->applied,
+        si->keys);
+    rc = backup_gens(gens, src_gens, dst_gens, si->sealed_below, report, arg);
+out:
+    store_close(st);
+    genset_close(gens);
+    return rc;
+}
+
+/*
+ * The log's part: every segment up to the record at `cut`, the last one cut there (closed
+ * segments are immutable; the one being written is read only up to the cut). *copied and
+ * *segs say how much. 0 or -1 (reported).
+ */
+static int backup_log(const char *src_log, const char *dst_log, uint64_t cut, uint64_t *copied,
+                      uint64_t *segs, admin_report_fn report, admin_progress_fn progress, void *arg)
+{
+    char src[PATH_LEN], dst[PATH_LEN];
+    log_reader_t *r = NULL;
+    uint64_t *bases = NULL;
+    log_info_t li;
+    int rc = -1;
 
     if (log_describe(src_log, &li, &bases) != LOG_OK || li.segments == 0) {
         say(report, arg, 1, "log: cannot list %s", src_log);
-        goto out;
+        return -1;
     }
-    /* Where the cut falls: its segment and byte position. */
     uint64_t cut_base = 0, cut_pos = 0;
     int lrc = log_reader_open(src_log, cut, &r);
     if (lrc != LOG_OK) {
@@ -753,7 +756,6 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
         goto out;
     }
     log_reader_tell(r, &cut_base, &cut_pos);
-    uint64_t copied = 0, segs = 0;
     struct copied cp = {progress, arg, 0, li.bytes}; /* the cut makes the copy a bit shorter */
     for (size_t i = 0; i < li.segments && bases[i] <= cut_base; i++) {
         char name[64];
@@ -762,20 +764,36 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
         path_of(src, src_log, name);
         path_of(dst, dst_log, name);
         uint64_t len = cut_pos;
-        if (bases[i] != cut_base) {
-            /* Segments before the cut are closed: immutable. */
-            if (stat(src, &sb) != 0)
-                goto io;
+        if (bases[i] != cut_base && stat(src, &sb) == 0)
             len = (uint64_t)sb.st_size;
-        }
+        else if (bases[i] != cut_base)
+            goto io;
         if (copy_prefix(src, dst, len, &cp) != 0)
             goto io;
-        copied += len;
-        segs++;
+        *copied += len;
+        (*segs)++;
     }
+    rc = 0;
+    goto out;
+io:
+    say(report, arg, 1, "copying %s: %s", src, strerror(errno));
+out:
+    log_reader_close(r);
+    free(bases);
+    return rc;
+}
+
+/* The secret, ACKED when the cut passed the copy's applied offset, and the directories synced.
+ * 0 or -1 (reported). */
+static int backup_finish(const char *to_dir, const char *dst_store, const char *dst_log,
+                         const uint8_t secret[KEYHASH_SECRET_LEN], uint64_t cut, uint64_t applied,
+                         admin_report_fn report, void *arg)
+{
+    char dst[PATH_LEN];
     path_of(dst, to_dir, "secret");
     int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, secret, sizeof(secret)) != (ssize_t)sizeof(secret) || fsync(fd) != 0) {
+    if (fd < 0 || write(fd, secret, KEYHASH_SECRET_LEN) != (ssize_t)KEYHASH_SECRET_LEN ||
+        fsync(fd) != 0) {
         if (fd >= 0)
             close(fd);
         goto io;
@@ -783,21 +801,49 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
     close(fd);
     /* The records past the copy's applied offset were acknowledged: readers of the backup
      * (`log cat`) show them, and a server started on it replays them. */
-    if (cut > si.applied && commit_write_acked_file(to_dir, cut) != 0)
+    if (cut > applied && commit_write_acked_file(to_dir, cut) != 0)
         goto io;
     if (fsutil_sync_dir(dst_log) != 0 || fsutil_sync_dir(dst_store) != 0 ||
         fsutil_sync_dir(to_dir) != 0)
         goto io;
-    say(report, arg, 0, "log: %" PRIu64 " segments, %" PRIu64 " bytes, up to offset %" PRIu64, segs,
-        copied, cut);
-    rc = ADMIN_OK;
-    goto out;
+    return 0;
 io:
     say(report, arg, 1, "copying to %s: %s", to_dir, strerror(errno));
-out:
-    log_reader_close(r);
-    store_close(st);
-    genset_close(gens);
-    free(bases);
-    return rc;
+    return -1;
+}
+
+int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report,
+                 admin_progress_fn progress, void *arg)
+{
+    char src_store[PATH_LEN], src_log[PATH_LEN], dst_store[PATH_LEN], dst_log[PATH_LEN];
+    store_info_t si;
+    uint8_t secret[KEYHASH_SECRET_LEN];
+    uint64_t copied = 0, segs = 0, acked;
+
+    path_of(src_store, data_dir, "store");
+    path_of(src_log, data_dir, "log");
+    path_of(dst_store, to_dir, "store");
+    path_of(dst_log, to_dir, "log");
+    if (backup_make_dirs(to_dir, dst_store, dst_log, report, arg) != 0)
+        return ADMIN_ERROR;
+    if (read_secret_file(data_dir, secret) != 0) {
+        say(report, arg, 1, "%s/secret is missing or unreadable", data_dir);
+        return ADMIN_ERROR;
+    }
+    /*
+     * LMDB first, then the log, cut at what was acknowledged by then: the copy's applied offset
+     * (its last checkpoint) or, further, what the server says it acknowledged since (ACKED,
+     * read after the copy). A server started on the backup replays the difference.
+     */
+    if (backup_store(src_store, dst_store, &si, report, arg) != 0)
+        return ADMIN_ERROR;
+    uint64_t cut = si.applied;
+    if (commit_read_acked(data_dir, &acked) == 0 && acked > cut)
+        cut = acked;
+    if (backup_log(src_log, dst_log, cut, &copied, &segs, report, progress, arg) != 0 ||
+        backup_finish(to_dir, dst_store, dst_log, secret, cut, si.applied, report, arg) != 0)
+        return ADMIN_ERROR;
+    say(report, arg, 0, "log: %" PRIu64 " segments, %" PRIu64 " bytes, up to offset %" PRIu64, segs,
+        copied, cut);
+    return ADMIN_OK;
 }
