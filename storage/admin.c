@@ -427,22 +427,88 @@ static void on_replay(void *arg, uint64_t done, uint64_t total)
     rp->fn(rp->arg, "replaying the log", "records", done, total);
 }
 
+/*
+ * A fresh store in `storedir` that starts at the log's first retained offset `first`, with
+ * the old secret, which DIR/secret gets too when it lacks one. 0 or -1 (reported).
+ */
+static int rebuild_new_store(const char *data_dir, const char *storedir,
+                             const uint8_t secret[KEYHASH_SECRET_LEN], uint64_t first,
+                             admin_report_fn report, void *arg)
+{
+    char secretp[PATH_LEN];
+    store_options_t so = {0};
+    store_t *st = NULL;
+    uint8_t got[KEYHASH_SECRET_LEN];
+
+    if (mkdir(storedir, 0755) != 0) {
+        say(report, arg, 1, "creating %s: %s", storedir, strerror(errno));
+        return -1;
+    }
+    if (store_open(storedir, &so, &st) != STORE_OK || store_secret(st, secret, got) != STORE_OK ||
+        store_begin(st) != STORE_OK || store_set_applied(st, first) != STORE_OK ||
+        store_commit(st) != STORE_OK) {
+        say(report, arg, 1, "creating the new store: %s", store_detail(st));
+        store_close(st);
+        return -1;
+    }
+    store_close(st);
+    if (read_secret_file(data_dir, got) == 0)
+        return 0;
+    path_of(secretp, data_dir, "secret");
+    int fd = open(secretp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0 || write(fd, secret, KEYHASH_SECRET_LEN) != (ssize_t)KEYHASH_SECRET_LEN ||
+        fsync(fd) != 0) {
+        say(report, arg, 1, "writing %s: %s", secretp, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Replays the whole retained log into the new store through commit_open (the lock is held all
+ * along: no server may start meanwhile). 0 or -1 (reported). */
+static int rebuild_replay(const char *data_dir, int64_t window_ms, uint64_t max_keys,
+                          uint64_t first, admin_report_fn report, admin_progress_fn progress,
+                          void *arg)
+{
+    commit_t *c = NULL;
+    char err[512];
+    struct replay_progress rp = {progress, arg};
+    commit_options_t co = {.data_dir = data_dir,
+                           .window_ms = window_ms,
+                           .max_keys = max_keys,
+                           .lock_held = true,
+                           .replay_progress = progress ? on_replay : NULL,
+                           .replay_progress_arg = &rp};
+
+    say(report, arg, 0, "replaying the log from offset %" PRIu64 " ...", first);
+    if (commit_open(&co, &c, err, sizeof(err)) != COMMIT_OK) {
+        say(report, arg, 1, "rebuild failed: %s", err);
+        return -1;
+    }
+    commit_stats_t s;
+    commit_get_stats(c, &s);
+    commit_close(c);
+    say(report, arg, 0,
+        "store: rebuilt from %" PRIu64 " log records; %" PRIu64 " keys in the window",
+        s.replayed_at_open, s.keys);
+    return 0;
+}
+
 int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
                   admin_report_fn report, admin_progress_fn progress, void *arg)
 {
-    char lock[PATH_LEN], storedir[PATH_LEN], logdir[PATH_LEN], old[PATH_LEN], secretp[PATH_LEN];
+    char lock[PATH_LEN], storedir[PATH_LEN], logdir[PATH_LEN], old[PATH_LEN];
     uint8_t secret[KEYHASH_SECRET_LEN];
     log_info_t li;
-    commit_t *c = NULL;
-    store_t *st = NULL;
-    char err[512];
     int rc = ADMIN_ERROR, lockfd = -1;
     bool moved = false;
 
     path_of(lock, data_dir, "LOCK");
     path_of(storedir, data_dir, "store");
     path_of(logdir, data_dir, "log");
-    path_of(secretp, data_dir, "secret");
     snprintf(old, sizeof(old), "%s/store.old-%lld", data_dir, (long long)time(NULL));
 
     lockfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -468,68 +534,22 @@ int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
         moved = true;
         say(report, arg, 0, "store: old store moved to %s", old);
     }
-    if (find_secret(data_dir, old, secret, report, arg) != 0)
-        goto restore;
-    /* A fresh store that starts at the log's first retained offset, with the old secret. */
-    if (mkdir(storedir, 0755) != 0) {
-        say(report, arg, 1, "creating %s: %s", storedir, strerror(errno));
-        goto restore;
-    }
-    store_options_t so = {0};
-    uint8_t got[KEYHASH_SECRET_LEN];
-    if (store_open(storedir, &so, &st) != STORE_OK || store_secret(st, secret, got) != STORE_OK ||
-        store_begin(st) != STORE_OK || store_set_applied(st, li.first_offset) != STORE_OK ||
-        store_commit(st) != STORE_OK) {
-        say(report, arg, 1, "creating the new store: %s", store_detail(st));
-        goto restore;
-    }
-    store_close(st);
-    st = NULL;
-    if (read_secret_file(data_dir, got) != 0) {
-        int fd = open(secretp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-        if (fd < 0 || write(fd, secret, sizeof(secret)) != (ssize_t)sizeof(secret) ||
-            fsync(fd) != 0) {
-            say(report, arg, 1, "writing %s: %s", secretp, strerror(errno));
-            if (fd >= 0)
-                close(fd);
-            goto restore;
+    if (find_secret(data_dir, old, secret, report, arg) != 0 ||
+        rebuild_new_store(data_dir, storedir, secret, li.first_offset, report, arg) != 0 ||
+        rebuild_replay(data_dir, window_ms, max_keys, li.first_offset, report, progress, arg) !=
+            0) {
+        if (moved) { /* put the old store back */
+            fsutil_rm_tree(storedir);
+            if (rename(old, storedir) == 0)
+                say(report, arg, 0, "store: old store put back");
         }
-        close(fd);
+        goto out;
     }
-    /* Replay the whole retained log, holding the lock all along: no server may start meanwhile. */
-    say(report, arg, 0, "replaying the log from offset %" PRIu64 " ...", li.first_offset);
-    struct replay_progress rp = {progress, arg};
-    commit_options_t co = {.data_dir = data_dir,
-                           .window_ms = window_ms,
-                           .max_keys = max_keys,
-                           .lock_held = true,
-                           .replay_progress = progress ? on_replay : NULL,
-                           .replay_progress_arg = &rp};
-    if (commit_open(&co, &c, err, sizeof(err)) != COMMIT_OK) {
-        say(report, arg, 1, "rebuild failed: %s", err);
-        goto restore;
-    }
-    commit_stats_t s;
-    commit_get_stats(c, &s);
-    commit_close(c);
-    say(report, arg, 0,
-        "store: rebuilt from %" PRIu64 " log records; %" PRIu64 " keys in the window",
-        s.replayed_at_open, s.keys);
     if (moved && fsutil_rm_tree(old) != 0)
         say(report, arg, 0, "could not remove %s: %s (remove it by hand)", old, strerror(errno));
     fsutil_sync_dir(data_dir);
     rc = ADMIN_OK;
-    goto out;
-restore:
-    store_close(st);
-    st = NULL;
-    if (moved) {
-        fsutil_rm_tree(storedir);
-        if (rename(old, storedir) == 0)
-            say(report, arg, 0, "store: old store put back");
-    }
 out:
-    store_close(st);
     if (lockfd >= 0)
         close(lockfd);
     return rc;
