@@ -226,8 +226,9 @@
       rejected: per("rejected") });
     push("dupratio", x, { "duplicates %": acc + dup > 0 ? (100 * dup) / (acc + dup) : null });
     const h = (sec) => (sec == null ? null : sec / 3600);
+    // A floor of 0 is no floor (--window-floor off): no line for it.
     push("window", x, Object.assign({ effective: h(b.window), configured: h(b.configured),
-      floor: h(b.floor) }, b.windows));
+      floor: b.floor ? h(b.floor) : null }, b.windows));
     push("keys", x, Object.assign({ "store MB": b.storeBytes == null ? null : b.storeBytes / 1e6 },
       b.keys));
     const nb = d("batches"), nf = d("fsyncs");
