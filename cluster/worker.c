@@ -1162,6 +1162,9 @@ int cluster_worker_lookup(cluster_worker_t *w, const char *source, size_t source
     }
     pthread_mutex_lock(&w->lk_mu);
     q.next = w->lookups;
+    /* q lives until answered: the answering thread takes the whole list off before it sets
+     * `answered`, and this thread waits for that below. */
+    // cppcheck-suppress autoVariables
     w->lookups = &q;
     while (!q.answered) {
         if (q.taken) {

@@ -102,6 +102,9 @@ int commit_lookup(commit_t *c, const uint8_t key[KEYHASH_LEN], commit_lookup_t *
         return COMMIT_CLOSED;
     }
     q.next = c->lookups;
+    /* q lives until answered: the answering thread takes the whole list off before it sets
+     * `answered`, and this thread waits for that below. */
+    // cppcheck-suppress autoVariables
     c->lookups = &q;
     pthread_cond_signal(&c->cv); /* an idle writer sleeps on cv */
     while (!q.answered)
