@@ -118,6 +118,26 @@ out:
     return rc;
 }
 
+int auth_bearer_token(const char *header, const char **tok, size_t *len)
+{
+    static const char scheme[] = "Bearer";
+    const size_t n = sizeof(scheme) - 1;
+
+    *tok = NULL;
+    *len = 0;
+    if (!header || strncasecmp(header, scheme, n) != 0 || (header[n] != ' ' && header[n] != '\t'))
+        return AUTH_NONE;
+    const char *t = header + n;
+    while (*t == ' ' || *t == '\t')
+        t++;
+    size_t l = strlen(t);
+    while (l > 0 && (t[l - 1] == ' ' || t[l - 1] == '\t'))
+        l--;
+    *tok = t;
+    *len = l;
+    return AUTH_OK;
+}
+
 int auth_equal(const char *a, size_t alen, const char *b, size_t blen)
 {
     /* The loop runs over b (the secret side) whatever a is; a's length is the caller's own. */

@@ -10,6 +10,7 @@
 #include "api/batch.h"
 #include "api/ratelimit.h"
 #include "api/verdict.h"
+#include "common/clock.h"
 
 /* One pending request: all the commit borrows lives here until the done callback frees it. */
 struct pending {
@@ -37,56 +38,6 @@ int api_content_type_ok(const char *ct)
     for (size_t i = 0; i < sizeof(OK) / sizeof(OK[0]); i++)
         if (strlen(OK[i]) == len && strncasecmp(OK[i], ct, len) == 0)
             return 1;
-    return 0;
-}
-
-int api_keys_init(api_t *api, const api_options_t *opts)
-{
-    if (pthread_rwlock_init(&api->keys_mu, NULL) != 0)
-        return -1;
-    api->keys_mu_ok = true;
-    api->rate_limit = opts->rate_limit;
-    atomic_init(&api->rate_limited_requests, 0);
-    atomic_init(&api->rate_limited_events, 0);
-    atomic_init(&api->queue_full_requests, 0);
-    atomic_init(&api->queue_full_events, 0);
-    return auth_keyset_new(opts->keys, opts->nkeys, opts->rate_limit, NULL, api_monotonic_ms(),
-                           &api->keys);
-}
-
-void api_keys_destroy(api_t *api)
-{
-    auth_keyset_release(api->keys);
-    api->keys = NULL;
-    if (api->keys_mu_ok)
-        pthread_rwlock_destroy(&api->keys_mu);
-    api->keys_mu_ok = false;
-}
-
-struct auth_keyset *api_keys_get(api_t *api)
-{
-    /* The lock only spans the pointer read and the reference: a reload swapping the pointer
-     * (write lock) then cannot free the set between the two. */
-    pthread_rwlock_rdlock(&api->keys_mu);
-    auth_keyset_t *ks = api->keys;
-    auth_keyset_retain(ks);
-    pthread_rwlock_unlock(&api->keys_mu);
-    return ks;
-}
-
-int api_set_keys(api_t *api, const api_write_key_t *keys, size_t n)
-{
-    auth_keyset_t *cur = api_keys_get(api);
-    auth_keyset_t *ks = NULL;
-    int rc = auth_keyset_new(keys, n, api->rate_limit, cur, api_monotonic_ms(), &ks);
-    auth_keyset_release(cur);
-    if (rc != 0)
-        return -1;
-    pthread_rwlock_wrlock(&api->keys_mu);
-    auth_keyset_t *old = api->keys;
-    api->keys = ks;
-    pthread_rwlock_unlock(&api->keys_mu);
-    auth_keyset_release(old); /* freed here, or by the last request still using it */
     return 0;
 }
 
@@ -147,7 +98,7 @@ static int header_key(auth_keyset_t *ks, const char *authorization, const api_wr
 static int early_limits(api_t *api, ratelimit_t *limit, api_resp_t *resp)
 {
     uint32_t wait = 0;
-    if (limit && ratelimit_check(limit, api_monotonic_ms(), &wait) != RATELIMIT_OK) {
+    if (limit && ratelimit_check(limit, clk_mono_ms(), &wait) != RATELIMIT_OK) {
         rate_limited(api, resp, wait, 0);
         return -1;
     }
@@ -428,7 +379,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
      * refused request leaves nothing behind, so its retry is exactly the same request. */
     size_t nall = b.nevents + b.nrejected;
     uint32_t wait = 0;
-    if (limit && ratelimit_take(limit, nall, api_monotonic_ms(), &wait) != RATELIMIT_OK) {
+    if (limit && ratelimit_take(limit, nall, clk_mono_ms(), &wait) != RATELIMIT_OK) {
         rate_limited(api, resp, wait, nall);
         goto out;
     }
@@ -456,7 +407,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
                        : submit(api, req, &b, &vd, resp, done, arg);
     if (rc == API_DONE && limit) {
         /* Not queued (503): the retry will pay for these events, so this attempt must not. */
-        ratelimit_give_back(limit, nall, api_monotonic_ms());
+        ratelimit_give_back(limit, nall, clk_mono_ms());
     }
 out:
     json_decref(root);

@@ -1,7 +1,9 @@
-/* stats: GET /stats (JSON) and GET /metrics (Prometheus text) from commit and api counters. */
+/* stats: GET /stats (JSON), GET /metrics (Prometheus text) and GET /healthz, from commit and api
+ * counters. */
 #include "api/internal.h"
 
 #include "api/auth.h"
+#include "common/clock.h"
 #include "storage/groups.h"
 
 #include <inttypes.h>
@@ -53,7 +55,7 @@ static double ratio(double num, uint64_t den)
 
 static int64_t uptime_s(const api_t *api)
 {
-    return (api_monotonic_ms() - api->started_ms) / 1000;
+    return (clk_mono_ms() - api->started_ms) / 1000;
 }
 
 /*
@@ -495,4 +497,30 @@ void api_metrics_sink(api_t *api, api_resp_t *resp)
     free(more);
     api_metrics_histograms(api, f);
     metrics_finish(api, f, &buf, &len, resp);
+}
+
+void api_healthz(api_t *api, api_resp_t *resp)
+{
+    const char *why = api->has_sink ? api->sink.unhealthy(api->sink.ctx) : NULL;
+    if (why) {
+        /* The edge's producer failed for good: balancers should send writes elsewhere. */
+        api_resp_json(resp, 503, json_pack("{s:s, s:s}", "status", "unavailable", "error", why));
+        resp->retry_after = API_RETRY_AFTER_S;
+        return;
+    }
+    if (api->has_sink) {
+        api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+        return;
+    }
+    /* Unhealthy while storage is being re-established: balancers should send writes elsewhere. */
+    commit_stats_t s;
+    commit_get_stats(api->commit, &s);
+    if (s.storage_failed) {
+        api_resp_json(resp, 503,
+                      json_pack("{s:s, s:s}", "status", "unavailable", "error",
+                                "storage failed; re-establishing it from disk"));
+        resp->retry_after = API_RETRY_AFTER_S;
+    } else {
+        api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+    }
 }
