@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 #include "api/api.h"
+#include "common/prom.h"
 
 #define API_STATUS_SLOTS 600 /* counters for statuses 0..599 */
 #define API_REASONS      11  /* ingestd_events_rejected_total{reason} (reject.c's table) */
@@ -108,7 +109,7 @@ void api_reject_event(api_t *api, const api_req_t *req, const char *source, cons
 void api_reject_request(api_t *api, const api_req_t *req, const char *source, const char *error);
 
 /* ingestd_events_rejected_total{reason} and the quarantine's gauges for /metrics. */
-void api_reject_metrics(api_t *api, FILE *f);
+void api_reject_metrics(api_t *api, prom_t *p);
 
 /* /stats: adds events.rejected_by_reason and "quarantine" to the /stats object j. */
 void api_reject_stats(api_t *api, json_t *j);
@@ -116,7 +117,7 @@ void api_reject_stats(api_t *api, json_t *j);
 /* ---- reqhist.c: the /metrics histograms ---- */
 
 /* Request durations, fsync durations, group commit sizes, duplicate ages. */
-void api_metrics_histograms(const api_t *api, FILE *f);
+void api_metrics_histograms(const api_t *api, prom_t *p);
 
 /* ---- ingest.c: the ingest routes ---- */
 

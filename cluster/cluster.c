@@ -116,3 +116,13 @@ int cluster_conf_apply(rd_kafka_conf_t *conf, const cluster_kafka_opts_t *opts, 
     }
     return CLUSTER_OK;
 }
+
+void cluster_prom_outcomes(prom_t *p, const char *name, const char *const *outcomes,
+                           const uint64_t *n, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        char lb[64] = "";
+        prom_label(lb, sizeof(lb), "outcome", outcomes[i]);
+        prom_sample_u64(p, name, lb, n[i]);
+    }
+}

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cluster/internal.h"
 #include "cluster/partition.h"
 #include "cluster/producer.h"
 #include "common/clock.h"
@@ -529,17 +530,6 @@ char *cluster_edge_stats_json(const cluster_edge_stats_t *s)
     return finish(f, &buf);
 }
 
-/* One sample per outcome: name{outcome="..."} n. */
-static void by_outcome(prom_t *p, const char *name, const char *const *outcomes, const uint64_t *n,
-                       size_t count)
-{
-    for (size_t i = 0; i < count; i++) {
-        char lb[64] = "";
-        prom_label(lb, sizeof(lb), "outcome", outcomes[i]);
-        prom_sample_u64(p, name, lb, n[i]);
-    }
-}
-
 char *cluster_edge_metrics_text(const cluster_edge_stats_t *s)
 {
     static const char *const events[] = {"produced", "delivered", "failed", "refused"};
@@ -554,10 +544,10 @@ char *cluster_edge_metrics_text(const cluster_edge_stats_t *s)
     prom_head(p, "edge_events_total", PROM_COUNTER,
               "Events of the edge by outcome: produced (queued), delivered (acks=all), failed, "
               "refused (librdkafka refused the request at once).");
-    by_outcome(p, "edge_events_total", events, ev, 4);
+    cluster_prom_outcomes(p, "edge_events_total", events, ev, 4);
     prom_head(p, "edge_requests_total", PROM_COUNTER,
               "Ingest requests the edge answered, by outcome (all but delivered got 503).");
-    by_outcome(p, "edge_requests_total", requests, rq, 4);
+    cluster_prom_outcomes(p, "edge_requests_total", requests, rq, 4);
     prom_gauge(p, "edge_requests_waiting", "Requests waiting for their delivery reports.",
                (double)s->requests_waiting);
     prom_gauge(p, "edge_partitions", "Partitions of the raw topic the edge routes over.",

@@ -16,6 +16,7 @@
 #include "cluster/internal.h"
 #include "cluster/partition.h"
 #include "common/clock.h"
+#include "common/prom.h"
 #include "storage/fsutil.h"
 #include "storage/genset.h"
 #include "storage/keyhash.h"
@@ -1374,74 +1375,63 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
     return buf;
 }
 
+/* Gauge g of the partition snapshot s at wall time now (the table in cluster_worker_metrics). */
+static int64_t part_gauge(const part_snap_t *s, size_t g, int64_t now)
+{
+    switch (g) {
+    case 0:
+        return (int64_t)s->keys;
+    case 1:
+        return s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
+    case 2:
+        return (int64_t)s->applied;
+    case 3:
+        return s->committed;
+    default:
+        return s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
+    }
+}
+
 char *cluster_worker_metrics(cluster_worker_t *w)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (f == NULL)
+    static const char *const events[] = {"produced", "duplicate", "owner_replay", "repaired",
+                                         "malformed"};
+    static const char *const txns[] = {"committed", "aborted"};
+    static const char *const gauges[][2] = {
+        {"worker_partition_keys", "Keys in the partition's store."},
+        {"worker_partition_effective_window_seconds", "Age of the oldest retained key."},
+        {"worker_partition_applied_offset", "Raw offset the store has applied up to."},
+        {"worker_partition_committed_offset", "Group offset as last committed (-1: none)."},
+        {"worker_partition_lag", "High watermark minus applied offset."},
+    };
+    char lb[32], id[16];
+    prom_t *p = prom_new("ingestd_");
+    if (p == NULL)
         return NULL;
     int64_t now = clk_wall_ms();
     pthread_mutex_lock(&w->snap_mu);
     const counters_t *c = &w->snap_c;
-    fprintf(f,
-            "# HELP ingestd_worker_events_total Raw-topic records by outcome.\n"
-            "# TYPE ingestd_worker_events_total counter\n"
-            "ingestd_worker_events_total{outcome=\"produced\"} %" PRIu64 "\n"
-            "ingestd_worker_events_total{outcome=\"duplicate\"} %" PRIu64 "\n"
-            "ingestd_worker_events_total{outcome=\"owner_replay\"} %" PRIu64 "\n"
-            "ingestd_worker_events_total{outcome=\"repaired\"} %" PRIu64 "\n"
-            "ingestd_worker_events_total{outcome=\"malformed\"} %" PRIu64 "\n"
-            "# HELP ingestd_worker_transactions_total Kafka transactions by outcome.\n"
-            "# TYPE ingestd_worker_transactions_total counter\n"
-            "ingestd_worker_transactions_total{outcome=\"committed\"} %" PRIu64 "\n"
-            "ingestd_worker_transactions_total{outcome=\"aborted\"} %" PRIu64 "\n"
-            "# HELP ingestd_worker_producer_restarts_total Producers replaced after fatal errors.\n"
-            "# TYPE ingestd_worker_producer_restarts_total counter\n"
-            "ingestd_worker_producer_restarts_total %" PRIu64 "\n"
-            "# HELP ingestd_worker_ready 1 when assigned and the producer is ready.\n"
-            "# TYPE ingestd_worker_ready gauge\n"
-            "ingestd_worker_ready %d\n",
-            c->produced, c->duplicates, c->owners, c->repaired, c->malformed, c->txn_committed,
-            c->txn_aborted, c->producer_restarts, atomic_load(&w->ready) ? 1 : 0);
-    static const char *const gauges[][2] = {
-        {"ingestd_worker_partition_keys", "Keys in the partition's store."},
-        {"ingestd_worker_partition_effective_window_seconds", "Age of the oldest retained key."},
-        {"ingestd_worker_partition_applied_offset", "Raw offset the store has applied up to."},
-        {"ingestd_worker_partition_committed_offset", "Group offset as last committed (-1: none)."},
-        {"ingestd_worker_partition_lag", "High watermark minus applied offset."},
-    };
+    const uint64_t nev[] = {c->produced, c->duplicates, c->owners, c->repaired, c->malformed};
+    const uint64_t ntx[] = {c->txn_committed, c->txn_aborted};
+    prom_head(p, "worker_events_total", PROM_COUNTER, "Raw-topic records by outcome.");
+    cluster_prom_outcomes(p, "worker_events_total", events, nev, 5);
+    prom_head(p, "worker_transactions_total", PROM_COUNTER, "Kafka transactions by outcome.");
+    cluster_prom_outcomes(p, "worker_transactions_total", txns, ntx, 2);
+    prom_counter(p, "worker_producer_restarts_total", "Producers replaced after fatal errors.",
+                 (double)c->producer_restarts);
+    prom_gauge(p, "worker_ready", "1 when assigned and the producer is ready.",
+               atomic_load(&w->ready) ? 1 : 0);
     for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
-        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g][0], gauges[g][1], gauges[g][0]);
+        prom_head(p, gauges[g][0], PROM_GAUGE, gauges[g][1]);
         for (size_t i = 0; i < w->nsnap; i++) {
-            const part_snap_t *s = &w->snap[i];
-            int64_t v;
-            switch (g) {
-            case 0:
-                v = (int64_t)s->keys;
-                break;
-            case 1:
-                v = s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
-                break;
-            case 2:
-                v = (int64_t)s->applied;
-                break;
-            case 3:
-                v = s->committed;
-                break;
-            default:
-                v = s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
-                break;
-            }
-            fprintf(f, "%s{partition=\"%" PRId32 "\"} %" PRId64 "\n", gauges[g][0], s->id, v);
+            lb[0] = '\0';
+            snprintf(id, sizeof id, "%" PRId32, w->snap[i].id);
+            prom_label(lb, sizeof lb, "partition", id);
+            prom_sample_i64(p, gauges[g][0], lb, part_gauge(&w->snap[i], g, now));
         }
     }
     pthread_mutex_unlock(&w->snap_mu);
-    if (fclose(f) != 0) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
+    return prom_take(p, NULL);
 }
 
 void cluster_worker_free(cluster_worker_t *w)

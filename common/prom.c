@@ -142,6 +142,13 @@ void prom_head(prom_t *p, const char *name, prom_type_t type, const char *help)
     put(p, "\n# TYPE %s%s %s\n", p->prefix, name, TYPES[type]);
 }
 
+void prom_text(prom_t *p, const char *text)
+{
+    if (p == NULL || text == NULL)
+        return;
+    put(p, "%s", text);
+}
+
 void prom_sample(prom_t *p, const char *name, const char *labels, double v)
 {
     char num[32];

@@ -49,6 +49,12 @@ char *prom_take(prom_t *p, size_t *len);
  */
 void prom_head(prom_t *p, const char *name, prom_type_t type, const char *help);
 
+/*
+ * Appends `text` as it is: whole lines another writer made (prom_take's text of a module that
+ * builds its own part, e.g. the edge's sink). NULL is a no-op.
+ */
+void prom_text(prom_t *p, const char *text);
+
 /* One sample line: `name{labels} value`. */
 void prom_sample(prom_t *p, const char *name, const char *labels, double v);
 void prom_sample_u64(prom_t *p, const char *name, const char *labels, uint64_t v);

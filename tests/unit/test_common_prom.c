@@ -149,6 +149,21 @@ static void test_grows(void **state)
     free(t);
 }
 
+/* Another writer's text goes in as it is, between this writer's own lines. */
+static void test_text(void **state)
+{
+    (void)state;
+    prom_t *p = prom_new("x_");
+    prom_gauge(p, "a", "A.", 1);
+    prom_text(p, "y_b 2\n");
+    prom_text(p, NULL);
+    prom_sample_u64(p, "c", NULL, 3);
+    char *t = prom_take(p, NULL);
+    assert_string_equal(t, "# HELP x_a A.\n# TYPE x_a gauge\nx_a 1\ny_b 2\nx_c 3\n");
+    free(t);
+    prom_text(NULL, "z"); /* no-op */
+}
+
 static void test_empty_and_null(void **state)
 {
     (void)state;
@@ -172,6 +187,7 @@ int main(void)
         cmocka_unit_test(test_help_escaped),
         cmocka_unit_test(test_label_escape_and_overflow),
         cmocka_unit_test(test_grows),
+        cmocka_unit_test(test_text),
         cmocka_unit_test(test_empty_and_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
