@@ -3,13 +3,14 @@
 #include "api/auth.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "common/errbuf.h"
 
 static int b64val(unsigned char c)
 {
@@ -166,19 +167,6 @@ const api_write_key_t *auth_lookup(const api_write_key_t *keys, size_t n, const 
 
 /* ---- write keys files ---- */
 
-static void set_err(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    if (!buf || len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
-
 void auth_keys_free(api_write_key_t *keys, size_t n)
 {
     for (size_t i = 0; keys && i < n; i++) {
@@ -232,7 +220,7 @@ static int check_unique(const api_write_key_t *keys, const size_t *lines, size_t
     int rc = 0;
 
     if (!refs) {
-        set_err(errbuf, errlen, "%s: out of memory", name);
+        errbuf_printf(errbuf, errlen, "%s: out of memory", name);
         return -1;
     }
     for (size_t i = 0; i < n; i++)
@@ -243,12 +231,12 @@ static int check_unique(const api_write_key_t *keys, const size_t *lines, size_t
             continue;
         /* Sorted by line within a key: refs[i] is the later one, so always a line of the file. */
         if (refs[i - 1].line == 0)
-            set_err(errbuf, errlen,
-                    "%s:%zu: write key also given by --write-key or INGESTD_WRITE_KEY", name,
-                    refs[i].line);
+            errbuf_printf(errbuf, errlen,
+                          "%s:%zu: write key also given by --write-key or INGESTD_WRITE_KEY", name,
+                          refs[i].line);
         else
-            set_err(errbuf, errlen, "%s:%zu: write key given twice (also on line %zu)", name,
-                    refs[i].line, refs[i - 1].line);
+            errbuf_printf(errbuf, errlen, "%s:%zu: write key given twice (also on line %zu)", name,
+                          refs[i].line, refs[i - 1].line);
         rc = -1;
         break;
     }
@@ -267,7 +255,7 @@ int auth_keys_parse(const char *text, size_t len, const char *name, const api_wr
     *out = NULL;
     *n = 0;
     if (nbase > AUTH_MAX_KEYS) {
-        set_err(errbuf, errlen, "%s: more than %d write keys in all", name, AUTH_MAX_KEYS);
+        errbuf_printf(errbuf, errlen, "%s: more than %d write keys in all", name, AUTH_MAX_KEYS);
         return -1;
     }
     keys = calloc(cap, sizeof(*keys));
@@ -303,30 +291,30 @@ int auth_keys_parse(const char *text, size_t len, const char *name, const api_wr
         size_t slen = sep ? (size_t)(e - src) : strlen("default");
 
         if (klen == 0) {
-            set_err(errbuf, errlen, "%s:%zu: empty write key", name, lineno);
+            errbuf_printf(errbuf, errlen, "%s:%zu: empty write key", name, lineno);
             goto fail;
         }
         if (slen == 0) {
-            set_err(errbuf, errlen, "%s:%zu: empty source after ':'", name, lineno);
+            errbuf_printf(errbuf, errlen, "%s:%zu: empty source after ':'", name, lineno);
             goto fail;
         }
         for (const char *c = b; c < e; c++) {
             if (bad_byte((unsigned char)*c)) {
-                set_err(errbuf, errlen,
-                        "%s:%zu: blank, control character or ',' in a write key or source "
-                        "(one KEY[:SOURCE] per line)",
-                        name, lineno);
+                errbuf_printf(errbuf, errlen,
+                              "%s:%zu: blank, control character or ',' in a write key or source "
+                              "(one KEY[:SOURCE] per line)",
+                              name, lineno);
                 goto fail;
             }
         }
         if (klen + slen > AUTH_KEY_BYTES) {
-            set_err(errbuf, errlen, "%s:%zu: write key or source too long (max %d bytes)", name,
-                    lineno, AUTH_KEY_BYTES);
+            errbuf_printf(errbuf, errlen, "%s:%zu: write key or source too long (max %d bytes)",
+                          name, lineno, AUTH_KEY_BYTES);
             goto fail;
         }
         if (nkeys == AUTH_MAX_KEYS) {
-            set_err(errbuf, errlen, "%s:%zu: more than %d write keys in all", name, lineno,
-                    AUTH_MAX_KEYS);
+            errbuf_printf(errbuf, errlen, "%s:%zu: more than %d write keys in all", name, lineno,
+                          AUTH_MAX_KEYS);
             goto fail;
         }
         if (nkeys == cap) {
@@ -355,7 +343,7 @@ int auth_keys_parse(const char *text, size_t len, const char *name, const api_wr
     *n = nkeys;
     return 0;
 nomem:
-    set_err(errbuf, errlen, "%s: out of memory", name);
+    errbuf_printf(errbuf, errlen, "%s: out of memory", name);
 fail:
     auth_keys_free(keys, nkeys);
     free(lines);
@@ -373,22 +361,22 @@ int auth_keys_load(const char *path, const api_write_key_t *base, size_t nbase,
     *n = 0;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(errbuf, errlen, "%s: %s", path, strerror(errno));
+        errbuf_printf(errbuf, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     /* One byte more than allowed tells a file that is too large from one that is just full. */
     buf = malloc((size_t)AUTH_MAX_FILE_SIZE + 1);
     if (!buf) {
-        set_err(errbuf, errlen, "%s: out of memory", path);
+        errbuf_printf(errbuf, errlen, "%s: out of memory", path);
         goto out;
     }
     len = fread(buf, 1, (size_t)AUTH_MAX_FILE_SIZE + 1, f);
     if (ferror(f)) {
-        set_err(errbuf, errlen, "%s: read error", path);
+        errbuf_printf(errbuf, errlen, "%s: read error", path);
         goto out;
     }
     if (len > (size_t)AUTH_MAX_FILE_SIZE) {
-        set_err(errbuf, errlen, "%s: larger than %d bytes", path, AUTH_MAX_FILE_SIZE);
+        errbuf_printf(errbuf, errlen, "%s: larger than %d bytes", path, AUTH_MAX_FILE_SIZE);
         goto out;
     }
     rc = auth_keys_parse(buf, len, path, base, nbase, out, n, errbuf, errlen);

@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "api/internal.h"
+#include "common/errbuf.h"
 
 struct cors {
     bool any;       /* "*" */
@@ -23,12 +24,6 @@ static const char *const NEVER[] = {
 
 /* Quote at most 80 bytes of an offending entry: enough to find it, bounded for the log. */
 #define QUOTED(len) ((int)((len) > 80 ? 80 : (len)))
-
-static void set_err(char *err, size_t errlen, const char *msg)
-{
-    if (errlen > 0)
-        snprintf(err, errlen, "%s", msg);
-}
 
 static bool is_blank(char c)
 {
@@ -123,24 +118,25 @@ int cors_new(const char *spec, cors_t **out, char *err, size_t errlen)
         while (len > 0 && is_blank(s[len - 1]))
             len--;
         if (len == 0) {
-            set_err(err, errlen, "empty entry in the origin list");
+            errbuf_printf(err, errlen, "empty entry in the origin list");
             goto invalid;
         }
         if (len == 1 && s[0] == '*') {
-            set_err(err, errlen, "\"*\" must stand alone, not in a list");
+            errbuf_printf(err, errlen, "\"*\" must stand alone, not in a list");
             goto invalid;
         }
         if (len > 1 && s[len - 1] == '/') /* a copied URL; Origin never has the slash */
             len--;
         if (len > CORS_ORIGIN_MAX) {
             if (errlen > 0)
-                snprintf(err, errlen, "origin \"%.*s...\" is too long", QUOTED(len), s);
+                errbuf_printf(err, errlen, "origin \"%.*s...\" is too long", QUOTED(len), s);
             goto invalid;
         }
         if (!origin_ok(s, len)) {
             if (errlen > 0)
-                snprintf(err, errlen, "\"%.*s\" is not an origin (scheme://host[:port], no path)",
-                         QUOTED(len), s);
+                errbuf_printf(err, errlen,
+                              "\"%.*s\" is not an origin (scheme://host[:port], no path)",
+                              QUOTED(len), s);
             goto invalid;
         }
         char *o = strndup(s, len);

@@ -16,6 +16,7 @@
 #include "cluster/internal.h"
 #include "cluster/partition.h"
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/prom.h"
 #include "storage/fsutil.h"
 #include "storage/genset.h"
@@ -433,7 +434,7 @@ static int producer_new(cluster_worker_t *w, char *err, size_t errlen)
     w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
     if (w->producer == NULL) {
         rd_kafka_conf_destroy(conf);
-        snprintf(err, errlen, "kafka producer: %s", why);
+        errbuf_printf(err, errlen, "kafka producer: %s", why);
         return CLUSTER_KAFKA;
     }
     w->producer_ready = false;
@@ -450,14 +451,14 @@ static int producer_init(cluster_worker_t *w, char *err, size_t errlen)
             return CLUSTER_OK;
         }
         bool fatal = rd_kafka_error_is_fatal(e) && !rd_kafka_error_is_retriable(e);
-        snprintf(err, errlen, "init_transactions: %s", rd_kafka_error_string(e));
+        errbuf_printf(err, errlen, "init_transactions: %s", rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
         if (fatal)
             return CLUSTER_KAFKA;
         wlog(w, 1, "%s; retrying", err);
         usleep(RETRY_PAUSE_MS * 1000);
     }
-    snprintf(err, errlen, "stopped before the producer was ready");
+    errbuf_printf(err, errlen, "stopped before the producer was ready");
     return CLUSTER_TIMEOUT;
 }
 
@@ -507,7 +508,7 @@ static int consumer_new(cluster_worker_t *w, char *err, size_t errlen)
     w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
     if (w->consumer == NULL) {
         rd_kafka_conf_destroy(conf);
-        snprintf(err, errlen, "kafka consumer: %s", why);
+        errbuf_printf(err, errlen, "kafka consumer: %s", why);
         return CLUSTER_KAFKA;
     }
     rd_kafka_poll_set_consumer(w->consumer);
@@ -542,7 +543,7 @@ static int mirror_new(cluster_worker_t *w, char *err, size_t errlen)
     w->mirror = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
     if (w->mirror == NULL) {
         rd_kafka_conf_destroy(conf);
-        snprintf(err, errlen, "kafka mirror client: %s", why);
+        errbuf_printf(err, errlen, "kafka mirror client: %s", why);
         return CLUSTER_KAFKA;
     }
     return CLUSTER_OK;
@@ -559,12 +560,12 @@ static int worker_id(const char *data_dir, char id[17], char *err, size_t errlen
         fclose(f);
         if (ok)
             return CLUSTER_OK;
-        snprintf(err, errlen, "%s: not a worker id (16 hex digits)", path);
+        errbuf_printf(err, errlen, "%s: not a worker id (16 hex digits)", path);
         return CLUSTER_EINVAL;
     }
     uint8_t r[8];
     if (keyhash_random(r, sizeof r) != 0) {
-        snprintf(err, errlen, "no randomness for the worker id: %s", strerror(errno));
+        errbuf_printf(err, errlen, "no randomness for the worker id: %s", strerror(errno));
         return CLUSTER_STORE;
     }
     for (int i = 0; i < 8; i++)
@@ -574,7 +575,7 @@ static int worker_id(const char *data_dir, char id[17], char *err, size_t errlen
     f = fopen(tmp, "w");
     if (f == NULL || fprintf(f, "%s\n", id) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 ||
         fclose(f) != 0 || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        errbuf_printf(err, errlen, "cannot write %s: %s", path, strerror(errno));
         return CLUSTER_STORE;
     }
     return CLUSTER_OK;
@@ -590,21 +591,21 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
     *out = NULL;
     if (o == NULL || !o->brokers || !o->raw_topic || !o->out_topic || !o->group || !o->data_dir ||
         !o->brokers[0] || !o->raw_topic[0] || !o->out_topic[0] || !o->group[0] || !o->data_dir[0]) {
-        snprintf(err, errlen,
-                 "--kafka-brokers, --raw-topic, --out-topic, --group and --data are "
-                 "required");
+        errbuf_printf(err, errlen,
+                      "--kafka-brokers, --raw-topic, --out-topic, --group and --data are "
+                      "required");
         return CLUSTER_EINVAL;
     }
     if (strcmp(o->raw_topic, o->out_topic) == 0) {
-        snprintf(err, errlen, "--raw-topic and --out-topic must differ");
+        errbuf_printf(err, errlen, "--raw-topic and --out-topic must differ");
         return CLUSTER_EINVAL;
     }
     if (o->window_ms <= 0) {
-        snprintf(err, errlen, "--window must be positive");
+        errbuf_printf(err, errlen, "--window must be positive");
         return CLUSTER_EINVAL;
     }
     if (fsutil_mkdirs(o->data_dir) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", o->data_dir, strerror(errno));
+        errbuf_printf(err, errlen, "cannot create %s: %s", o->data_dir, strerror(errno));
         return CLUSTER_STORE;
     }
     if ((rc = worker_id(o->data_dir, id, err, errlen)))
@@ -927,7 +928,7 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
             store_grow(p->st) == STORE_OK)
             continue;
         w->c.store_errors++;
-        snprintf(err, errlen, "partition store failed; stopping (the batch is not committed)");
+        errbuf_printf(err, errlen, "partition store failed; stopping (the batch is not committed)");
         rc = CLUSTER_STORE;
         goto out;
     }
@@ -1244,7 +1245,7 @@ int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
     rd_kafka_resp_err_t se = rd_kafka_subscribe(w->consumer, sub);
     rd_kafka_topic_partition_list_destroy(sub);
     if (se) {
-        snprintf(err, errlen, "subscribe to %s: %s", w->o.raw_topic, rd_kafka_err2str(se));
+        errbuf_printf(err, errlen, "subscribe to %s: %s", w->o.raw_topic, rd_kafka_err2str(se));
         rc = CLUSTER_KAFKA;
         goto out;
     }

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "server/config.h"
 #include "storage/commit.h"
 #include "storage/groups.h"
@@ -158,14 +159,6 @@ static bool exists(const char *path)
     struct stat sb;
 
     return stat(path, &sb) == 0;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Offset of the oldest retained record (0 with no log yet). */
@@ -355,7 +348,7 @@ static int commit_group(cat_t *c)
     }
     c->have_committed = true;
     c->committed = c->out.done;
-    c->committed_at = now_ms();
+    c->committed_at = clk_mono_ms();
     return 0;
 }
 
@@ -523,7 +516,7 @@ static int cat(int argc, char **argv)
 
     install_stop(stop_ms);
 
-    c.committed_at = now_ms();
+    c.committed_at = clk_mono_ms();
     c.out.done = pos; /* a new group with no log yet commits 0 */
     for (;;) {
         uint64_t limit = UINT64_MAX;
@@ -583,7 +576,7 @@ static int cat(int argc, char **argv)
                     w = flushed(out_flush(&c.out));
                     if (w != 0)
                         break;
-                    if (follow && now_ms() - c.committed_at >= COMMIT_MS && commit_group(&c))
+                    if (follow && clk_mono_ms() - c.committed_at >= COMMIT_MS && commit_group(&c))
                         goto out;
                 }
             }
@@ -622,7 +615,7 @@ static int cat(int argc, char **argv)
             report_abandon(&c);
             goto out;
         }
-        if (follow && now_ms() - c.committed_at >= COMMIT_MS && commit_group(&c) != 0)
+        if (follow && clk_mono_ms() - c.committed_at >= COMMIT_MS && commit_group(&c) != 0)
             goto out;
         if (!follow || signals > 0)
             break;

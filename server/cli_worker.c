@@ -21,6 +21,7 @@
 #include "api/lookup.h"
 #include "api/timestamp.h"
 #include "cluster/worker.h"
+#include "common/errbuf.h"
 #include "server/config.h"
 #include "server/logging.h"
 #include "storage/store.h"
@@ -290,10 +291,10 @@ static json_t *lookup_json(const struct http_ctx *h, const char *id, const char 
         return NULL;
     if (res->status == CLUSTER_LOOKUP_SEEN) {
         *status = MHD_HTTP_OK;
-        snprintf(reason, sizeof reason,
-                 "the worker keeps keys, not events: the event is in the output topic %s, the "
-                 "record whose ingestd-input header is %d:%llu",
-                 h->out, (int)res->partition, (unsigned long long)res->offset);
+        errbuf_printf(reason, sizeof reason,
+                      "the worker keeps keys, not events: the event is in the output topic %s, the "
+                      "record whose ingestd-input header is %d:%llu",
+                      h->out, (int)res->partition, (unsigned long long)res->offset);
         json_object_set_new(j, "offset", json_integer((json_int_t)res->offset));
         json_object_set_new(j, "receivedAt", iso_or_null(res->received_ms));
         json_object_set_new(j, "event", json_null());
@@ -304,15 +305,16 @@ static json_t *lookup_json(const struct http_ctx *h, const char *id, const char 
     } else {
         *status = MHD_HTTP_NOT_FOUND;
         if (res->partition >= 0)
-            snprintf(reason, sizeof reason,
-                     "partition %d of %s holds this key and is not assigned to this worker: ask "
-                     "the worker that owns it (its /stats lists its partitions)",
-                     (int)res->partition, h->raw);
+            errbuf_printf(
+                reason, sizeof reason,
+                "partition %d of %s holds this key and is not assigned to this worker: ask "
+                "the worker that owns it (its /stats lists its partitions)",
+                (int)res->partition, h->raw);
         else
-            snprintf(reason, sizeof reason,
-                     "not in this worker's partitions, and the partition count of %s is not "
-                     "known yet",
-                     h->raw);
+            errbuf_printf(reason, sizeof reason,
+                          "not in this worker's partitions, and the partition count of %s is not "
+                          "known yet",
+                          h->raw);
         json_object_set_new(j, "reason", json_string(reason));
     }
     return j;
