@@ -315,8 +315,10 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         return API_DONE;
     }
     if (req->body_len > API_MAX_REQUEST_BYTES) {
-        api_error(resp, 400, "request body too large (max 512000 bytes)");
-        api_reject_request(api, req, NULL, "request body too large (max 512000 bytes)");
+        char msg[64];
+        snprintf(msg, sizeof msg, "request body too large (max %d bytes)", API_MAX_REQUEST_BYTES);
+        api_error(resp, 400, msg);
+        api_reject_request(api, req, NULL, msg);
         return API_DONE;
     }
     /* One key set for the whole request, even if a reload swaps it meanwhile. */

@@ -11,10 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef INGESTD_VERSION
-#define INGESTD_VERSION "0.0.0"
-#endif
-
 static uint64_t load(atomic_uint_fast64_t *a)
 {
     return (uint64_t)atomic_load_explicit(a, memory_order_relaxed);
@@ -228,7 +224,7 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
     auth_keyset_release(ks);
     json_object_set_new(json_object_get(j, "commit"), "queue_bytes",
                         json_integer((json_int_t)s.queue_bytes));
-    /* LMDB checkpoints (storage/commit.h): the write transaction commits about once a second. */
+    /* LMDB checkpoints (storage/commit.h): a checkpointer thread writes the keys every 3 s. */
     json_t *cm = json_object_get(j, "commit");
     json_object_set_new(cm, "checkpoints", json_integer((json_int_t)s.checkpoints));
     json_object_set_new(cm, "checkpoint_failures", json_integer((json_int_t)s.checkpoint_failures));
