@@ -14,19 +14,17 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "server/config.h"
+#include "server/options.h"
 #include "storage/commit.h"
 #include "storage/groups.h"
 #include "storage/log.h"
 #include "storage/store.h"
 
 #define POLL_MS       200
-#define COMMIT_MS     1000         /* a following group commits at most this often */
-#define FLUSH_BYTES   (64u * 1024) /* write stdout once this much is buffered */
-#define DEFAULT_DATA  "./data"
-#define OPEN_ATTEMPTS 5 /* a reader open can race retention deleting its segment */
-#define DEFAULT_STOP  "2s"
-#define STOP_MAX_MS   (3600 * 1000)
+#define COMMIT_MS     1000              /* a following group commits at most this often */
+#define FLUSH_BYTES   (64u * 1024)      /* write stdout once this much is buffered */
+#define OPEN_ATTEMPTS 5                 /* a reader open can race retention deleting its segment */
+#define STOP_MAX_MS   UINT64_C(3600000) /* --stop-timeout at most 1h */
 #define REKICK_MS     100 /* after the stop timeout, how often a blocked write is interrupted */
 
 /*
@@ -94,54 +92,63 @@ static void install_stop(int64_t timeout_ms)
     signal(SIGPIPE, SIG_IGN);
 }
 
-static void usage_cat(FILE *out)
-{
-    fprintf(out,
-            "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
-            "                       [--stop-timeout DURATION] [--log events|rejected]\n"
-            "\n"
-            "Prints every acknowledged event (applied to the store) as one JSON line on\n"
-            "stdout, in log order; works while the server runs. Messages go to stderr.\n"
-            "  --data DIR       data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
-            "  --log events|rejected\n"
-            "                   which log: the accepted events (default), or the quarantine\n"
-            "                   DIR/rejected/: what the server refused, one JSON object a\n"
-            "                   line with reason, error, requestId, source, receivedAt and\n"
-            "                   the raw bytes (every record that reached the disk whole; no\n"
-            "                   --group)\n"
-            "  --from OFFSET    start at this log offset (default: the oldest retained, or\n"
-            "                   the group's committed offset)\n"
-            "  --follow, -f     keep printing new events, across segment rotation and\n"
-            "                   retention, until SIGINT/SIGTERM\n"
-            "  --group NAME     consumer group (1..64 of A-Z a-z 0-9 . _ -): start at its\n"
-            "                   committed offset (a new group at the oldest retained one or\n"
-            "                   --from; --from wins over a committed offset) and commit the\n"
-            "                   offset after the last event written to stdout: every second\n"
-            "                   while following and on exit (SIGINT/SIGTERM, end of log,\n"
-            "                   closed stdout). Records deleted by retention before the group\n"
-            "                   read them are skipped with a warning.\n"
-            "  --stop-timeout DURATION\n"
-            "                   on SIGINT/SIGTERM, how long a write to a stalled reader (a\n"
-            "                   full pipe) may still go on before it is abandoned: 0, 2s, 1m\n"
-            "                   (up to 1h; default " DEFAULT_STOP "). Then the group commits the\n"
-            "                   events that got out whole (a cut-off last line is read again\n"
-            "                   by the next run) and the exit is 0. A second signal abandons\n"
-            "                   at once.\n"
-            "Exit 0: done (also when stdout was closed); 1: error; 2: usage.\n");
-}
+enum { CAT_DATA, CAT_LOG, CAT_FROM, CAT_FOLLOW, CAT_GROUP, CAT_STOP, CAT_MAX };
 
-static void usage_groups(FILE *out)
-{
-    fprintf(out, "Usage: ingestd log groups [--data DIR] [--json]\n"
-                 "\n"
-                 "Lists the consumer groups of `log cat --group` with the offset each reads next\n"
-                 "and its lag (acknowledged records it has not committed yet), one per line,\n"
-                 "sorted by name, after a header line; works while the server runs.\n"
-                 "  --data DIR   data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
-                 "  --json       one JSON object per group instead: "
-                 "{\"group\":...,\"offset\":...,\"lag\":...}\n"
-                 "Exit 0: listed; 1: error; 2: usage.\n");
-}
+static const opts_spec_t CAT_SPECS[] = {
+    OPTS_SPEC_DATA,
+    {"log", NULL, NULL, "events", OPTS_STRING, 1, 16, "events|rejected",
+     "which log: the accepted events, or the quarantine DIR/rejected/: what the server "
+     "refused, one JSON object a line with reason, error, requestId, source, receivedAt and "
+     "the raw bytes (every record that reached the disk whole; no --group)"},
+    {"from", NULL, NULL, NULL, OPTS_COUNT, 0, UINT64_MAX, "OFFSET",
+     "start at this log offset (default: the oldest retained, or the group's committed "
+     "offset)"},
+    {"follow", "-f", NULL, NULL, OPTS_BOOL, 0, 0, "",
+     "keep printing new events, across segment rotation and retention, until SIGINT/SIGTERM"},
+    {"group", NULL, NULL, NULL, OPTS_STRING, 1, GROUPS_NAME_MAX, "NAME",
+     "consumer group (1..64 of A-Z a-z 0-9 . _ -): start at its committed offset (a new group "
+     "at the oldest retained one or --from; --from wins over a committed offset) and commit the "
+     "offset after the last event written to stdout: every second while following and on exit "
+     "(SIGINT/SIGTERM, end of log, closed stdout). Records deleted by retention before the "
+     "group read them are skipped with a warning."},
+    {"stop-timeout", NULL, NULL, "2s", OPTS_DURATION, 0, STOP_MAX_MS, "DURATION",
+     "on SIGINT/SIGTERM, how long a write to a stalled reader (a full pipe) may still go on "
+     "before it is abandoned: 0, 2s, 1m (up to 1h). Then the group commits the events that got "
+     "out whole (a cut-off last line is read again by the next run) and the exit is 0. A second "
+     "signal abandons at once."},
+};
+
+static const opts_cmd_t CAT_CMD = {
+    "log cat",
+    "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
+    "                       [--stop-timeout DURATION] [--log events|rejected]\n",
+    "Prints every acknowledged event (applied to the store) as one JSON line on\n"
+    "stdout, in log order; works while the server runs. Messages go to stderr.\n",
+    "Exit 0: done (also when stdout was closed); 1: error; 2: usage.\n",
+    CAT_SPECS,
+    sizeof CAT_SPECS / sizeof CAT_SPECS[0],
+    false,
+};
+
+enum { GROUPS_DATA, GROUPS_JSON, GROUPS_MAX };
+
+static const opts_spec_t GROUPS_SPECS[] = {
+    OPTS_SPEC_DATA,
+    {"json", NULL, NULL, NULL, OPTS_BOOL, 0, 0, "",
+     "one JSON object per group instead: {\"group\":...,\"offset\":...,\"lag\":...}"},
+};
+
+static const opts_cmd_t GROUPS_CMD = {
+    "log groups",
+    "Usage: ingestd log groups [--data DIR] [--json]\n",
+    "Lists the consumer groups of `log cat --group` with the offset each reads next\n"
+    "and its lag (acknowledged records it has not committed yet), one per line,\n"
+    "sorted by name, after a header line; works while the server runs.\n",
+    "Exit 0: listed; 1: error; 2: usage.\n",
+    GROUPS_SPECS,
+    sizeof GROUPS_SPECS / sizeof GROUPS_SPECS[0],
+    false,
+};
 
 static void usage(FILE *out)
 {
@@ -175,61 +182,6 @@ static void sleep_poll(void)
 
     /* EINTR ends the nap early: that is how a signal gets noticed promptly. */
     nanosleep(&ts, NULL);
-}
-
-/* One command-line flag: "--name VALUE" / "--name=VALUE", or a boolean "--name". */
-struct flag {
-    const char *name;
-    const char *alias;  /* may be NULL */
-    const char **value; /* NULL: a boolean flag */
-    bool *set;
-};
-
-/* Returns 0, 1 for --help, 2 for a usage error (reported on stderr). */
-static int parse_flags(const char *cmd, int argc, char **argv, struct flag *flags, size_t n)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *eq = strchr(a, '=');
-        size_t nlen = eq != NULL ? (size_t)(eq - a) : strlen(a);
-        struct flag *f = NULL;
-
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return 1;
-        for (size_t k = 0; k < n && f == NULL; k++) {
-            if ((strlen(flags[k].name) == nlen && strncmp(a, flags[k].name, nlen) == 0) ||
-                (flags[k].alias != NULL && strcmp(a, flags[k].alias) == 0))
-                f = &flags[k];
-        }
-        if (f == NULL) {
-            fprintf(stderr, "ingestd log %s: unknown argument %s\n", cmd, a);
-            return 2;
-        }
-        if (f->value == NULL) {
-            if (eq != NULL) {
-                fprintf(stderr, "ingestd log %s: %s takes no value\n", cmd, f->name);
-                return 2;
-            }
-            *f->set = true;
-            continue;
-        }
-        if (eq != NULL) {
-            *f->value = eq + 1;
-        } else if (i + 1 < argc) {
-            *f->value = argv[++i];
-        } else {
-            fprintf(stderr, "ingestd log %s: %s needs a value\n", cmd, a);
-            return 2;
-        }
-    }
-    return 0;
-}
-
-static const char *default_data(void)
-{
-    const char *data = getenv("INGESTD_DATA");
-
-    return data != NULL && data[0] != '\0' ? data : DEFAULT_DATA;
 }
 
 /* ---- stdout: records buffered, written with write(2) so we know which ones got out whole ---- */
@@ -425,42 +377,29 @@ static int flushed(int w)
 
 static int cat(int argc, char **argv)
 {
-    cat_t c = {.data = default_data()};
-    const char *from_s = NULL, *stop_s = DEFAULT_STOP, *which = "events";
-    int64_t stop_ms = 0;
-    bool follow = false, have_from;
+    cat_t c = {0};
+    opts_val_t v[CAT_MAX];
+    const char *which;
+    int64_t stop_ms;
+    bool follow, have_from;
     store_t *st = NULL;
     log_reader_t *r = NULL;
     uint64_t pos = 0;
     bool pos_known = false; /* pos set (else: the oldest retained, once a log exists) */
     bool may_skip = true;   /* only an explicit --from out of range is an error */
     int ret = 1, rc;
-    struct flag flags[] = {
-        {"--data", NULL, &c.data, NULL},         {"--from", NULL, &from_s, NULL},
-        {"--group", NULL, &c.group, NULL},       {"--follow", "-f", NULL, &follow},
-        {"--stop-timeout", NULL, &stop_s, NULL}, {"--log", NULL, &which, NULL},
-    };
-
-    switch (parse_flags("cat", argc, argv, flags, sizeof flags / sizeof flags[0])) {
-    case 0:
-        break;
-    case 1:
-        usage_cat(stdout);
-        return 0;
-    default:
-        usage_cat(stderr);
-        return 2;
-    }
-    have_from = from_s != NULL;
-    if (have_from && config_parse_count(from_s, &pos) != 0) {
-        fprintf(stderr, "ingestd log cat: --from needs a record offset (0, 1, 2, ...)\n");
-        return 2;
-    }
-    if (config_parse_duration(stop_s, &stop_ms) != 0 || stop_ms > STOP_MAX_MS) {
-        fprintf(stderr, "ingestd log cat: --stop-timeout needs a duration from 0 to 1h, e.g. "
-                        "2s\n");
-        return 2;
-    }
+    rc = opts_parse(&CAT_CMD, argc, argv, v, NULL);
+    /* The strings stay valid after opts_free: they are argv's, the environment's or the table's. */
+    c.data = v[CAT_DATA].str;
+    c.group = v[CAT_GROUP].str;
+    which = v[CAT_LOG].str;
+    have_from = v[CAT_FROM].set;
+    pos = v[CAT_FROM].n;
+    follow = v[CAT_FOLLOW].on;
+    stop_ms = v[CAT_STOP].ms;
+    opts_free(&CAT_CMD, v);
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
     /* The quarantine has no acknowledged mark (nobody was told it holds anything) and no
      * groups: its group files would share DIR/groups/ with the event log's. */
     bool rejected = strcmp(which, "rejected") == 0;
@@ -687,27 +626,19 @@ static int acknowledged_end(const char *data, uint64_t *end)
 
 static int groups_cmd(int argc, char **argv)
 {
-    const char *data = default_data();
-    bool json = false;
+    opts_val_t v[GROUPS_MAX];
+    const char *data;
+    bool json;
     groups_entry_t *list = NULL;
     size_t n = 0, width = 5;
     uint64_t end = 0;
     int ret = 1, rc;
-    struct flag flags[] = {
-        {"--data", NULL, &data, NULL},
-        {"--json", NULL, NULL, &json},
-    };
-
-    switch (parse_flags("groups", argc, argv, flags, sizeof flags / sizeof flags[0])) {
-    case 0:
-        break;
-    case 1:
-        usage_groups(stdout);
-        return 0;
-    default:
-        usage_groups(stderr);
-        return 2;
-    }
+    rc = opts_parse(&GROUPS_CMD, argc, argv, v, NULL);
+    data = v[GROUPS_DATA].str;
+    json = v[GROUPS_JSON].on;
+    opts_free(&GROUPS_CMD, v);
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
     if (!exists(data)) {
         fprintf(stderr, "ingestd log groups: no data directory %s\n", data);
         return 1;
