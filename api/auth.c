@@ -244,13 +244,92 @@ static int check_unique(const api_write_key_t *keys, const size_t *lines, size_t
     return rc;
 }
 
+/* The keys parsed so far, with the file line of each (0: from base). */
+struct keylist {
+    api_write_key_t *keys;
+    size_t *lines;
+    size_t n, cap;
+};
+
+/* Appends copies of key[0..klen) and src[0..slen), found on `line`. 0, or -1 (out of memory). */
+static int keylist_add(struct keylist *l, const char *key, size_t klen, const char *src,
+                       size_t slen, size_t line)
+{
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 16;
+        api_write_key_t *k2 = realloc(l->keys, ncap * sizeof(*l->keys));
+        if (!k2)
+            return -1;
+        l->keys = k2;
+        size_t *l2 = realloc(l->lines, ncap * sizeof(*l->lines));
+        if (!l2)
+            return -1;
+        l->lines = l2;
+        l->cap = ncap;
+    }
+    l->keys[l->n].key = dup_n(key, klen);
+    l->keys[l->n].source = dup_n(src, slen);
+    l->lines[l->n] = line;
+    l->n++;
+    return l->keys[l->n - 1].key && l->keys[l->n - 1].source ? 0 : -1;
+}
+
+/* One line [b, e) of a keys file: KEY[:SOURCE], or a blank or '#' line (skipped). 0, or -1
+ * with "NAME:LINE: reason" in errbuf. */
+static int parse_line(struct keylist *l, const char *b, const char *e, const char *name,
+                      size_t lineno, char *errbuf, size_t errlen)
+{
+    while (b < e && is_blank((unsigned char)*b))
+        b++;
+    while (e > b && is_blank((unsigned char)e[-1]))
+        e--;
+    if (b == e || *b == '#')
+        return 0;
+    const char *sep = memchr(b, ':', (size_t)(e - b));
+    const char *src = sep ? sep + 1 : "default";
+    size_t klen = (size_t)((sep ? sep : e) - b);
+    size_t slen = sep ? (size_t)(e - src) : strlen("default");
+
+    if (klen == 0) {
+        errbuf_printf(errbuf, errlen, "%s:%zu: empty write key", name, lineno);
+        return -1;
+    }
+    if (slen == 0) {
+        errbuf_printf(errbuf, errlen, "%s:%zu: empty source after ':'", name, lineno);
+        return -1;
+    }
+    for (const char *c = b; c < e; c++) {
+        if (bad_byte((unsigned char)*c)) {
+            errbuf_printf(errbuf, errlen,
+                          "%s:%zu: blank, control character or ',' in a write key or source "
+                          "(one KEY[:SOURCE] per line)",
+                          name, lineno);
+            return -1;
+        }
+    }
+    if (klen + slen > AUTH_KEY_BYTES) {
+        errbuf_printf(errbuf, errlen, "%s:%zu: write key or source too long (max %d bytes)", name,
+                      lineno, AUTH_KEY_BYTES);
+        return -1;
+    }
+    if (l->n == AUTH_MAX_KEYS) {
+        errbuf_printf(errbuf, errlen, "%s:%zu: more than %d write keys in all", name, lineno,
+                      AUTH_MAX_KEYS);
+        return -1;
+    }
+    if (keylist_add(l, b, klen, src, slen, lineno) != 0) {
+        errbuf_printf(errbuf, errlen, "%s: out of memory", name);
+        return -1;
+    }
+    return 0;
+}
+
 int auth_keys_parse(const char *text, size_t len, const char *name, const api_write_key_t *base,
                     size_t nbase, api_write_key_t **out, size_t *n, char *errbuf, size_t errlen)
 {
-    api_write_key_t *keys = NULL;
-    size_t *lines = NULL;
-    size_t nkeys = 0, cap = nbase + 16, lineno = 0;
+    struct keylist l = {0};
     const char *p = text, *end = text + len;
+    size_t lineno = 0;
 
     *out = NULL;
     *n = 0;
@@ -258,95 +337,30 @@ int auth_keys_parse(const char *text, size_t len, const char *name, const api_wr
         errbuf_printf(errbuf, errlen, "%s: more than %d write keys in all", name, AUTH_MAX_KEYS);
         return -1;
     }
-    keys = calloc(cap, sizeof(*keys));
-    lines = calloc(cap, sizeof(*lines));
-    if (!keys || !lines)
-        goto nomem;
     for (size_t i = 0; i < nbase; i++) {
+        const char *k = base[i].key ? base[i].key : "";
         const char *src = base[i].source && *base[i].source ? base[i].source : "default";
-        keys[i].key = strdup(base[i].key ? base[i].key : "");
-        keys[i].source = strdup(src);
-        nkeys = i + 1;
-        if (!keys[i].key || !keys[i].source)
-            goto nomem;
+        if (keylist_add(&l, k, strlen(k), src, strlen(src), 0) != 0) {
+            errbuf_printf(errbuf, errlen, "%s: out of memory", name);
+            goto fail;
+        }
     }
-
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *e = nl ? nl : end;
-        const char *b = p;
+        if (parse_line(&l, p, e, name, ++lineno, errbuf, errlen) != 0)
+            goto fail;
         p = nl ? nl + 1 : end;
-        lineno++;
-
-        while (b < e && is_blank((unsigned char)*b))
-            b++;
-        while (e > b && is_blank((unsigned char)e[-1]))
-            e--;
-        if (b == e || *b == '#')
-            continue;
-        const char *sep = memchr(b, ':', (size_t)(e - b));
-        const char *kend = sep ? sep : e;
-        const char *src = sep ? sep + 1 : "default";
-        size_t klen = (size_t)(kend - b);
-        size_t slen = sep ? (size_t)(e - src) : strlen("default");
-
-        if (klen == 0) {
-            errbuf_printf(errbuf, errlen, "%s:%zu: empty write key", name, lineno);
-            goto fail;
-        }
-        if (slen == 0) {
-            errbuf_printf(errbuf, errlen, "%s:%zu: empty source after ':'", name, lineno);
-            goto fail;
-        }
-        for (const char *c = b; c < e; c++) {
-            if (bad_byte((unsigned char)*c)) {
-                errbuf_printf(errbuf, errlen,
-                              "%s:%zu: blank, control character or ',' in a write key or source "
-                              "(one KEY[:SOURCE] per line)",
-                              name, lineno);
-                goto fail;
-            }
-        }
-        if (klen + slen > AUTH_KEY_BYTES) {
-            errbuf_printf(errbuf, errlen, "%s:%zu: write key or source too long (max %d bytes)",
-                          name, lineno, AUTH_KEY_BYTES);
-            goto fail;
-        }
-        if (nkeys == AUTH_MAX_KEYS) {
-            errbuf_printf(errbuf, errlen, "%s:%zu: more than %d write keys in all", name, lineno,
-                          AUTH_MAX_KEYS);
-            goto fail;
-        }
-        if (nkeys == cap) {
-            size_t ncap = cap * 2;
-            api_write_key_t *k2 = realloc(keys, ncap * sizeof(*keys));
-            if (!k2)
-                goto nomem;
-            keys = k2;
-            size_t *l2 = realloc(lines, ncap * sizeof(*lines));
-            if (!l2)
-                goto nomem;
-            lines = l2;
-            cap = ncap;
-        }
-        keys[nkeys].key = dup_n(b, klen);
-        keys[nkeys].source = dup_n(src, slen);
-        lines[nkeys] = lineno;
-        nkeys++;
-        if (!keys[nkeys - 1].key || !keys[nkeys - 1].source)
-            goto nomem;
     }
-    if (check_unique(keys, lines, nkeys, name, errbuf, errlen) != 0)
+    if (check_unique(l.keys, l.lines, l.n, name, errbuf, errlen) != 0)
         goto fail;
-    free(lines);
-    *out = keys;
-    *n = nkeys;
+    free(l.lines);
+    *out = l.keys;
+    *n = l.n;
     return 0;
-nomem:
-    errbuf_printf(errbuf, errlen, "%s: out of memory", name);
 fail:
-    auth_keys_free(keys, nkeys);
-    free(lines);
+    auth_keys_free(l.keys, l.n);
+    free(l.lines);
     return -1;
 }
 

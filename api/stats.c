@@ -116,6 +116,116 @@ static json_t *by_status_json(api_t *api, uint64_t *total)
     return by;
 }
 
+/* /stats `dedupe`: the window, its bounds and evictions, its store, and how late retries come. */
+static json_t *dedupe_json(const api_t *api, const commit_stats_t *s, int64_t now_ms)
+{
+    // clang-format off
+    json_t *dd = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+        "window_seconds", (json_int_t)(api->window_ms / 1000),
+        "effective_window_seconds", (json_int_t)effective_window_s(s, now_ms),
+        "keys", (json_int_t)s->keys,
+        "max_keys", (json_int_t)api->max_keys,
+        "evicted_age", (json_int_t)s->evicted_age,
+        "evicted_size", (json_int_t)s->evicted_size,
+        "store_map_bytes", (json_int_t)s->store_map_size,
+        "store_used_bytes", (json_int_t)s->store_used_bytes);
+    // clang-format on
+    if (!dd)
+        return NULL;
+    /* Which store holds the window; a filter states its error rate, which operators must know. */
+    json_object_set_new(dd, "store", json_string(s->memory_store ? "memory" : "lmdb"));
+    /* How long the window must be, and whether it is too short (docs/operations.md). */
+    json_object_set_new(dd, "duplicate_age_seconds", duplicate_ages_json(api, s));
+    json_object_set_new(dd, "window_floor_seconds", json_integer(api->window_floor_ms / 1000));
+    json_object_set_new(dd, "window_below_floor", json_boolean(s->window_below_floor));
+    /* The window's sealed part (docs/window.md): its keys are part of `keys` above. */
+    if (!s->memory_store)
+        json_object_set_new(
+            dd, "generations",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "count", (json_int_t)s->generations, "keys",
+                      (json_int_t)s->generation_keys, "bytes", (json_int_t)s->generation_bytes,
+                      "memory_bytes", (json_int_t)s->generation_memory_bytes, "seals",
+                      (json_int_t)s->seals, "merges", (json_int_t)s->merges));
+    else
+        json_object_set_new(dd, "filter",
+                            json_pack("{s:s, s:I, s:f}", "spec", s->filter_spec, "memory_bits",
+                                      (json_int_t)s->filter_bits, "asymptotic_fpr", s->filter_fpr));
+    return dd;
+}
+
+/* /stats `log`: its offsets, size and retention. */
+static json_t *log_json(const commit_stats_t *s)
+{
+    // clang-format off
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}}",
+        "first_offset", (json_int_t)s->log_first_offset,
+        "next_offset", (json_int_t)s->log_next_offset,
+        "bytes", (json_int_t)s->log_bytes,
+        "segments", (json_int_t)s->log_segments,
+        "committed_offset", (json_int_t)s->committed_offset,
+        "window_first_offset", (json_int_t)s->window_first_offset,
+        "retention",
+            "segments_deleted", (json_int_t)s->retention_segments,
+            "records_deleted", (json_int_t)s->retention_records,
+            "window_records_deleted", (json_int_t)s->retention_window_records);
+    // clang-format on
+}
+
+/* /stats `commit`: group commits, fsyncs, the queue and the LMDB checkpoints. */
+static json_t *commit_json(const commit_stats_t *s)
+{
+    // clang-format off
+    json_t *cm = json_pack(
+        "{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I}",
+        "batches", (json_int_t)s->batches,
+        "events", (json_int_t)s->batch_events,
+        "avg_batch_events", ratio((double)s->batch_events, s->batches),
+        "last_batch_events", (json_int_t)s->last_batch_events,
+        "max_batch_events", (json_int_t)s->max_batch_events,
+        "last_batch_requests", (json_int_t)s->last_batch_requests,
+        "failures", (json_int_t)s->failures,
+        "queue_events", (json_int_t)s->queue_events,
+        "fsyncs", (json_int_t)s->fsyncs,
+        "fsync_ms_last", s->fsync_ms_last,
+        "fsync_ms_avg", ratio(s->fsync_ms_total, s->fsyncs),
+        "fsync_ms_max", s->fsync_ms_max,
+        "map_grows", (json_int_t)s->map_grows);
+    // clang-format on
+    if (!cm)
+        return NULL;
+    json_object_set_new(cm, "queue_bytes", json_integer((json_int_t)s->queue_bytes));
+    /* LMDB checkpoints (storage/commit.h): a checkpointer thread writes the keys every 3 s. */
+    json_object_set_new(cm, "checkpoints", json_integer((json_int_t)s->checkpoints));
+    json_object_set_new(cm, "checkpoint_failures",
+                        json_integer((json_int_t)s->checkpoint_failures));
+    json_object_set_new(cm, "checkpoint_ms_avg",
+                        json_real(ratio(s->checkpoint_ms_total, s->checkpoints)));
+    json_object_set_new(cm, "checkpoint_ms_max", json_real(s->checkpoint_ms_max));
+    return cm;
+}
+
+/* /stats `auth` and `limits`: write keys in force and what the limits refused (README). */
+static void add_limits(api_t *api, const commit_stats_t *s, json_t *j)
+{
+    auth_keyset_t *ks = api_keys_get(api);
+    size_t nkeys = auth_keyset_size(ks);
+    auth_keyset_release(ks);
+    // clang-format off
+    json_object_set_new(j, "auth", json_pack("{s:I}", "write_keys", (json_int_t)nkeys));
+    json_object_set_new(j, "limits", json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+        "rate_limit", (json_int_t)api->rate_limit,
+        "rate_limited_requests", (json_int_t)load(&api->rate_limited_requests),
+        "rate_limited_events", (json_int_t)load(&api->rate_limited_events),
+        "queue_max_bytes", (json_int_t)s->queue_max_bytes,
+        "queue_bytes", (json_int_t)s->queue_bytes,
+        "queue_full_requests", (json_int_t)load(&api->queue_full_requests),
+        "queue_full_events", (json_int_t)load(&api->queue_full_events)));
+    // clang-format on
+}
+
 void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
 {
     commit_stats_t s;
@@ -130,30 +240,14 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
-    /* One key/value pair per line mirrors the documented /stats shape; clang-format would pack
-     * them into an unreadable block, so it is off for this call. */
+    /* One key per line mirrors the documented /stats shape; clang-format would pack them. */
     // clang-format off
     json_t *j = json_pack(
-        "{s:s, s:I,"
-        " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
-        " s:{s:I, s:I, s:I},"
-        " s:{s:I, s:o},"
-        " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}},"
-        " s:o,"
-        " s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I},"
-        " s:{s:I, s:I, s:b},"
-        " s:{s:b, s:I}}",
+        "{s:s, s:I, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:o}, s:o, s:o, s:o,"
+        " s:{s:I, s:I, s:b}, s:{s:b, s:I}}",
         "version", INGESTD_VERSION,
         "uptime_seconds", (json_int_t)uptime_s(api),
-        "dedupe",
-            "window_seconds", (json_int_t)(api->window_ms / 1000),
-            "effective_window_seconds", (json_int_t)effective_window_s(&s, now_ms),
-            "keys", (json_int_t)s.keys,
-            "max_keys", (json_int_t)api->max_keys,
-            "evicted_age", (json_int_t)s.evicted_age,
-            "evicted_size", (json_int_t)s.evicted_size,
-            "store_map_bytes", (json_int_t)s.store_map_size,
-            "store_used_bytes", (json_int_t)s.store_used_bytes,
+        "dedupe", dedupe_json(api, &s, now_ms),
         "events",
             "accepted", (json_int_t)s.accepted,
             "duplicates", (json_int_t)s.duplicates,
@@ -161,32 +255,9 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         "requests",
             "total", (json_int_t)total,
             "by_status", by,
-        "log",
-            "first_offset", (json_int_t)s.log_first_offset,
-            "next_offset", (json_int_t)s.log_next_offset,
-            "bytes", (json_int_t)s.log_bytes,
-            "segments", (json_int_t)s.log_segments,
-            "committed_offset", (json_int_t)s.committed_offset,
-            "window_first_offset", (json_int_t)s.window_first_offset,
-            "retention",
-                "segments_deleted", (json_int_t)s.retention_segments,
-                "records_deleted", (json_int_t)s.retention_records,
-                "window_records_deleted", (json_int_t)s.retention_window_records,
+        "log", log_json(&s),
         "groups", groups,
-        "commit",
-            "batches", (json_int_t)s.batches,
-            "events", (json_int_t)s.batch_events,
-            "avg_batch_events", ratio((double)s.batch_events, s.batches),
-            "last_batch_events", (json_int_t)s.last_batch_events,
-            "max_batch_events", (json_int_t)s.max_batch_events,
-            "last_batch_requests", (json_int_t)s.last_batch_requests,
-            "failures", (json_int_t)s.failures,
-            "queue_events", (json_int_t)s.queue_events,
-            "fsyncs", (json_int_t)s.fsyncs,
-            "fsync_ms_last", s.fsync_ms_last,
-            "fsync_ms_avg", ratio(s.fsync_ms_total, s.fsyncs),
-            "fsync_ms_max", s.fsync_ms_max,
-            "map_grows", (json_int_t)s.map_grows,
+        "commit", commit_json(&s),
         "recovery",
             "replayed_records", (json_int_t)s.replayed_at_open,
             "truncated_bytes", (json_int_t)s.truncated_at_open,
@@ -199,50 +270,7 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
-    /* Which store holds the window; a filter states its error rate, which operators must know. */
-    json_t *dd = json_object_get(j, "dedupe");
-    json_object_set_new(dd, "store", json_string(s.memory_store ? "memory" : "lmdb"));
-    /* How long the window must be, and whether it is too short (docs/operations.md). */
-    json_object_set_new(dd, "duplicate_age_seconds", duplicate_ages_json(api, &s));
-    json_object_set_new(dd, "window_floor_seconds", json_integer(api->window_floor_ms / 1000));
-    json_object_set_new(dd, "window_below_floor", json_boolean(s.window_below_floor));
-    /* The window's sealed part (docs/window.md): its keys are part of `keys` above. */
-    if (!s.memory_store)
-        json_object_set_new(
-            dd, "generations",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "count", (json_int_t)s.generations, "keys",
-                      (json_int_t)s.generation_keys, "bytes", (json_int_t)s.generation_bytes,
-                      "memory_bytes", (json_int_t)s.generation_memory_bytes, "seals",
-                      (json_int_t)s.seals, "merges", (json_int_t)s.merges));
-    if (s.memory_store)
-        json_object_set_new(dd, "filter",
-                            json_pack("{s:s, s:I, s:f}", "spec", s.filter_spec, "memory_bits",
-                                      (json_int_t)s.filter_bits, "asymptotic_fpr", s.filter_fpr));
-    /* Write keys in force and what the limits refused (README "Limits"). */
-    auth_keyset_t *ks = api_keys_get(api);
-    size_t nkeys = auth_keyset_size(ks);
-    auth_keyset_release(ks);
-    json_object_set_new(json_object_get(j, "commit"), "queue_bytes",
-                        json_integer((json_int_t)s.queue_bytes));
-    /* LMDB checkpoints (storage/commit.h): a checkpointer thread writes the keys every 3 s. */
-    json_t *cm = json_object_get(j, "commit");
-    json_object_set_new(cm, "checkpoints", json_integer((json_int_t)s.checkpoints));
-    json_object_set_new(cm, "checkpoint_failures", json_integer((json_int_t)s.checkpoint_failures));
-    json_object_set_new(cm, "checkpoint_ms_avg",
-                        json_real(ratio(s.checkpoint_ms_total, s.checkpoints)));
-    json_object_set_new(cm, "checkpoint_ms_max", json_real(s.checkpoint_ms_max));
-    // clang-format off
-    json_object_set_new(j, "auth", json_pack("{s:I}", "write_keys", (json_int_t)nkeys));
-    json_object_set_new(j, "limits", json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-        "rate_limit", (json_int_t)api->rate_limit,
-        "rate_limited_requests", (json_int_t)load(&api->rate_limited_requests),
-        "rate_limited_events", (json_int_t)load(&api->rate_limited_events),
-        "queue_max_bytes", (json_int_t)s.queue_max_bytes,
-        "queue_bytes", (json_int_t)s.queue_bytes,
-        "queue_full_requests", (json_int_t)load(&api->queue_full_requests),
-        "queue_full_events", (json_int_t)load(&api->queue_full_events)));
-    // clang-format on
+    add_limits(api, &s, j);
     api_reject_stats(api, j);
     api_resp_json(resp, 200, j);
 }

@@ -710,6 +710,87 @@ static int producer_restart(cluster_worker_t *w, char *err, size_t errlen)
 
 enum step { STEP_OK, STEP_GROW, STEP_FAIL };
 
+/* Opens p's write transaction for a batch of n, age eviction first, as single-node does: a key
+ * out of the window is forgotten. A store status. */
+static int part_begin(part_t *p, const window_policy_t *wp, int64_t now, size_t n, uint64_t *ea,
+                      uint64_t *es)
+{
+    int src = store_begin(p->st);
+    if (src != STORE_OK)
+        return src;
+    p->txn_open = true;
+    return store_evict_pass(p->st, window_before_batch(wp, now, n), ea, es);
+}
+
+/* One raw message m of partition p: its key into the store, counted; *produce when it goes
+ * to the output topic. A store status (a malformed key is counted and skipped). */
+static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m, int64_t now,
+                     counters_t *c, bool *produce)
+{
+    const char *src_s, *mid;
+    size_t src_len, mid_len;
+    uint8_t key[KEYHASH_LEN];
+    rd_kafka_timestamp_type_t tst;
+    bool dup = false, present = false;
+    uint64_t owner = 0;
+    int src;
+
+    if (cluster_key_decode(m->key, m->key_len, &src_s, &src_len, &mid, &mid_len) != CLUSTER_OK) {
+        c->malformed++;
+        wlog(w, 1,
+             "partition %" PRId32 " offset %" PRId64 ": key is not source NUL messageId; "
+             "skipped",
+             m->partition, m->offset);
+        return STORE_OK;
+    }
+    keyhash(p->secret, src_s, src_len, mid, mid_len, key);
+    int64_t ts = rd_kafka_message_timestamp(m, &tst);
+    if (ts <= 0)
+        ts = now;
+    /* A sealed key is in the window: the young store must not take it again. */
+    if ((src = part_find_sealed(p, key, &present, &owner)) != STORE_OK)
+        return src;
+    if (!present && (src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
+        return src;
+    if (m->offset < p->repair_until) {
+        c->repaired++;
+        return STORE_OK;
+    }
+    if (!present && !dup) {
+        *produce = true;
+        return STORE_OK;
+    }
+    if (!present && (src = store_lookup(p->st, key, &present, &owner)) != STORE_OK)
+        return src;
+    if (present && owner == (uint64_t)m->offset) {
+        *produce = true; /* the record that inserted the key, re-processed */
+        c->owners++;
+    } else {
+        c->duplicates++;
+    }
+    return STORE_OK;
+}
+
+/* After the batch, in every partition it opened: size eviction and the applied offset. A store
+ * status, with *failed the partition that failed. */
+static int stage_close(cluster_worker_t *w, const window_policy_t *wp, size_t n, uint64_t *ea,
+                       uint64_t *es, part_t **failed)
+{
+    int src = STORE_OK;
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        part_t *p = w->parts[i];
+        if (p == NULL || !p->txn_open)
+            continue;
+        *failed = p;
+        if (w->o.max_keys > 0 &&
+            (src = store_evict_pass(p->st, window_after_batch(wp, n), ea, es)) != STORE_OK)
+            return src;
+        if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
+            return src;
+    }
+    return STORE_OK;
+}
+
 /*
  * Stage 1: the LMDB side of a batch. Marks in `produce` which messages go to
  * the output topic. STEP_GROW when partition *grow_part's map is full.
@@ -729,70 +810,17 @@ static enum step stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size
         p = part_get(w, m->partition);
         if (p == NULL)
             continue;
-        if (!p->txn_open) {
-            if ((src = store_begin(p->st)) != STORE_OK)
-                goto fail;
-            p->txn_open = true;
-            /* Age eviction first, as single-node does: a key out of the window is forgotten. */
-            if ((src = store_evict_pass(p->st, window_before_batch(&wp, now, n), &ea, &es)) !=
-                STORE_OK)
-                goto fail;
-        }
+        if (!p->txn_open && (src = part_begin(p, &wp, now, n, &ea, &es)) != STORE_OK)
+            goto fail;
         p->batch_last = m->offset;
         c->consumed++;
         if (m->offset >= p->repair_until)
             p->needs_kafka = true; /* past the repair range: its offset is committed in Kafka */
-        const char *src_s, *mid;
-        size_t src_len, mid_len;
-        if (cluster_key_decode(m->key, m->key_len, &src_s, &src_len, &mid, &mid_len) !=
-            CLUSTER_OK) {
-            c->malformed++;
-            wlog(w, 1,
-                 "partition %" PRId32 " offset %" PRId64 ": key is not source NUL messageId; "
-                 "skipped",
-                 m->partition, m->offset);
-            continue;
-        }
-        uint8_t key[KEYHASH_LEN];
-        keyhash(p->secret, src_s, src_len, mid, mid_len, key);
-        rd_kafka_timestamp_type_t tst;
-        int64_t ts = rd_kafka_message_timestamp(m, &tst);
-        if (ts <= 0)
-            ts = now;
-        /* A sealed key is in the window: the young store must not take it again. */
-        bool dup = false, present = false;
-        uint64_t owner = 0;
-        if ((src = part_find_sealed(p, key, &present, &owner)) != STORE_OK)
-            goto fail;
-        if (!present && (src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
-            goto fail;
-        if (m->offset < p->repair_until) {
-            c->repaired++;
-            continue;
-        }
-        if (!present && !dup) {
-            produce[i] = true;
-            continue;
-        }
-        if (!present && (src = store_lookup(p->st, key, &present, &owner)) != STORE_OK)
-            goto fail;
-        if (present && owner == (uint64_t)m->offset) {
-            produce[i] = true; /* the record that inserted the key, re-processed */
-            c->owners++;
-        } else {
-            c->duplicates++;
-        }
-    }
-    for (int32_t i = 0; i < w->nparts_cap; i++) {
-        p = w->parts[i];
-        if (p == NULL || !p->txn_open)
-            continue;
-        if (w->o.max_keys > 0 &&
-            (src = store_evict_pass(p->st, window_after_batch(&wp, n), &ea, &es)) != STORE_OK)
-            goto fail;
-        if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
+        if ((src = stage_one(w, p, m, now, c, &produce[i])) != STORE_OK)
             goto fail;
     }
+    if ((src = stage_close(w, &wp, n, &ea, &es, &p)) != STORE_OK)
+        goto fail;
     return STEP_OK;
 fail:
     if (src == STORE_FULL && p != NULL) {
@@ -905,23 +933,17 @@ abort:
     return v;
 }
 
-/* Processes one gathered batch. CLUSTER_OK (also after an abort and rewind) or a fatal error. */
-static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, char *err,
-                   size_t errlen)
+/* Stage 1 with its retries: a full map grows and the batch is staged again. CLUSTER_OK, or
+ * CLUSTER_STORE (the stores aborted). */
+static int stage_all(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, bool *produce,
+                     counters_t *c, char *err, size_t errlen)
 {
-    bool *produce = calloc(n, sizeof *produce);
-    rd_kafka_topic_partition_list_t *offsets = NULL;
-    counters_t c;
-    int rc = CLUSTER_OK, grows = 0;
-    if (produce == NULL)
-        return CLUSTER_NOMEM;
-
-    for (;;) {
+    for (int grows = 0;;) {
         int32_t gp = -1;
-        memset(&c, 0, sizeof c);
-        enum step s = stage_keys(w, msgs, n, produce, &c, &gp);
+        memset(c, 0, sizeof *c);
+        enum step s = stage_keys(w, msgs, n, produce, c, &gp);
         if (s == STEP_OK)
-            break;
+            return CLUSTER_OK;
         abort_stores(w);
         part_t *p = part_get(w, gp);
         if (s == STEP_GROW && p != NULL && grows++ < MAX_GROW_RETRIES &&
@@ -929,45 +951,49 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
             continue;
         w->c.store_errors++;
         errbuf_printf(err, errlen, "partition store failed; stopping (the batch is not committed)");
-        rc = CLUSTER_STORE;
-        goto out;
+        return CLUSTER_STORE;
     }
+}
 
-    /* Offsets to commit: only partitions that moved past what the group has committed. */
-    offsets = rd_kafka_topic_partition_list_new(8);
-    bool kafka = false;
+/* Offsets to commit: only partitions that moved past what the group has committed. *any says
+ * whether there is one (then the batch needs a Kafka transaction). */
+static rd_kafka_topic_partition_list_t *commit_offsets(cluster_worker_t *w, bool *any)
+{
+    rd_kafka_topic_partition_list_t *offsets = rd_kafka_topic_partition_list_new(8);
+    *any = false;
     for (int32_t i = 0; i < w->nparts_cap; i++) {
         part_t *p = w->parts[i];
         if (p == NULL || !p->txn_open || !p->needs_kafka)
             continue;
         rd_kafka_topic_partition_list_add(offsets, w->o.raw_topic, p->id)->offset =
             p->batch_last + 1;
-        kafka = true;
+        *any = true;
     }
-    if (kafka) {
-        int v = kafka_txn(w, msgs, n, produce, offsets, &c);
-        if (v != 0) {
-            abort_stores(w);
-            w->c.txn_aborted++;
-            if (atomic_load(&w->stop))
-                goto out; /* nothing is committed; the next owner resumes at the group's offsets */
-            if (v == TXN_FATAL && (rc = producer_restart(w, err, errlen)) != CLUSTER_OK) {
-                if (atomic_load(&w->stop))
-                    rc = CLUSTER_OK;
-                goto out;
-            }
-            rewind_all(w);
-            goto out;
-        }
-        w->c.txn_committed++;
-        if (w->o.mirror_offsets) {
-            rd_kafka_resp_err_t ce = rd_kafka_commit(w->mirror, offsets, 0);
-            if (ce)
-                wlog(w, 1, "mirror offset commit: %s", rd_kafka_err2str(ce));
-        }
-        crash_hook(w, "kafka-committed");
+    return offsets;
+}
+
+/* A transaction that did not commit (v: kafka_txn's verdict): nothing of the batch counts, and
+ * the partitions rewind to the group's offsets, after a new producer when the old one failed
+ * for good. CLUSTER_OK, or the new producer's error. */
+static int txn_undone(cluster_worker_t *w, int v, char *err, size_t errlen)
+{
+    abort_stores(w);
+    w->c.txn_aborted++;
+    if (atomic_load(&w->stop))
+        return CLUSTER_OK; /* nothing is committed; the next owner resumes at the group's offsets */
+    if (v == TXN_FATAL) {
+        int rc = producer_restart(w, err, errlen);
+        if (rc != CLUSTER_OK)
+            return atomic_load(&w->stop) ? CLUSTER_OK : rc;
     }
-    /* Stage 3: the stores follow the committed transaction. */
+    rewind_all(w);
+    return CLUSTER_OK;
+}
+
+/* Stage 3: the stores follow the committed transaction. Returns true when a store commit failed
+ * (Kafka has the batch; the repair on the rewind restores the missing keys). */
+static bool stores_commit(cluster_worker_t *w)
+{
     bool failed = false;
     for (int32_t i = 0; i < w->nparts_cap; i++) {
         part_t *p = w->parts[i];
@@ -976,7 +1002,6 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
         p->txn_open = false;
         int src = store_commit(p->st);
         if (src != STORE_OK) {
-            /* Kafka has it; the keys are missing here: the repair on the rewind restores them. */
             wlog(w, 0, "partition %" PRId32 ": store commit: %s", p->id, store_strerror(src));
             w->c.store_errors++;
             failed = true;
@@ -991,13 +1016,51 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
         p->needs_kafka = false;
         part_maintain(w, p, clk_wall_ms());
     }
+    return failed;
+}
+
+static void add_counters(counters_t *to, const counters_t *c)
+{
+    to->consumed += c->consumed;
+    to->produced += c->produced;
+    to->duplicates += c->duplicates;
+    to->owners += c->owners;
+    to->repaired += c->repaired;
+    to->malformed += c->malformed;
+}
+
+/* Processes one gathered batch. CLUSTER_OK (also after an abort and rewind) or a fatal error. */
+static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, char *err,
+                   size_t errlen)
+{
+    bool *produce = calloc(n, sizeof *produce);
+    rd_kafka_topic_partition_list_t *offsets = NULL;
+    counters_t c;
+    bool kafka = false;
+
+    if (produce == NULL)
+        return CLUSTER_NOMEM;
+    int rc = stage_all(w, msgs, n, produce, &c, err, errlen);
+    if (rc != CLUSTER_OK)
+        goto out;
+    offsets = commit_offsets(w, &kafka);
+    if (kafka) {
+        int v = kafka_txn(w, msgs, n, produce, offsets, &c);
+        if (v != 0) {
+            rc = txn_undone(w, v, err, errlen);
+            goto out;
+        }
+        w->c.txn_committed++;
+        if (w->o.mirror_offsets) {
+            rd_kafka_resp_err_t ce = rd_kafka_commit(w->mirror, offsets, 0);
+            if (ce)
+                wlog(w, 1, "mirror offset commit: %s", rd_kafka_err2str(ce));
+        }
+        crash_hook(w, "kafka-committed");
+    }
+    bool failed = stores_commit(w);
     crash_hook(w, "stored");
-    w->c.consumed += c.consumed;
-    w->c.produced += c.produced;
-    w->c.duplicates += c.duplicates;
-    w->c.owners += c.owners;
-    w->c.repaired += c.repaired;
-    w->c.malformed += c.malformed;
+    add_counters(&w->c, &c);
     if (failed)
         rewind_all(w);
 out:

@@ -280,11 +280,24 @@ typedef struct cat {
     const char *data;
     const char *group; /* NULL: no group */
     char storedir[4200], logdir[4200], mdb[4300];
+    bool rejected;       /* --log rejected: the quarantine */
+    bool follow;         /* --follow */
+    int64_t stop_ms;     /* --stop-timeout */
     bool have_committed; /* the group file holds `committed` */
     uint64_t committed;
     int64_t committed_at;
+    uint64_t pos;   /* where the reader opens */
+    bool have_from; /* --from given */
+    bool pos_known; /* pos set (else: the oldest retained, once a log exists) */
+    bool may_skip;  /* only an explicit --from out of range is an error */
+    store_t *st;    /* LMDB read-only, when the server left no acknowledged mark */
+    log_reader_t *r;
     out_t out;
 } cat_t;
+
+/* Outcomes of cat_records beyond a flush's 0 / 1 / -1. */
+#define CAT_FAIL   (-2) /* an error, reported: exit 1 without committing the group */
+#define CAT_REOPEN 2    /* reopened past a retention gap: read on */
 
 /* Commits the group's position when it moved (or the group is new). 0 or -1 (reported). */
 static int commit_group(cat_t *c)
@@ -375,201 +388,243 @@ static int flushed(int w)
     return w;
 }
 
-static int cat(int argc, char **argv)
+/* Reads and checks cat's flags into *c. Returns -1 to go on, else the exit code. */
+static int cat_args(int argc, char **argv, cat_t *c)
 {
-    cat_t c = {0};
     opts_val_t v[CAT_MAX];
-    const char *which;
-    int64_t stop_ms;
-    bool follow, have_from;
-    store_t *st = NULL;
-    log_reader_t *r = NULL;
-    uint64_t pos = 0;
-    bool pos_known = false; /* pos set (else: the oldest retained, once a log exists) */
-    bool may_skip = true;   /* only an explicit --from out of range is an error */
-    int ret = 1, rc;
-    rc = opts_parse(&CAT_CMD, argc, argv, v, NULL);
+    int rc = opts_parse(&CAT_CMD, argc, argv, v, NULL);
     /* The strings stay valid after opts_free: they are argv's, the environment's or the table's. */
-    c.data = v[CAT_DATA].str;
-    c.group = v[CAT_GROUP].str;
-    which = v[CAT_LOG].str;
-    have_from = v[CAT_FROM].set;
-    pos = v[CAT_FROM].n;
-    follow = v[CAT_FOLLOW].on;
-    stop_ms = v[CAT_STOP].ms;
+    const char *which = v[CAT_LOG].str;
+    c->data = v[CAT_DATA].str;
+    c->group = v[CAT_GROUP].str;
+    c->have_from = v[CAT_FROM].set;
+    c->pos = v[CAT_FROM].n;
+    c->follow = v[CAT_FOLLOW].on;
+    c->stop_ms = v[CAT_STOP].ms;
     opts_free(&CAT_CMD, v);
     if (rc != 0)
         return rc == 1 ? 0 : 2;
     /* The quarantine has no acknowledged mark (nobody was told it holds anything) and no
      * groups: its group files would share DIR/groups/ with the event log's. */
-    bool rejected = strcmp(which, "rejected") == 0;
-    if (!rejected && strcmp(which, "events") != 0) {
+    c->rejected = strcmp(which, "rejected") == 0;
+    if (!c->rejected && strcmp(which, "events") != 0) {
         fprintf(stderr, "ingestd log cat: --log takes events or rejected\n");
         return 2;
     }
-    if (rejected && c.group != NULL) {
+    if (c->rejected && c->group != NULL) {
         fprintf(stderr, "ingestd log cat: --group reads the events log only, not --log rejected\n");
         return 2;
     }
-    if (c.group != NULL && !groups_valid_name(c.group)) {
+    if (c->group != NULL && !groups_valid_name(c->group)) {
         fprintf(stderr,
                 "ingestd log cat: bad group name \"%s\" (1..64 of A-Z a-z 0-9 . _ -, not "
                 "starting with '.')\n",
-                c.group);
+                c->group);
         return 2;
     }
-    if (!exists(c.data)) {
-        fprintf(stderr, "ingestd log cat: no data directory %s\n", c.data);
+    if (!exists(c->data)) {
+        fprintf(stderr, "ingestd log cat: no data directory %s\n", c->data);
         return 1;
     }
-    snprintf(c.storedir, sizeof c.storedir, "%s/store", c.data);
-    snprintf(c.mdb, sizeof c.mdb, "%s/data.mdb", c.storedir);
-    snprintf(c.logdir, sizeof c.logdir, "%s/%s", c.data, rejected ? "rejected" : "log");
+    snprintf(c->storedir, sizeof c->storedir, "%s/store", c->data);
+    snprintf(c->mdb, sizeof c->mdb, "%s/data.mdb", c->storedir);
+    snprintf(c->logdir, sizeof c->logdir, "%s/%s", c->data, c->rejected ? "rejected" : "log");
+    c->pos_known = c->have_from;
+    c->may_skip = !c->have_from;
+    return -1;
+}
 
-    if (have_from) {
-        pos_known = true;
-        may_skip = false;
+/* --group: start at its committed offset, unless --from says otherwise. 0 or -1 (reported). */
+static int cat_group_start(cat_t *c)
+{
+    uint64_t g = 0;
+
+    if (c->group == NULL)
+        return 0;
+    int rc = groups_get(c->data, c->group, &g);
+    if (rc == GROUPS_NOTFOUND)
+        return 0;
+    if (rc != GROUPS_OK) {
+        fprintf(stderr, "ingestd log cat: cannot read group %s: %s%s%s\n", c->group,
+                groups_strerror(rc), rc == GROUPS_EIO ? ": " : "",
+                rc == GROUPS_EIO ? strerror(errno) : "");
+        return -1;
     }
-    if (c.group != NULL) {
-        uint64_t g = 0;
-        rc = groups_get(c.data, c.group, &g);
-        if (rc == GROUPS_OK) {
-            c.have_committed = true;
-            c.committed = g;
-            if (have_from) {
-                fprintf(stderr,
-                        "ingestd log cat: group %s is at offset %" PRIu64
-                        "; starting at --from %" PRIu64 " instead\n",
-                        c.group, g, pos);
-            } else {
-                pos = g;
-                pos_known = true;
-            }
-        } else if (rc != GROUPS_NOTFOUND) {
-            fprintf(stderr, "ingestd log cat: cannot read group %s: %s%s%s\n", c.group,
-                    groups_strerror(rc), rc == GROUPS_EIO ? ": " : "",
-                    rc == GROUPS_EIO ? strerror(errno) : "");
-            return 1;
+    c->have_committed = true;
+    c->committed = g;
+    if (c->have_from) {
+        fprintf(stderr,
+                "ingestd log cat: group %s is at offset %" PRIu64 "; starting at --from %" PRIu64
+                " instead\n",
+                c->group, g, c->pos);
+    } else {
+        c->pos = g;
+        c->pos_known = true;
+    }
+    return 0;
+}
+
+/*
+ * How far the log may be read, into *limit: only what was acknowledged goes out. The server
+ * says how far in store/ACKED (never below LMDB's applied offset, which lags by up to a
+ * checkpoint); that needs no LMDB reader slot, which matters in another container sharing the
+ * volume, where LMDB's PID-based reader table cannot tell the two processes apart. Without it,
+ * LMDB's applied offset; a log without a store (never started, or being rebuilt) has no such
+ * mark, so all of it goes, as does all of the quarantine. 0, or -1 (reported).
+ */
+static int cat_limit(cat_t *c, uint64_t *limit)
+{
+    uint64_t acked;
+    store_info_t info;
+
+    *limit = UINT64_MAX;
+    if (c->rejected)
+        return 0;
+    if (commit_read_acked(c->data, &acked) == 0) {
+        *limit = acked;
+        return 0;
+    }
+    if (c->st == NULL && exists(c->mdb)) {
+        store_options_t so = {.map_size = 0, .read_only = true};
+        int rc = store_open(c->storedir, &so, &c->st);
+        if (rc != STORE_OK) {
+            fprintf(stderr, "ingestd log cat: cannot open %s: %s\n", c->storedir,
+                    store_strerror(rc));
+            c->st = NULL;
+            return -1;
         }
     }
+    if (c->st == NULL)
+        return 0;
+    int rc = store_get_info(c->st, &info);
+    if (rc != STORE_OK) {
+        fprintf(stderr, "ingestd log cat: cannot read %s: %s (%s)\n", c->storedir,
+                store_strerror(rc), store_detail(c->st));
+        return -1;
+    }
+    *limit = info.applied;
+    return 0;
+}
 
-    install_stop(stop_ms);
+/* Opens the reader once the log exists. 0, or -1 (reported). */
+static int cat_open(cat_t *c)
+{
+    if (c->r != NULL || !exists(c->logdir))
+        return 0;
+    if (!c->pos_known)
+        c->pos = first_offset(c->logdir);
+    c->pos_known = true;
+    if (open_reader(c, &c->pos, c->may_skip, &c->r) != LOG_OK)
+        return -1;
+    c->out.done = c->pos;
+    return 0;
+}
 
-    c.committed_at = clk_mono_ms();
-    c.out.done = pos; /* a new group with no log yet commits 0 */
+/* The reader ended short of the acknowledged end: retention may have deleted the segment it
+ * was about to switch to. Then reopens past the gap (CAT_REOPEN). A flush outcome otherwise. */
+static int cat_gap(cat_t *c)
+{
+    uint64_t at = log_reader_position(c->r);
+    if (at >= first_offset(c->logdir))
+        return 0;
+    int w = flushed(out_flush(&c->out));
+    if (w != 0)
+        return w;
+    log_reader_close(c->r);
+    c->r = NULL;
+    c->pos = at;
+    if (open_reader(c, &c->pos, true, &c->r) != LOG_OK)
+        return CAT_FAIL;
+    c->out.done = c->pos;
+    return CAT_REOPEN;
+}
+
+/* Copies the records up to `limit` to stdout (a signal stops reading). Returns a flush outcome
+ * (0 go on, 1 reader gone or abandoned, -1 error), CAT_REOPEN or CAT_FAIL. */
+static int cat_records(cat_t *c, uint64_t limit)
+{
+    log_record_t rec;
+    int rc = LOG_END;
+
+    while (signals == 0 && (rc = log_reader_next(c->r, limit, &rec)) == LOG_OK) {
+        if (out_add(&c->out, &rec) != 0) {
+            fprintf(stderr, "ingestd log cat: out of memory\n");
+            return CAT_FAIL;
+        }
+        if (c->out.len < FLUSH_BYTES)
+            continue;
+        int w = flushed(out_flush(&c->out));
+        if (w != 0)
+            return w;
+        if (c->follow && clk_mono_ms() - c->committed_at >= COMMIT_MS && commit_group(c))
+            return CAT_FAIL;
+    }
+    if (signals != 0)
+        return 0;
+    if (rc != LOG_OK && rc != LOG_END) {
+        fprintf(stderr, "ingestd log cat: reading %s at offset %" PRIu64 ": %s\n", c->logdir,
+                log_reader_position(c->r), log_strerror(rc));
+        int w = flushed(out_flush(&c->out));
+        return w == 0 ? -1 : w;
+    }
+    if (rc == LOG_END && log_reader_position(c->r) < limit)
+        return cat_gap(c);
+    return 0;
+}
+
+/* Reads, writes and (with --follow) polls until the end, a signal or an error. The exit code. */
+static int cat_loop(cat_t *c)
+{
     for (;;) {
-        uint64_t limit = UINT64_MAX;
-        log_record_t rec;
+        uint64_t limit;
         int w = 0;
 
-        /*
-         * Only what was acknowledged goes out. The server says how far in store/ACKED
-         * (never below LMDB's applied offset, which lags by up to a checkpoint); that
-         * needs no LMDB reader slot, which matters in another container sharing the
-         * volume, where LMDB's PID-based reader table cannot tell the two processes
-         * apart. Without it, LMDB's applied offset; a log without a store (never
-         * started, or being rebuilt) has no such mark, so all of it goes.
-         */
-        uint64_t acked;
-        bool have_acked = !rejected && commit_read_acked(c.data, &acked) == 0;
-        if (have_acked)
-            limit = acked;
-        if (!have_acked && !rejected && st == NULL && exists(c.mdb)) {
-            store_options_t so = {.map_size = 0, .read_only = true};
-            rc = store_open(c.storedir, &so, &st);
-            if (rc != STORE_OK) {
-                fprintf(stderr, "ingestd log cat: cannot open %s: %s\n", c.storedir,
-                        store_strerror(rc));
-                st = NULL;
-                goto out;
-            }
-        }
-        if (!have_acked && st != NULL) {
-            store_info_t info;
-            rc = store_get_info(st, &info);
-            if (rc != STORE_OK) {
-                fprintf(stderr, "ingestd log cat: cannot read %s: %s (%s)\n", c.storedir,
-                        store_strerror(rc), store_detail(st));
-                goto out;
-            }
-            limit = info.applied;
-        }
-
-        if (r == NULL && exists(c.logdir)) {
-            if (!pos_known)
-                pos = first_offset(c.logdir);
-            pos_known = true;
-            if (open_reader(&c, &pos, may_skip, &r) != LOG_OK)
-                goto out;
-            c.out.done = pos;
-        }
-
-        if (r != NULL) {
-            rc = LOG_END;
-            while (signals == 0 && (rc = log_reader_next(r, limit, &rec)) == LOG_OK) {
-                if (out_add(&c.out, &rec) != 0) {
-                    fprintf(stderr, "ingestd log cat: out of memory\n");
-                    goto out;
-                }
-                if (c.out.len >= FLUSH_BYTES) {
-                    w = flushed(out_flush(&c.out));
-                    if (w != 0)
-                        break;
-                    if (follow && clk_mono_ms() - c.committed_at >= COMMIT_MS && commit_group(&c))
-                        goto out;
-                }
-            }
-            if (w == 0 && signals == 0 && rc != LOG_OK && rc != LOG_END) {
-                fprintf(stderr, "ingestd log cat: reading %s at offset %" PRIu64 ": %s\n", c.logdir,
-                        log_reader_position(r), log_strerror(rc));
-                w = flushed(out_flush(&c.out));
-                if (w == 0)
-                    w = -1;
-            }
-            if (w == 0 && signals == 0 && rc == LOG_END && log_reader_position(r) < limit) {
-                /* Short of the acknowledged end: retention may have deleted the
-                 * segment this reader was about to switch to. */
-                uint64_t at = log_reader_position(r);
-                uint64_t first = first_offset(c.logdir);
-                if (at < first) {
-                    w = flushed(out_flush(&c.out));
-                    if (w == 0) {
-                        log_reader_close(r);
-                        r = NULL;
-                        pos = at;
-                        if (open_reader(&c, &pos, true, &r) != LOG_OK)
-                            goto out;
-                        c.out.done = pos;
-                        continue;
-                    }
-                }
-            }
-        }
+        if (cat_limit(c, &limit) != 0 || cat_open(c) != 0)
+            return 1;
+        if (c->r != NULL)
+            w = cat_records(c, limit);
+        if (w == CAT_FAIL)
+            return 1;
+        if (w == CAT_REOPEN)
+            continue;
         if (w == 0)
-            w = flushed(out_flush(&c.out));
+            w = flushed(out_flush(&c->out));
         if (w != 0) {
-            ret = w > 0 ? 0 : 1;
-            if (commit_group(&c) != 0)
+            int ret = w > 0 ? 0 : 1;
+            if (commit_group(c) != 0)
                 ret = 1;
-            report_abandon(&c);
-            goto out;
+            report_abandon(c);
+            return ret;
         }
-        if (follow && clk_mono_ms() - c.committed_at >= COMMIT_MS && commit_group(&c) != 0)
-            goto out;
-        if (!follow || signals > 0)
+        if (c->follow && clk_mono_ms() - c->committed_at >= COMMIT_MS && commit_group(c) != 0)
+            return 1;
+        if (!c->follow || signals > 0)
             break;
         sleep_poll();
         if (signals > 0)
             break;
     }
-    ret = commit_group(&c) == 0 ? 0 : 1;
+    return commit_group(c) == 0 ? 0 : 1;
+}
 
-out:
+static int cat(int argc, char **argv)
+{
+    cat_t c = {0};
+    int ret = cat_args(argc, argv, &c);
+
+    if (ret >= 0)
+        return ret;
+    if (cat_group_start(&c) != 0)
+        return 1;
+    install_stop(c.stop_ms);
+    c.committed_at = clk_mono_ms();
+    c.out.done = c.pos; /* a new group with no log yet commits 0 */
+    ret = cat_loop(&c);
     if (have_timer)
         timer_delete(stop_timer);
     have_timer = false;
-    log_reader_close(r);
-    store_close(st);
+    log_reader_close(c.r);
+    store_close(c.st);
     out_free(&c.out);
     return ret;
 }
