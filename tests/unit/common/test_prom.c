@@ -1,4 +1,4 @@
-/* test_common_prom.c: the Prometheus text writer (common/prom.c), byte for byte. */
+/* common/test_prom.c: the Prometheus text writer (common/prom.c), byte for byte. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
