@@ -6,6 +6,7 @@
 
 #include "api/cors.h"
 #include "api/lookup.h"
+#include "api/reqhist.h"
 
 enum kind { INGEST, STATS, METRICS, HEALTHZ, LOG, DASHBOARD, EVENTS };
 

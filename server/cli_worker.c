@@ -151,7 +151,7 @@ static json_t *lookup_json(const struct http_ctx *h, const char *id, const char 
     if (j == NULL)
         return NULL;
     if (res->status == CLUSTER_LOOKUP_SEEN) {
-        *status = MHD_HTTP_OK;
+        *status = 200;
         errbuf_printf(reason, sizeof reason,
                       "the worker keeps keys, not events: the event is in the output topic %s, the "
                       "record whose ingestd-input header is %d:%llu",
@@ -161,10 +161,10 @@ static json_t *lookup_json(const struct http_ctx *h, const char *id, const char 
         json_object_set_new(j, "event", json_null());
         json_object_set_new(j, "reason", json_string(reason));
     } else if (res->status == CLUSTER_LOOKUP_UNSEEN) {
-        *status = MHD_HTTP_NOT_FOUND;
+        *status = 404;
         json_object_set_new(j, "window_start", iso_or_null(res->window_start_ms));
     } else {
-        *status = MHD_HTTP_NOT_FOUND;
+        *status = 404;
         if (res->partition >= 0)
             errbuf_printf(
                 reason, sizeof reason,
