@@ -105,6 +105,24 @@ static void test_values(void **state)
     free(t);
 }
 
+/* Bounds as Prometheus' clients spell le: fewest digits, an exponent past six of them. */
+static void test_bounds_as_le(void **state)
+{
+    (void)state;
+    static const double b[] = {0.005, 1, 86400, 2419200, 0.1 + 0.2};
+    static const uint64_t c[] = {0, 0, 0, 0, 0, 0};
+    prom_t *p = prom_new(NULL);
+    prom_histogram(p, "h", NULL, b, c, 5, 0);
+    char *t = prom_take(p, NULL);
+    assert_non_null(t);
+    assert_non_null(strstr(t, "h_bucket{le=\"0.005\"} 0\n"));
+    assert_non_null(strstr(t, "h_bucket{le=\"1\"} 0\n"));
+    assert_non_null(strstr(t, "h_bucket{le=\"86400\"} 0\n"));
+    assert_non_null(strstr(t, "h_bucket{le=\"2.4192e+06\"} 0\n"));
+    assert_non_null(strstr(t, "h_bucket{le=\"0.30000000000000004\"} 0\n"));
+    free(t);
+}
+
 static void test_help_escaped(void **state)
 {
     (void)state;
@@ -184,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_histogram_exact_text),
         cmocka_unit_test(test_labelled_counter_exact_text),
         cmocka_unit_test(test_values),
+        cmocka_unit_test(test_bounds_as_le),
         cmocka_unit_test(test_help_escaped),
         cmocka_unit_test(test_label_escape_and_overflow),
         cmocka_unit_test(test_grows),
