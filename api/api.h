@@ -128,9 +128,9 @@ typedef struct api_req {
     const char *body; /* decompressed body (may be NULL when body_len is 0) */
     size_t body_len;
     int64_t now_ms; /* receivedAt: when the request arrived (ms since epoch) */
-    /* CLOCK_MONOTONIC ms when the request arrived (api_monotonic_ms()); keep it the same when
-     * a request is handled again after a retry outcome, so its long-poll deadline stays put.
-     * 0: "now". */
+    /* CLOCK_MONOTONIC ms when the request arrived (clk_mono_ms() of common/clock.h); keep it the
+     * same when a request is handled again after a retry outcome, so its long-poll deadline stays
+     * put. 0: "now". */
     int64_t arrived_mono_ms;
     /* The client's address as text ("192.0.2.7", "2001:db8::1"): the socket's peer or, behind a
      * trusted proxy, the address it forwarded. Ingested events without a context.ip get it, as
@@ -239,13 +239,10 @@ void api_transport_headers(api_t *api, const api_req_t *req, api_resp_t *resp);
 /* Counts a response by status for /stats and /metrics; the transport calls it once per response. */
 void api_count_response(api_t *api, int status);
 
-/* CLOCK_MONOTONIC in nanoseconds: the clock of api_count_duration. */
-int64_t api_clock_ns(void);
-
 /*
- * Counts a response's duration (`ns` from the request's arrival to its answer, api_clock_ns())
- * in ingestd_request_duration_seconds, by the route of `path` and the status class. The
- * transport calls it beside api_count_response. Lock-free, thread-safe.
+ * Counts a response's duration (`ns` from the request's arrival to its answer, by clk_mono_ns()
+ * of common/clock.h) in ingestd_request_duration_seconds, by the route of `path` and the status
+ * class. The transport calls it beside api_count_response. Lock-free, thread-safe.
  */
 void api_count_duration(api_t *api, const char *path, int status, int64_t ns);
 

@@ -3,13 +3,14 @@
 #include "api/auth.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+
+#include "common/errbuf.h"
 
 static int b64val(unsigned char c)
 {
@@ -118,6 +119,26 @@ out:
     return rc;
 }
 
+int auth_bearer_token(const char *header, const char **tok, size_t *len)
+{
+    static const char scheme[] = "Bearer";
+    const size_t n = sizeof(scheme) - 1;
+
+    *tok = NULL;
+    *len = 0;
+    if (!header || strncasecmp(header, scheme, n) != 0 || (header[n] != ' ' && header[n] != '\t'))
+        return AUTH_NONE;
+    const char *t = header + n;
+    while (*t == ' ' || *t == '\t')
+        t++;
+    size_t l = strlen(t);
+    while (l > 0 && (t[l - 1] == ' ' || t[l - 1] == '\t'))
+        l--;
+    *tok = t;
+    *len = l;
+    return AUTH_OK;
+}
+
 int auth_equal(const char *a, size_t alen, const char *b, size_t blen)
 {
     /* The loop runs over b (the secret side) whatever a is; a's length is the caller's own. */
@@ -145,19 +166,6 @@ const api_write_key_t *auth_lookup(const api_write_key_t *keys, size_t n, const 
 }
 
 /* ---- write keys files ---- */
-
-static void set_err(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *buf, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    if (!buf || len == 0)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(buf, len, fmt, ap);
-    va_end(ap);
-}
 
 void auth_keys_free(api_write_key_t *keys, size_t n)
 {
@@ -212,7 +220,7 @@ static int check_unique(const api_write_key_t *keys, const size_t *lines, size_t
     int rc = 0;
 
     if (!refs) {
-        set_err(errbuf, errlen, "%s: out of memory", name);
+        errbuf_printf(errbuf, errlen, "%s: out of memory", name);
         return -1;
     }
     for (size_t i = 0; i < n; i++)
@@ -223,12 +231,12 @@ static int check_unique(const api_write_key_t *keys, const size_t *lines, size_t
             continue;
         /* Sorted by line within a key: refs[i] is the later one, so always a line of the file. */
         if (refs[i - 1].line == 0)
-            set_err(errbuf, errlen,
-                    "%s:%zu: write key also given by --write-key or INGESTD_WRITE_KEY", name,
-                    refs[i].line);
+            errbuf_printf(errbuf, errlen,
+                          "%s:%zu: write key also given by --write-key or INGESTD_WRITE_KEY", name,
+                          refs[i].line);
         else
-            set_err(errbuf, errlen, "%s:%zu: write key given twice (also on line %zu)", name,
-                    refs[i].line, refs[i - 1].line);
+            errbuf_printf(errbuf, errlen, "%s:%zu: write key given twice (also on line %zu)", name,
+                          refs[i].line, refs[i - 1].line);
         rc = -1;
         break;
     }
@@ -236,109 +244,123 @@ static int check_unique(const api_write_key_t *keys, const size_t *lines, size_t
     return rc;
 }
 
+/* The keys parsed so far, with the file line of each (0: from base). */
+struct keylist {
+    api_write_key_t *keys;
+    size_t *lines;
+    size_t n, cap;
+};
+
+/* Appends copies of key[0..klen) and src[0..slen), found on `line`. 0, or -1 (out of memory). */
+static int keylist_add(struct keylist *l, const char *key, size_t klen, const char *src,
+                       size_t slen, size_t line)
+{
+    if (l->n == l->cap) {
+        size_t ncap = l->cap ? l->cap * 2 : 16;
+        api_write_key_t *k2 = realloc(l->keys, ncap * sizeof(*l->keys));
+        if (!k2)
+            return -1;
+        l->keys = k2;
+        size_t *l2 = realloc(l->lines, ncap * sizeof(*l->lines));
+        if (!l2)
+            return -1;
+        l->lines = l2;
+        l->cap = ncap;
+    }
+    l->keys[l->n].key = dup_n(key, klen);
+    l->keys[l->n].source = dup_n(src, slen);
+    l->lines[l->n] = line;
+    l->n++;
+    return l->keys[l->n - 1].key && l->keys[l->n - 1].source ? 0 : -1;
+}
+
+/* One line [b, e) of a keys file: KEY[:SOURCE], or a blank or '#' line (skipped). 0, or -1
+ * with "NAME:LINE: reason" in errbuf. */
+static int parse_line(struct keylist *l, const char *b, const char *e, const char *name,
+                      size_t lineno, char *errbuf, size_t errlen)
+{
+    while (b < e && is_blank((unsigned char)*b))
+        b++;
+    while (e > b && is_blank((unsigned char)e[-1]))
+        e--;
+    if (b == e || *b == '#')
+        return 0;
+    const char *sep = memchr(b, ':', (size_t)(e - b));
+    const char *src = sep ? sep + 1 : "default";
+    size_t klen = (size_t)((sep ? sep : e) - b);
+    size_t slen = sep ? (size_t)(e - src) : strlen("default");
+
+    if (klen == 0) {
+        errbuf_printf(errbuf, errlen, "%s:%zu: empty write key", name, lineno);
+        return -1;
+    }
+    if (slen == 0) {
+        errbuf_printf(errbuf, errlen, "%s:%zu: empty source after ':'", name, lineno);
+        return -1;
+    }
+    for (const char *c = b; c < e; c++) {
+        if (bad_byte((unsigned char)*c)) {
+            errbuf_printf(errbuf, errlen,
+                          "%s:%zu: blank, control character or ',' in a write key or source "
+                          "(one KEY[:SOURCE] per line)",
+                          name, lineno);
+            return -1;
+        }
+    }
+    if (klen + slen > AUTH_KEY_BYTES) {
+        errbuf_printf(errbuf, errlen, "%s:%zu: write key or source too long (max %d bytes)", name,
+                      lineno, AUTH_KEY_BYTES);
+        return -1;
+    }
+    if (l->n == AUTH_MAX_KEYS) {
+        errbuf_printf(errbuf, errlen, "%s:%zu: more than %d write keys in all", name, lineno,
+                      AUTH_MAX_KEYS);
+        return -1;
+    }
+    if (keylist_add(l, b, klen, src, slen, lineno) != 0) {
+        errbuf_printf(errbuf, errlen, "%s: out of memory", name);
+        return -1;
+    }
+    return 0;
+}
+
 int auth_keys_parse(const char *text, size_t len, const char *name, const api_write_key_t *base,
                     size_t nbase, api_write_key_t **out, size_t *n, char *errbuf, size_t errlen)
 {
-    api_write_key_t *keys = NULL;
-    size_t *lines = NULL;
-    size_t nkeys = 0, cap = nbase + 16, lineno = 0;
+    struct keylist l = {0};
     const char *p = text, *end = text + len;
+    size_t lineno = 0;
 
     *out = NULL;
     *n = 0;
     if (nbase > AUTH_MAX_KEYS) {
-        set_err(errbuf, errlen, "%s: more than %d write keys in all", name, AUTH_MAX_KEYS);
+        errbuf_printf(errbuf, errlen, "%s: more than %d write keys in all", name, AUTH_MAX_KEYS);
         return -1;
     }
-    keys = calloc(cap, sizeof(*keys));
-    lines = calloc(cap, sizeof(*lines));
-    if (!keys || !lines)
-        goto nomem;
     for (size_t i = 0; i < nbase; i++) {
+        const char *k = base[i].key ? base[i].key : "";
         const char *src = base[i].source && *base[i].source ? base[i].source : "default";
-        keys[i].key = strdup(base[i].key ? base[i].key : "");
-        keys[i].source = strdup(src);
-        nkeys = i + 1;
-        if (!keys[i].key || !keys[i].source)
-            goto nomem;
+        if (keylist_add(&l, k, strlen(k), src, strlen(src), 0) != 0) {
+            errbuf_printf(errbuf, errlen, "%s: out of memory", name);
+            goto fail;
+        }
     }
-
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *e = nl ? nl : end;
-        const char *b = p;
+        if (parse_line(&l, p, e, name, ++lineno, errbuf, errlen) != 0)
+            goto fail;
         p = nl ? nl + 1 : end;
-        lineno++;
-
-        while (b < e && is_blank((unsigned char)*b))
-            b++;
-        while (e > b && is_blank((unsigned char)e[-1]))
-            e--;
-        if (b == e || *b == '#')
-            continue;
-        const char *sep = memchr(b, ':', (size_t)(e - b));
-        const char *kend = sep ? sep : e;
-        const char *src = sep ? sep + 1 : "default";
-        size_t klen = (size_t)(kend - b);
-        size_t slen = sep ? (size_t)(e - src) : strlen("default");
-
-        if (klen == 0) {
-            set_err(errbuf, errlen, "%s:%zu: empty write key", name, lineno);
-            goto fail;
-        }
-        if (slen == 0) {
-            set_err(errbuf, errlen, "%s:%zu: empty source after ':'", name, lineno);
-            goto fail;
-        }
-        for (const char *c = b; c < e; c++) {
-            if (bad_byte((unsigned char)*c)) {
-                set_err(errbuf, errlen,
-                        "%s:%zu: blank, control character or ',' in a write key or source "
-                        "(one KEY[:SOURCE] per line)",
-                        name, lineno);
-                goto fail;
-            }
-        }
-        if (klen + slen > AUTH_KEY_BYTES) {
-            set_err(errbuf, errlen, "%s:%zu: write key or source too long (max %d bytes)", name,
-                    lineno, AUTH_KEY_BYTES);
-            goto fail;
-        }
-        if (nkeys == AUTH_MAX_KEYS) {
-            set_err(errbuf, errlen, "%s:%zu: more than %d write keys in all", name, lineno,
-                    AUTH_MAX_KEYS);
-            goto fail;
-        }
-        if (nkeys == cap) {
-            size_t ncap = cap * 2;
-            api_write_key_t *k2 = realloc(keys, ncap * sizeof(*keys));
-            if (!k2)
-                goto nomem;
-            keys = k2;
-            size_t *l2 = realloc(lines, ncap * sizeof(*lines));
-            if (!l2)
-                goto nomem;
-            lines = l2;
-            cap = ncap;
-        }
-        keys[nkeys].key = dup_n(b, klen);
-        keys[nkeys].source = dup_n(src, slen);
-        lines[nkeys] = lineno;
-        nkeys++;
-        if (!keys[nkeys - 1].key || !keys[nkeys - 1].source)
-            goto nomem;
     }
-    if (check_unique(keys, lines, nkeys, name, errbuf, errlen) != 0)
+    if (check_unique(l.keys, l.lines, l.n, name, errbuf, errlen) != 0)
         goto fail;
-    free(lines);
-    *out = keys;
-    *n = nkeys;
+    free(l.lines);
+    *out = l.keys;
+    *n = l.n;
     return 0;
-nomem:
-    set_err(errbuf, errlen, "%s: out of memory", name);
 fail:
-    auth_keys_free(keys, nkeys);
-    free(lines);
+    auth_keys_free(l.keys, l.n);
+    free(l.lines);
     return -1;
 }
 
@@ -353,22 +375,22 @@ int auth_keys_load(const char *path, const api_write_key_t *base, size_t nbase,
     *n = 0;
     FILE *f = fopen(path, "rb");
     if (!f) {
-        set_err(errbuf, errlen, "%s: %s", path, strerror(errno));
+        errbuf_printf(errbuf, errlen, "%s: %s", path, strerror(errno));
         return -1;
     }
     /* One byte more than allowed tells a file that is too large from one that is just full. */
     buf = malloc((size_t)AUTH_MAX_FILE_SIZE + 1);
     if (!buf) {
-        set_err(errbuf, errlen, "%s: out of memory", path);
+        errbuf_printf(errbuf, errlen, "%s: out of memory", path);
         goto out;
     }
     len = fread(buf, 1, (size_t)AUTH_MAX_FILE_SIZE + 1, f);
     if (ferror(f)) {
-        set_err(errbuf, errlen, "%s: read error", path);
+        errbuf_printf(errbuf, errlen, "%s: read error", path);
         goto out;
     }
     if (len > (size_t)AUTH_MAX_FILE_SIZE) {
-        set_err(errbuf, errlen, "%s: larger than %d bytes", path, AUTH_MAX_FILE_SIZE);
+        errbuf_printf(errbuf, errlen, "%s: larger than %d bytes", path, AUTH_MAX_FILE_SIZE);
         goto out;
     }
     rc = auth_keys_parse(buf, len, path, base, nbase, out, n, errbuf, errlen);

@@ -35,6 +35,14 @@ int auth_base64_decode(const char *in, size_t len, unsigned char *out, size_t *o
 int auth_basic_key(const char *header, char **key, size_t *keylen);
 
 /*
+ * The token of an Authorization header value "Bearer <token>" (scheme case-insensitive, blanks
+ * around the token ignored). Returns AUTH_OK with *tok (borrowed from `header`, not
+ * NUL-terminated at *len) and *len (0 for an empty token), or AUTH_NONE (header NULL or not
+ * Bearer; *tok NULL). Thread-safe.
+ */
+int auth_bearer_token(const char *header, const char **tok, size_t *len);
+
+/*
  * Finds `key` among keys[0..n). Every configured key is compared in full
  * whatever matches, so timing reveals neither which key matched nor how
  * many leading bytes were right. Returns the matching entry (borrowed from

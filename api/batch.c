@@ -503,6 +503,74 @@ typedef struct build {
     out_t out; /* every accepted event, each followed by a NUL */
 } build_t;
 
+/* The value of one client member `m` (its key already written): the server's where it sets
+ * the member, the batch's merged in for context and integrations, else the client's as is. */
+static int put_member(build_t *b, enum member m, const json_t *v, const json_t *tsv, const char *ts)
+{
+    const batch_options_t *o = b->o;
+    out_t *w = &b->out;
+
+    switch (m) {
+    case M_TYPE:
+        return o->single_type ? put_str(w, o->single_type, strlen(o->single_type))
+                              : put_value(w, v);
+    case M_CONTEXT:
+        return b->bctx ? put_object(w, v, b->bctx) : put_value(w, v);
+    case M_INTEGRATIONS:
+        return b->bint ? put_object(w, v, b->bint) : put_value(w, v);
+    case M_RECEIVED_AT:
+        return put_str(w, b->now, TIMESTAMP_BUF_LEN - 1);
+    case M_SOURCE:
+        return put_str(w, o->source, b->source_len);
+    case M_TIMESTAMP:
+        return put_str(w, ts, TIMESTAMP_BUF_LEN - 1);
+    case M_ORIGINAL_TIMESTAMP:
+        return put_value(w, tsv ? tsv : v);
+    default:
+        return put_value(w, v);
+    }
+}
+
+/* The members the server adds when the client did not send them (`seen`), in the order the
+ * old edits appended them. */
+static int put_added(build_t *b, const bool *seen, bool *first, const char *mid, size_t mid_len,
+                     const json_t *tsv)
+{
+    const batch_options_t *o = b->o;
+    out_t *w = &b->out;
+
+    if (o->single_type && !seen[M_TYPE] &&
+        (put_key(w, first, "type", 4) != 0 ||
+         put_str(w, o->single_type, strlen(o->single_type)) != 0))
+        return -1;
+    if (b->bctx && !seen[M_CONTEXT] &&
+        (put_key(w, first, "context", 7) != 0 || put_object(w, b->bctx, NULL) != 0))
+        return -1;
+    if (b->bint && !seen[M_INTEGRATIONS] &&
+        (put_key(w, first, "integrations", 12) != 0 || put_object(w, b->bint, NULL) != 0))
+        return -1;
+    if (!seen[M_MESSAGE_ID] &&
+        (put_key(w, first, "messageId", 9) != 0 || put_str(w, mid, mid_len) != 0))
+        return -1;
+    if (!seen[M_RECEIVED_AT] && (put_key(w, first, "receivedAt", 10) != 0 ||
+                                 put_str(w, b->now, TIMESTAMP_BUF_LEN - 1) != 0))
+        return -1;
+    if (!seen[M_SOURCE] &&
+        (put_key(w, first, "source", 6) != 0 || put_str(w, o->source, b->source_len) != 0))
+        return -1;
+    if (!seen[M_SENT_AT] && b->bsent &&
+        (put_key(w, first, "sentAt", 6) != 0 || put_value(w, b->bsent) != 0))
+        return -1;
+    if (tsv)
+        return !seen[M_ORIGINAL_TIMESTAMP] &&
+                       (put_key(w, first, "originalTimestamp", 17) != 0 || put_value(w, tsv) != 0)
+                   ? -1
+                   : 0;
+    return put_key(w, first, "timestamp", 9) != 0 || put_str(w, b->now, TIMESTAMP_BUF_LEN - 1) != 0
+               ? -1
+               : 0;
+}
+
 /*
  * Writes the normalised event: the client's members in order, with writeKey dropped and the
  * server's values in place of the members it sets (type on single routes, receivedAt, source,
@@ -512,88 +580,27 @@ typedef struct build {
 static int put_event(build_t *b, const json_t *ev, const char *mid, size_t mid_len,
                      const json_t *tsv, const char *ts)
 {
-    const batch_options_t *o = b->o;
-    out_t *w = &b->out;
     bool seen[M_COUNT] = {false};
     bool first = true;
 
-    if (put_ch(w, '{') != 0)
+    if (put_ch(&b->out, '{') != 0)
         return -1;
     for (void *it = json_object_iter((json_t *)ev); it;
          it = json_object_iter_next((json_t *)ev, it)) {
         const char *k = json_object_iter_key(it);
         size_t klen = json_object_iter_key_len(it);
-        const json_t *v = json_object_iter_value(it);
         enum member m = classify(k, klen);
-        int rc;
 
         seen[m] = true;
         if (m == M_WRITE_KEY)
             continue;
-        if (put_key(w, &first, k, klen) != 0)
-            return -1;
-        switch (m) {
-        case M_TYPE:
-            rc = o->single_type ? put_str(w, o->single_type, strlen(o->single_type))
-                                : put_value(w, v);
-            break;
-        case M_CONTEXT:
-            rc = b->bctx ? put_object(w, v, b->bctx) : put_value(w, v);
-            break;
-        case M_INTEGRATIONS:
-            rc = b->bint ? put_object(w, v, b->bint) : put_value(w, v);
-            break;
-        case M_RECEIVED_AT:
-            rc = put_str(w, b->now, TIMESTAMP_BUF_LEN - 1);
-            break;
-        case M_SOURCE:
-            rc = put_str(w, o->source, b->source_len);
-            break;
-        case M_TIMESTAMP:
-            rc = put_str(w, ts, TIMESTAMP_BUF_LEN - 1);
-            break;
-        case M_ORIGINAL_TIMESTAMP:
-            rc = put_value(w, tsv ? tsv : v);
-            break;
-        default:
-            rc = put_value(w, v);
-            break;
-        }
-        if (rc != 0)
+        if (put_key(&b->out, &first, k, klen) != 0 ||
+            put_member(b, m, json_object_iter_value(it), tsv, ts) != 0)
             return -1;
     }
-
-    if (o->single_type && !seen[M_TYPE] &&
-        (put_key(w, &first, "type", 4) != 0 ||
-         put_str(w, o->single_type, strlen(o->single_type)) != 0))
+    if (put_added(b, seen, &first, mid, mid_len, tsv) != 0)
         return -1;
-    if (b->bctx && !seen[M_CONTEXT] &&
-        (put_key(w, &first, "context", 7) != 0 || put_object(w, b->bctx, NULL) != 0))
-        return -1;
-    if (b->bint && !seen[M_INTEGRATIONS] &&
-        (put_key(w, &first, "integrations", 12) != 0 || put_object(w, b->bint, NULL) != 0))
-        return -1;
-    if (!seen[M_MESSAGE_ID] &&
-        (put_key(w, &first, "messageId", 9) != 0 || put_str(w, mid, mid_len) != 0))
-        return -1;
-    if (!seen[M_RECEIVED_AT] && (put_key(w, &first, "receivedAt", 10) != 0 ||
-                                 put_str(w, b->now, TIMESTAMP_BUF_LEN - 1) != 0))
-        return -1;
-    if (!seen[M_SOURCE] &&
-        (put_key(w, &first, "source", 6) != 0 || put_str(w, o->source, b->source_len) != 0))
-        return -1;
-    if (!seen[M_SENT_AT] && b->bsent &&
-        (put_key(w, &first, "sentAt", 6) != 0 || put_value(w, b->bsent) != 0))
-        return -1;
-    if (tsv) {
-        if (!seen[M_ORIGINAL_TIMESTAMP] &&
-            (put_key(w, &first, "originalTimestamp", 17) != 0 || put_value(w, tsv) != 0))
-            return -1;
-    } else if (put_key(w, &first, "timestamp", 9) != 0 ||
-               put_str(w, b->now, TIMESTAMP_BUF_LEN - 1) != 0) {
-        return -1;
-    }
-    return put_ch(w, '}');
+    return put_ch(&b->out, '}');
 }
 
 static bool sane(int64_t t, int64_t now_ms)
@@ -728,48 +735,102 @@ static int batch_level(json_t *root, json_t **bsent, json_t **bctx, json_t **bin
     return BATCH_OK;
 }
 
-int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_error_t *err)
+/* The events of root: *list (NULL for a single-event route) and *n, with the batch-level
+ * sentAt, context and integrations. BATCH_OK or BATCH_BAD_REQUEST (err set). */
+static int batch_events(json_t *root, const batch_options_t *o, json_t **list, size_t *n,
+                        json_t **bsent, json_t **bctx, json_t **bint, batch_error_t *err)
 {
-    json_t *list = NULL, *bsent = NULL, *bctx = NULL, *bint = NULL;
-    size_t n = 1;
-    int rc;
-
-    memset(out, 0, sizeof(*out));
+    *list = NULL;
+    *n = 1;
     if (!json_is_object(root)) {
         seterr(err, "body must be a JSON object");
         return BATCH_BAD_REQUEST;
     }
-    if (!o->single_type) {
-        list = json_object_get(root, "batch");
-        if (!json_is_array(list)) {
-            seterr(err, "batch must be an array");
-            return BATCH_BAD_REQUEST;
-        }
-        n = json_array_size(list);
-        if (n == 0) {
-            seterr(err, "batch is empty");
-            return BATCH_BAD_REQUEST;
-        }
-        if (n > API_MAX_BATCH_EVENTS) {
-            seterr(err, "too many events in batch (max 2500)");
-            return BATCH_BAD_REQUEST;
-        }
-        if ((rc = batch_level(root, &bsent, &bctx, &bint, err)) != BATCH_OK)
-            return rc;
+    if (o->single_type)
+        return BATCH_OK;
+    *list = json_object_get(root, "batch");
+    if (!json_is_array(*list)) {
+        seterr(err, "batch must be an array");
+        return BATCH_BAD_REQUEST;
     }
-    /* The client address goes in as one more batch-level context member, so an event's own
-     * context.ip, then the batch's, win over it, as in Segment's API. */
-    json_t *ipctx = NULL;
-    if (o->client_ip && !(bctx && json_object_get(bctx, "ip"))) {
-        ipctx = bctx ? json_copy(bctx) : json_object();
-        if (!ipctx || json_object_set_new(ipctx, "ip", json_string(o->client_ip)) != 0) {
-            json_decref(ipctx);
-            seterr(err, "out of memory");
-            return BATCH_NOMEM;
-        }
-        bctx = ipctx;
+    *n = json_array_size(*list);
+    if (*n == 0) {
+        seterr(err, "batch is empty");
+        return BATCH_BAD_REQUEST;
     }
+    if (*n > API_MAX_BATCH_EVENTS) {
+        seterr(err, "too many events in batch (max 2500)");
+        return BATCH_BAD_REQUEST;
+    }
+    return batch_level(root, bsent, bctx, bint, err);
+}
 
+/* The client address goes in as one more batch-level context member, so an event's own
+ * context.ip, then the batch's, win over it, as in Segment's API: *ipctx (a new context, which
+ * the caller releases; NULL when none is needed) replaces *bctx. 0, or -1 out of memory. */
+static int ip_context(const batch_options_t *o, json_t **bctx, json_t **ipctx)
+{
+    *ipctx = NULL;
+    if (!o->client_ip || (*bctx && json_object_get(*bctx, "ip")))
+        return 0;
+    *ipctx = *bctx ? json_copy(*bctx) : json_object();
+    if (!*ipctx || json_object_set_new(*ipctx, "ip", json_string(o->client_ip)) != 0) {
+        json_decref(*ipctx);
+        *ipctx = NULL;
+        return -1;
+    }
+    *bctx = *ipctx;
+    return 0;
+}
+
+/* Each event checked and normalised into b->out, or rejected with its reason. 0, or -1 out of
+ * memory. */
+static int build_events(build_t *b, json_t *root, json_t *list, size_t n, batch_t *out)
+{
+    out->events = calloc(n, sizeof(*out->events));
+    out->rejected = calloc(n, sizeof(*out->rejected));
+    if (!out->events || !out->rejected)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *ev = list ? json_array_get(list, i) : root;
+        const char *why = check_event(ev, b->o->single_type);
+        batch_event_t *be = &out->events[out->nevents];
+        if (!why && normalise(b, ev, be, &why) != 0)
+            return -1;
+        if (why) {
+            out->rejected[out->nrejected].index = i;
+            out->rejected[out->nrejected].error = why;
+            out->nrejected++;
+        } else {
+            be->index = i;
+            out->nevents++;
+        }
+    }
+    /* The buffer no longer moves: the events lie in it back to back, each followed by a NUL,
+     * its messageId and another NUL. */
+    out->arena = b->out.p;
+    for (size_t i = 0, off = 0; i < out->nevents; i++) {
+        out->events[i].data = out->arena + off;
+        off += out->events[i].len + 1;
+        out->events[i].message_id = out->arena + off;
+        off += out->events[i].message_id_len + 1;
+    }
+    return 0;
+}
+
+int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_error_t *err)
+{
+    json_t *list = NULL, *bsent = NULL, *bctx = NULL, *bint = NULL, *ipctx = NULL;
+    size_t n = 1;
+
+    memset(out, 0, sizeof(*out));
+    int rc = batch_events(root, o, &list, &n, &bsent, &bctx, &bint, err);
+    if (rc != BATCH_OK)
+        return rc;
+    if (ip_context(o, &bctx, &ipctx) != 0) {
+        seterr(err, "out of memory");
+        return BATCH_NOMEM;
+    }
     build_t b = {
         .o = o,
         .source_len = strlen(o->source),
@@ -785,42 +846,14 @@ int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_erro
     json_decref(src);
     /* The events come out about as long as they came in plus the server's fields: one
      * allocation up front instead of a string per event. */
-    if (reserve(&b.out, o->size_hint + n * 128) != 0)
+    if (reserve(&b.out, o->size_hint + n * 128) != 0 || build_events(&b, root, list, n, out) != 0)
         goto nomem;
-
-    out->events = calloc(n, sizeof(*out->events));
-    out->rejected = calloc(n, sizeof(*out->rejected));
-    if (!out->events || !out->rejected)
-        goto nomem;
-    for (size_t i = 0; i < n; i++) {
-        json_t *ev = list ? json_array_get(list, i) : root;
-        const char *why = check_event(ev, o->single_type);
-        batch_event_t *be = &out->events[out->nevents];
-        if (!why && normalise(&b, ev, be, &why) != 0)
-            goto nomem;
-        if (why) {
-            out->rejected[out->nrejected].index = i;
-            out->rejected[out->nrejected].error = why;
-            out->nrejected++;
-        } else {
-            be->index = i;
-            out->nevents++;
-        }
-    }
-    /* The buffer no longer moves: the events lie in it back to back, each followed by a NUL,
-     * its messageId and another NUL. */
-    out->arena = b.out.p;
-    for (size_t i = 0, off = 0; i < out->nevents; i++) {
-        out->events[i].data = out->arena + off;
-        off += out->events[i].len + 1;
-        out->events[i].message_id = out->arena + off;
-        off += out->events[i].message_id_len + 1;
-    }
     json_decref(ipctx);
     return BATCH_OK;
 nomem:
     json_decref(ipctx);
     free(b.out.p);
+    out->arena = NULL; /* b.out.p, freed just above */
     batch_clear(out);
     seterr(err, "out of memory");
     return BATCH_NOMEM;

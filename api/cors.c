@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "api/internal.h"
+#include "common/errbuf.h"
 
 struct cors {
     bool any;       /* "*" */
@@ -23,12 +24,6 @@ static const char *const NEVER[] = {
 
 /* Quote at most 80 bytes of an offending entry: enough to find it, bounded for the log. */
 #define QUOTED(len) ((int)((len) > 80 ? 80 : (len)))
-
-static void set_err(char *err, size_t errlen, const char *msg)
-{
-    if (errlen > 0)
-        snprintf(err, errlen, "%s", msg);
-}
 
 static bool is_blank(char c)
 {
@@ -77,10 +72,48 @@ static bool origin_ok(const char *s, size_t len)
     return i == len;
 }
 
+/* Checks one entry s[0..len) of the list (blanks around it dropped) and adds it, lower-cased,
+ * to c->origins. CORS_OK, CORS_INVALID (why in err) or CORS_NOMEM. */
+static int add_origin(cors_t *c, const char *s, size_t len, char *err, size_t errlen)
+{
+    while (len > 0 && is_blank(*s)) {
+        s++;
+        len--;
+    }
+    while (len > 0 && is_blank(s[len - 1]))
+        len--;
+    if (len == 0) {
+        errbuf_printf(err, errlen, "empty entry in the origin list");
+        return CORS_INVALID;
+    }
+    if (len == 1 && s[0] == '*') {
+        errbuf_printf(err, errlen, "\"*\" must stand alone, not in a list");
+        return CORS_INVALID;
+    }
+    if (len > 1 && s[len - 1] == '/') /* a copied URL; Origin never has the slash */
+        len--;
+    if (len > CORS_ORIGIN_MAX) {
+        errbuf_printf(err, errlen, "origin \"%.*s...\" is too long", QUOTED(len), s);
+        return CORS_INVALID;
+    }
+    if (!origin_ok(s, len)) {
+        errbuf_printf(err, errlen, "\"%.*s\" is not an origin (scheme://host[:port], no path)",
+                      QUOTED(len), s);
+        return CORS_INVALID;
+    }
+    char *o = strndup(s, len);
+    if (!o)
+        return CORS_NOMEM;
+    for (char *q = o; *q; q++)
+        *q = (char)tolower((unsigned char)*q);
+    c->origins[c->n++] = o;
+    return CORS_OK;
+}
+
 int cors_new(const char *spec, cors_t **out, char *err, size_t errlen)
 {
     cors_t *c = NULL;
-    const char *p;
+    int rc = CORS_NOMEM;
 
     *out = NULL;
     if (errlen > 0)
@@ -106,58 +139,23 @@ int cors_new(const char *spec, cors_t **out, char *err, size_t errlen)
         cap += spec[i] == ',';
     c->origins = calloc(cap, sizeof(*c->origins));
     if (!c->origins)
-        goto nomem;
+        goto fail;
     /* Each pass takes the entry up to the next comma; an entry after the last comma (even an
      * empty one: "a,") is taken too. */
-    for (p = spec; p <= spec + total; p++) {
+    for (const char *p = spec; p <= spec + total; p++) {
         const char *end = memchr(p, ',', (size_t)(spec + total - p));
         if (!end)
             end = spec + total;
-        const char *s = p;
-        size_t len = (size_t)(end - p);
+        rc = add_origin(c, p, (size_t)(end - p), err, errlen);
+        if (rc != CORS_OK)
+            goto fail;
         p = end;
-        while (len > 0 && is_blank(*s)) {
-            s++;
-            len--;
-        }
-        while (len > 0 && is_blank(s[len - 1]))
-            len--;
-        if (len == 0) {
-            set_err(err, errlen, "empty entry in the origin list");
-            goto invalid;
-        }
-        if (len == 1 && s[0] == '*') {
-            set_err(err, errlen, "\"*\" must stand alone, not in a list");
-            goto invalid;
-        }
-        if (len > 1 && s[len - 1] == '/') /* a copied URL; Origin never has the slash */
-            len--;
-        if (len > CORS_ORIGIN_MAX) {
-            if (errlen > 0)
-                snprintf(err, errlen, "origin \"%.*s...\" is too long", QUOTED(len), s);
-            goto invalid;
-        }
-        if (!origin_ok(s, len)) {
-            if (errlen > 0)
-                snprintf(err, errlen, "\"%.*s\" is not an origin (scheme://host[:port], no path)",
-                         QUOTED(len), s);
-            goto invalid;
-        }
-        char *o = strndup(s, len);
-        if (!o)
-            goto nomem;
-        for (char *q = o; *q; q++)
-            *q = (char)tolower((unsigned char)*q);
-        c->origins[c->n++] = o;
     }
     *out = c;
     return CORS_OK;
-invalid:
+fail:
     cors_free(c);
-    return CORS_INVALID;
-nomem:
-    cors_free(c);
-    return CORS_NOMEM;
+    return rc;
 }
 
 void cors_free(cors_t *c)

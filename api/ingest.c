@@ -10,6 +10,7 @@
 #include "api/batch.h"
 #include "api/ratelimit.h"
 #include "api/verdict.h"
+#include "common/clock.h"
 
 /* One pending request: all the commit borrows lives here until the done callback frees it. */
 struct pending {
@@ -37,56 +38,6 @@ int api_content_type_ok(const char *ct)
     for (size_t i = 0; i < sizeof(OK) / sizeof(OK[0]); i++)
         if (strlen(OK[i]) == len && strncasecmp(OK[i], ct, len) == 0)
             return 1;
-    return 0;
-}
-
-int api_keys_init(api_t *api, const api_options_t *opts)
-{
-    if (pthread_rwlock_init(&api->keys_mu, NULL) != 0)
-        return -1;
-    api->keys_mu_ok = true;
-    api->rate_limit = opts->rate_limit;
-    atomic_init(&api->rate_limited_requests, 0);
-    atomic_init(&api->rate_limited_events, 0);
-    atomic_init(&api->queue_full_requests, 0);
-    atomic_init(&api->queue_full_events, 0);
-    return auth_keyset_new(opts->keys, opts->nkeys, opts->rate_limit, NULL, api_monotonic_ms(),
-                           &api->keys);
-}
-
-void api_keys_destroy(api_t *api)
-{
-    auth_keyset_release(api->keys);
-    api->keys = NULL;
-    if (api->keys_mu_ok)
-        pthread_rwlock_destroy(&api->keys_mu);
-    api->keys_mu_ok = false;
-}
-
-struct auth_keyset *api_keys_get(api_t *api)
-{
-    /* The lock only spans the pointer read and the reference: a reload swapping the pointer
-     * (write lock) then cannot free the set between the two. */
-    pthread_rwlock_rdlock(&api->keys_mu);
-    auth_keyset_t *ks = api->keys;
-    auth_keyset_retain(ks);
-    pthread_rwlock_unlock(&api->keys_mu);
-    return ks;
-}
-
-int api_set_keys(api_t *api, const api_write_key_t *keys, size_t n)
-{
-    auth_keyset_t *cur = api_keys_get(api);
-    auth_keyset_t *ks = NULL;
-    int rc = auth_keyset_new(keys, n, api->rate_limit, cur, api_monotonic_ms(), &ks);
-    auth_keyset_release(cur);
-    if (rc != 0)
-        return -1;
-    pthread_rwlock_wrlock(&api->keys_mu);
-    auth_keyset_t *old = api->keys;
-    api->keys = ks;
-    pthread_rwlock_unlock(&api->keys_mu);
-    auth_keyset_release(old); /* freed here, or by the last request still using it */
     return 0;
 }
 
@@ -147,7 +98,7 @@ static int header_key(auth_keyset_t *ks, const char *authorization, const api_wr
 static int early_limits(api_t *api, ratelimit_t *limit, api_resp_t *resp)
 {
     uint32_t wait = 0;
-    if (limit && ratelimit_check(limit, api_monotonic_ms(), &wait) != RATELIMIT_OK) {
+    if (limit && ratelimit_check(limit, clk_mono_ms(), &wait) != RATELIMIT_OK) {
         rate_limited(api, resp, wait, 0);
         return -1;
     }
@@ -346,6 +297,87 @@ static int sink_submit(api_t *api, const api_req_t *req, const char *source, bat
     return API_PENDING;
 }
 
+/* Refusals by the request line and headers alone: Content-Type and size (400). 0 or -1. */
+static int precheck(api_t *api, const api_req_t *req, api_resp_t *resp)
+{
+    char msg[64];
+
+    if (!api_content_type_ok(req->content_type)) {
+        api_error(resp, 400, "unsupported Content-Type");
+        api_reject_request(api, req, NULL, "unsupported Content-Type");
+        return -1;
+    }
+    if (req->body_len > API_MAX_REQUEST_BYTES) {
+        snprintf(msg, sizeof msg, "request body too large (max %d bytes)", API_MAX_REQUEST_BYTES);
+        api_error(resp, 400, msg);
+        api_reject_request(api, req, NULL, msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Without a key in the header, the body's writeKey: 0 with *wk and *limit, or -1 with a 401. */
+static int body_key(auth_keyset_t *ks, const json_t *root, const api_write_key_t **wk,
+                    ratelimit_t **limit, api_resp_t *resp)
+{
+    size_t klen = 0;
+
+    if (*wk)
+        return 0;
+    const char *k = batch_write_key(root, &klen);
+    if (!k) {
+        api_error(resp, 401, "missing write key");
+        return -1;
+    }
+    *wk = auth_keyset_find(ks, k, klen, limit);
+    if (!*wk) {
+        api_error(resp, 401, "unknown write key");
+        return -1;
+    }
+    return 0;
+}
+
+/* The normalized events of the parsed request into *b, and what ?verbose=true needs into *vd.
+ * 0, or -1 with a 400 (recorded) or 503 in *resp. */
+static int build(api_t *api, const api_req_t *req, const char *single_type, json_t *root,
+                 const api_write_key_t *wk, batch_t *b, verdict_t *vd, api_resp_t *resp)
+{
+    batch_error_t err = {{0}};
+    batch_options_t o = {
+        .single_type = single_type,
+        .source = wk->source,
+        .secret = api->commit ? commit_secret(api->commit) : NULL, /* edge: no dedupe key */
+        .now_ms = req->now_ms,
+        .sent_at_header = req->sent_at,
+        .size_hint = req->body_len,
+        .client_ip = req->client_ip,
+    };
+    int brc = batch_build(root, &o, b, &err);
+    if (brc == BATCH_BAD_REQUEST) {
+        api_error(resp, 400, err.text);
+        api_reject_request(api, req, wk->source, err.text);
+        return -1;
+    }
+    if (brc != BATCH_OK || verdict_collect(vd, root, single_type != NULL, b) != 0) {
+        api_error_commit(resp, COMMIT_NOMEM);
+        return -1;
+    }
+    return 0;
+}
+
+/* Counts and records (quarantine) the events of b rejected one by one. */
+static void reject_events(api_t *api, const api_req_t *req, const char *source,
+                          const char *single_type, json_t *root, const batch_t *b)
+{
+    atomic_fetch_add_explicit(&api->rejected, b->nrejected, memory_order_relaxed);
+    for (size_t i = 0; i < b->nrejected; i++) {
+        json_t *ev = single_type
+                         ? root
+                         : json_array_get(json_object_get(root, "batch"), b->rejected[i].index);
+        api_reject_event(api, req, source, ev, b->rejected[i].index, b->rejected[i].error);
+    }
+}
+
 int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_resp_t *resp,
                api_done_fn done, void *arg)
 {
@@ -358,23 +390,12 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     verdict_t vd = {0};
     int rc = API_DONE;
 
-    if (verdict_param(req, &vd, resp) != 0)
+    if (verdict_param(req, &vd, resp) != 0 || precheck(api, req, resp) != 0)
         return API_DONE;
-    if (!api_content_type_ok(req->content_type)) {
-        api_error(resp, 400, "unsupported Content-Type");
-        api_reject_request(api, req, NULL, "unsupported Content-Type");
-        return API_DONE;
-    }
-    if (req->body_len > API_MAX_REQUEST_BYTES) {
-        api_error(resp, 400, "request body too large (max 512000 bytes)");
-        api_reject_request(api, req, NULL, "request body too large (max 512000 bytes)");
-        return API_DONE;
-    }
     /* One key set for the whole request, even if a reload swaps it meanwhile. */
     ks = api_keys_get(api);
-    if (header_key(ks, req->authorization, &wk, &limit, resp) != 0)
-        goto out;
-    if (early_limits(api, limit, resp) != 0)
+    if (header_key(ks, req->authorization, &wk, &limit, resp) != 0 ||
+        early_limits(api, limit, resp) != 0)
         goto out;
     int prc = batch_parse(req->body, req->body_len, &root, &err);
     if (prc == BATCH_NOMEM) {
@@ -386,62 +407,19 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         api_reject_request(api, req, wk ? wk->source : NULL, err.text);
         goto out;
     }
-    if (!wk) {
-        size_t klen = 0;
-        const char *k = batch_write_key(root, &klen);
-        if (!k) {
-            api_error(resp, 401, "missing write key");
-            goto out;
-        }
-        wk = auth_keyset_find(ks, k, klen, &limit);
-        if (!wk) {
-            api_error(resp, 401, "unknown write key");
-            goto out;
-        }
-    }
-
-    /* wk is set here: by header_key(), or from the body's writeKey with a 401 above when unknown
-     * (cppcheck does not follow the out-parameter). */
-    batch_options_t o = {
-        .single_type = single_type,
-        // cppcheck-suppress nullPointerRedundantCheck
-        .source = wk->source,
-        .secret = api->commit ? commit_secret(api->commit) : NULL, /* edge: no dedupe key */
-        .now_ms = req->now_ms,
-        .sent_at_header = req->sent_at,
-        .size_hint = req->body_len,
-        .client_ip = req->client_ip,
-    };
-    int brc = batch_build(root, &o, &b, &err);
-    if (brc == BATCH_BAD_REQUEST) {
-        api_error(resp, 400, err.text);
-        api_reject_request(api, req, wk->source, err.text);
+    /* wk is set after body_key: by header_key(), or from the body's writeKey (else a 401). */
+    if (body_key(ks, root, &wk, &limit, resp) != 0 ||
+        build(api, req, single_type, root, wk, &b, &vd, resp) != 0)
         goto out;
-    }
-    if (brc != BATCH_OK) {
-        api_error_commit(resp, COMMIT_NOMEM);
-        goto out;
-    }
-    if (verdict_collect(&vd, root, single_type != NULL, &b) != 0) {
-        api_error_commit(resp, COMMIT_NOMEM);
-        goto out;
-    }
     /* Every event of the request counts, valid or not, and all of them or none are taken: a
      * refused request leaves nothing behind, so its retry is exactly the same request. */
     size_t nall = b.nevents + b.nrejected;
     uint32_t wait = 0;
-    if (limit && ratelimit_take(limit, nall, api_monotonic_ms(), &wait) != RATELIMIT_OK) {
+    if (limit && ratelimit_take(limit, nall, clk_mono_ms(), &wait) != RATELIMIT_OK) {
         rate_limited(api, resp, wait, nall);
         goto out;
     }
-
-    atomic_fetch_add_explicit(&api->rejected, b.nrejected, memory_order_relaxed);
-    for (size_t i = 0; i < b.nrejected; i++) {
-        json_t *ev = single_type
-                         ? root
-                         : json_array_get(json_object_get(root, "batch"), b.rejected[i].index);
-        api_reject_event(api, req, wk->source, ev, b.rejected[i].index, b.rejected[i].error);
-    }
+    reject_events(api, req, wk->source, single_type, root, &b);
     /* The parsed tree is no longer needed: the events are serialised; drop it before waiting. */
     json_decref(root);
     root = NULL;
@@ -458,7 +436,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
                        : submit(api, req, &b, &vd, resp, done, arg);
     if (rc == API_DONE && limit) {
         /* Not queued (503): the retry will pay for these events, so this attempt must not. */
-        ratelimit_give_back(limit, nall, api_monotonic_ms());
+        ratelimit_give_back(limit, nall, clk_mono_ms());
     }
 out:
     json_decref(root);

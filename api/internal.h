@@ -1,4 +1,10 @@
-/* internal: the api_t struct and helpers shared by the api/ files; not for use outside api/. */
+/*
+ * internal: the api_t struct and the functions the api/ files share; not for use outside api/.
+ *
+ * One section per file, in the order they depend on each other: the router (router.c) calls the
+ * handlers (ingest.c, logread.c, lookup.c, stats.c, dashboard.c), the handlers call the helpers
+ * (keys.c, error.c, reject.c, reqhist.c), and nothing points back up. api.c sets up api_t.
+ */
 #ifndef INGESTD_API_INTERNAL_H
 #define INGESTD_API_INTERNAL_H
 
@@ -9,6 +15,7 @@
 #include <stdio.h>
 
 #include "api/api.h"
+#include "common/prom.h"
 
 #define API_STATUS_SLOTS 600 /* counters for statuses 0..599 */
 #define API_REASONS      11  /* ingestd_events_rejected_total{reason} (reject.c's table) */
@@ -20,7 +27,7 @@ struct auth_keyset; /* write keys + their rate-limit buckets (auth.h) */
 
 struct api {
     /* The write keys, replaced as a whole by api_set_keys (SIGHUP): a request takes a reference
-     * (api_keys_get) under the read lock, which guards only the pointer, and uses the set
+     * (api_keys_get, keys.c) under the read lock, which guards only the pointer, and uses the set
      * without any lock after that. */
     pthread_rwlock_t keys_mu;
     bool keys_mu_ok; /* keys_mu was initialised (api_free after a failed api_new) */
@@ -53,6 +60,8 @@ struct api {
     int64_t window_floor_ms;
 };
 
+/* ---- error.c: answers ---- */
+
 /* Fills *resp with `json` (compact) and `status`. Steals the reference. Returns 0 or -1 (then *resp
  * holds a 500 when possible). */
 int api_resp_json(api_resp_t *resp, int status, json_t *json);
@@ -60,21 +69,11 @@ int api_resp_json(api_resp_t *resp, int status, json_t *json);
 /* Maps a commit status (COMMIT_UNAVAILABLE, COMMIT_CLOSED, ...) to an HTTP error in *resp. */
 void api_error_commit(api_resp_t *resp, int commit_status);
 
-/* The ingest routes: auth, parse, validate, submit. `single_type` NULL for batch/import. */
-int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_resp_t *resp,
-               api_done_fn done, void *arg);
+/* Adds a header (value printf-formatted, truncated to fit) to *resp; ignored when full. */
+void api_resp_header(api_resp_t *resp, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-/* Whether a Content-Type (NULL allowed) is one the ingest routes read as JSON. */
-int api_content_type_ok(const char *content_type);
-
-/*
- * Early check of a key given in the Authorization header, before the body is
- * read. Returns 0 (a known key with room in its rate limit, or no key in the
- * header: the body's writeKey decides), or -1 with a 401 (malformed header,
- * unknown key), 429 (the key's rate limit has no room for one event) or 503
- * (no memory) in *resp.
- */
-int api_header_auth(api_t *api, const char *authorization, api_resp_t *resp);
+/* ---- keys.c: the write keys and the admin token ---- */
 
 /* Sets up the write keys of opts (keys_mu, the first key set). Returns 0 or -1. */
 int api_keys_init(api_t *api, const api_options_t *opts);
@@ -85,38 +84,15 @@ void api_keys_destroy(api_t *api);
 /* A reference to the current key set; give it back with auth_keyset_release(). */
 struct auth_keyset *api_keys_get(api_t *api);
 
-/* GET /v1/log: the consumers' read API (logread.c). */
-int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg);
-
-/* GET /v1/events/{messageId}: one messageId's verdict (lookup.c). Answers at once (API_DONE). */
-int api_lookup_route(api_t *api, const api_req_t *req, api_resp_t *resp);
-
 /*
  * Checks `Authorization: Bearer <admin token>` in constant time. Returns 0, or
  * -1 with a 401 (WWW-Authenticate: Bearer) in *resp.
  */
 int api_admin_auth(const api_t *api, const char *authorization, api_resp_t *resp);
 
-/* Adds a header (value printf-formatted, truncated to fit) to *resp; ignored when full. */
-void api_resp_header(api_resp_t *resp, const char *name, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+/* ---- reject.c: refusals by reason and the quarantine ---- */
 
-/* GET /stats and GET /metrics with a sink (the edge role): no storage sections (stats.c). */
-void api_stats_sink(api_t *api, api_resp_t *resp);
-void api_metrics_sink(api_t *api, api_resp_t *resp);
-
-/* GET /stats and GET /metrics. `now_ms` is wall-clock time for the effective window. */
-void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp);
-void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp);
-
-/* The /metrics histograms: request durations, fsync durations, group commit sizes, duplicate
- * ages (reqhist.c). */
-void api_metrics_histograms(const api_t *api, FILE *f);
-
-/* GET /dashboard: the operator's page, embedded at build time (dashboard.c). */
-void api_dashboard(api_resp_t *resp);
-
-/* Refusals by reason and the quarantine (reject.c). Sets up api's part from opts. */
+/* Sets up api's part from opts. */
 void api_reject_init(api_t *api, const api_options_t *opts);
 
 /* The reason word (ingestd_events_rejected_total{reason}) of a rejection sentence of batch.c or
@@ -133,12 +109,64 @@ void api_reject_event(api_t *api, const api_req_t *req, const char *source, cons
 void api_reject_request(api_t *api, const api_req_t *req, const char *source, const char *error);
 
 /* ingestd_events_rejected_total{reason} and the quarantine's gauges for /metrics. */
-void api_reject_metrics(api_t *api, FILE *f);
+void api_reject_metrics(api_t *api, prom_t *p);
 
 /* /stats: adds events.rejected_by_reason and "quarantine" to the /stats object j. */
 void api_reject_stats(api_t *api, json_t *j);
 
-/* Milliseconds of CLOCK_MONOTONIC. */
-int64_t api_monotonic_ms(void);
+/* ---- reqhist.c: the /metrics histograms ---- */
+
+/* Request durations, fsync durations, group commit sizes, duplicate ages. */
+void api_metrics_histograms(const api_t *api, prom_t *p);
+
+/* ---- ingest.c: the ingest routes ---- */
+
+/* Auth, parse, validate, submit. `single_type` NULL for batch/import. */
+int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_resp_t *resp,
+               api_done_fn done, void *arg);
+
+/* Whether a Content-Type (NULL allowed) is one the ingest routes read as JSON. */
+int api_content_type_ok(const char *content_type);
+
+/*
+ * Early check of a key given in the Authorization header, before the body is
+ * read. Returns 0 (a known key with room in its rate limit, or no key in the
+ * header: the body's writeKey decides), or -1 with a 401 (malformed header,
+ * unknown key), 429 (the key's rate limit has no room for one event) or 503
+ * (no memory) in *resp.
+ */
+int api_header_auth(api_t *api, const char *authorization, api_resp_t *resp);
+
+/* ---- logread.c: GET /v1/log, the consumers' read API ---- */
+
+int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg);
+
+/* ---- lookup.c: GET /v1/events/{messageId} ---- */
+
+/* One messageId's verdict. Answers at once (API_DONE). */
+int api_lookup_route(api_t *api, const api_req_t *req, api_resp_t *resp);
+
+/* ---- stats.c: GET /stats, GET /metrics, GET /healthz ---- */
+
+/* `now_ms` is wall-clock time for the effective window. */
+void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp);
+void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp);
+
+/* With a sink (the edge role): no storage sections. */
+void api_stats_sink(api_t *api, api_resp_t *resp);
+void api_metrics_sink(api_t *api, api_resp_t *resp);
+
+/* 200 {"status":"ok"}, or 503 while storage (or the edge's sink) has failed. */
+void api_healthz(api_t *api, api_resp_t *resp);
+
+/* ---- dashboard.c: GET /dashboard, the operator's page embedded at build time ---- */
+
+void api_dashboard(api_resp_t *resp);
+
+/* ---- router.c: the route table ---- */
+
+/* Puts the path of each route into paths[0..cap) and returns how many routes there are (cap 0
+ * and paths NULL to ask). The strings are static. */
+size_t api_route_paths(const char **paths, size_t cap);
 
 #endif

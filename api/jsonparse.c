@@ -125,6 +125,113 @@ static size_t utf8_put(char *d, unsigned v)
     return 4;
 }
 
+/* Decodes the escape whose backslash *sp points at to *dp, advancing both. 0, or -1 for a bad
+ * escape. A lone surrogate escape becomes U+FFFD and \u0000 a NUL byte (see string()). */
+static int unescape(const unsigned char **sp, const unsigned char *end, char **dp)
+{
+    const unsigned char *s = *sp + 1;
+    char *d = *dp;
+    unsigned v, w;
+
+    if (s >= end)
+        return -1;
+    switch (*s) {
+    case '"':
+    case '\\':
+    case '/':
+        *d++ = (char)*s++;
+        break;
+    case 'b':
+        *d++ = '\b';
+        s++;
+        break;
+    case 'f':
+        *d++ = '\f';
+        s++;
+        break;
+    case 'n':
+        *d++ = '\n';
+        s++;
+        break;
+    case 'r':
+        *d++ = '\r';
+        s++;
+        break;
+    case 't':
+        *d++ = '\t';
+        s++;
+        break;
+    case 'u':
+        if (hex4(s + 1, end, &v) != 0)
+            return -1;
+        s += 5;
+        if (v >= 0xD800 && v <= 0xDBFF && end - s >= 6 && s[0] == '\\' && s[1] == 'u' &&
+            hex4(s + 2, end, &w) == 0 && w >= 0xDC00 && w <= 0xDFFF) {
+            s += 6;
+            v = ((v - 0xD800) << 10) + (w - 0xDC00) + 0x10000;
+        } else if (v >= 0xD800 && v <= 0xDFFF) {
+            /* A lone half, as JSON.stringify writes for a string cut inside a pair: U+FFFD,
+             * as jsonparse_repair writes it (3 bytes for the 6 of the escape). */
+            v = 0xFFFD;
+        }
+        d += utf8_put(d, v); /* \u0000 too: a NUL byte, kept (JSON_ALLOW_NUL) */
+        break;
+    default:
+        return -1;
+    }
+    *sp = s;
+    *dp = d;
+    return 0;
+}
+
+/*
+ * The rest of the string [start, ...) from its first escape at s, decoded into the scratch
+ * buffer at p->used. Decoded text is never longer than the text, and the strings held at once
+ * (keys on the current path) come from disjoint parts of the input, so one buffer the size of
+ * the input always suffices.
+ */
+static int string_escaped(parser_t *p, const unsigned char *start, const unsigned char *s,
+                          const char **out, size_t *out_len)
+{
+    const unsigned char *end = p->end;
+
+    if (!p->scratch) {
+        p->cap = (size_t)(p->end - p->s);
+        p->scratch = malloc(p->cap);
+        if (!p->scratch)
+            return -1;
+    }
+    char *d0 = p->scratch + p->used, *d = d0;
+    memcpy(d, start, (size_t)(s - start));
+    d += s - start;
+    while (s < end) {
+        unsigned char c = *s;
+        if (c == '"') {
+            *out = d0;
+            *out_len = (size_t)(d - d0);
+            p->s = s + 1;
+            return 0;
+        }
+        if (c < 0x20)
+            return -1;
+        if (c >= 0x80) {
+            size_t n = utf8_len(s, end);
+            if (n == 0)
+                return -1;
+            memcpy(d, s, n);
+            d += n;
+            s += n;
+        } else if (c == '\\') {
+            if (unescape(&s, end, &d) != 0)
+                return -1;
+        } else {
+            *d++ = (char)c;
+            s++;
+        }
+    }
+    return -1;
+}
+
 /*
  * The string whose opening quote p->s points at. *out is the text itself when it has no
  * escapes, else decoded into the scratch buffer at p->used (the caller keeps it by advancing
@@ -156,101 +263,13 @@ static int string(parser_t *p, const char **out, size_t *out_len)
             return 0;
         }
         if (c == '\\')
-            break;
+            return string_escaped(p, start, s, out, out_len);
         if (c < 0x20)
             return -1;
         size_t n = utf8_len(s, end);
         if (n == 0)
             return -1;
         s += n;
-    }
-    if (s >= end)
-        return -1;
-
-    /* Escapes: decode into the scratch buffer. Decoded text is never longer than the text, and
-     * the strings held at once (keys on the current path) come from disjoint parts of the
-     * input, so one buffer the size of the input always suffices. */
-    if (!p->scratch) {
-        p->cap = (size_t)(p->end - p->s);
-        p->scratch = malloc(p->cap);
-        if (!p->scratch)
-            return -1;
-    }
-    char *d0 = p->scratch + p->used, *d = d0;
-    memcpy(d, start, (size_t)(s - start));
-    d += s - start;
-    while (s < end) {
-        unsigned char c = *s;
-        if (c == '"') {
-            *out = d0;
-            *out_len = (size_t)(d - d0);
-            p->s = s + 1;
-            return 0;
-        }
-        if (c < 0x20)
-            return -1;
-        if (c >= 0x80) {
-            size_t n = utf8_len(s, end);
-            if (n == 0)
-                return -1;
-            memcpy(d, s, n);
-            d += n;
-            s += n;
-            continue;
-        }
-        if (c != '\\') {
-            *d++ = (char)c;
-            s++;
-            continue;
-        }
-        if (++s >= end)
-            return -1;
-        switch (*s) {
-        case '"':
-        case '\\':
-        case '/':
-            *d++ = (char)*s++;
-            break;
-        case 'b':
-            *d++ = '\b';
-            s++;
-            break;
-        case 'f':
-            *d++ = '\f';
-            s++;
-            break;
-        case 'n':
-            *d++ = '\n';
-            s++;
-            break;
-        case 'r':
-            *d++ = '\r';
-            s++;
-            break;
-        case 't':
-            *d++ = '\t';
-            s++;
-            break;
-        case 'u': {
-            unsigned v, w;
-            if (hex4(s + 1, end, &v) != 0)
-                return -1;
-            s += 5;
-            if (v >= 0xD800 && v <= 0xDBFF && end - s >= 6 && s[0] == '\\' && s[1] == 'u' &&
-                hex4(s + 2, end, &w) == 0 && w >= 0xDC00 && w <= 0xDFFF) {
-                s += 6;
-                v = ((v - 0xD800) << 10) + (w - 0xDC00) + 0x10000;
-            } else if (v >= 0xD800 && v <= 0xDFFF) {
-                /* A lone half, as JSON.stringify writes for a string cut inside a pair: U+FFFD,
-                 * as jsonparse_repair writes it (3 bytes for the 6 of the escape). */
-                v = 0xFFFD;
-            }
-            d += utf8_put(d, v); /* \u0000 too: a NUL byte, kept (JSON_ALLOW_NUL) */
-            break;
-        }
-        default:
-            return -1;
-        }
     }
     return -1;
 }

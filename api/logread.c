@@ -6,9 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
-#include "api/auth.h"
+#include "common/clock.h"
 #include "storage/log.h"
 
 /*
@@ -24,31 +23,6 @@ struct api_poll {
     bool answered;
     struct api_poll *prev, *next; /* api->polls, under api->polls_mu */
 };
-
-int api_admin_auth(const api_t *api, const char *authorization, api_resp_t *resp)
-{
-    static const char scheme[] = "Bearer";
-    const char *tok = NULL;
-    size_t len = 0;
-
-    if (authorization && strncasecmp(authorization, scheme, sizeof(scheme) - 1) == 0 &&
-        (authorization[sizeof(scheme) - 1] == ' ' || authorization[sizeof(scheme) - 1] == '\t')) {
-        tok = authorization + sizeof(scheme) - 1;
-        while (*tok == ' ' || *tok == '\t')
-            tok++;
-        len = strlen(tok);
-        while (len > 0 && (tok[len - 1] == ' ' || tok[len - 1] == '\t'))
-            len--;
-    }
-    /* The token is the secret side: the comparison takes as long whatever the client sent. */
-    if (tok && len > 0 && api->admin_token &&
-        auth_equal(tok, len, api->admin_token, strlen(api->admin_token)))
-        return 0;
-    api_error(resp, 401,
-              tok ? "invalid admin token" : "missing admin token (Authorization: Bearer TOKEN)");
-    api_resp_header(resp, "WWW-Authenticate", "Bearer realm=\"ingestd\"");
-    return -1;
-}
 
 /*
  * A query parameter as a plain decimal number in [lo, hi]. Returns 1 when
@@ -362,9 +336,9 @@ int api_log_read(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn
 
     /* Nothing to read yet. The deadline counts from the request's arrival, so handling it
      * again after a retry outcome never waits longer than `wait` in all. */
-    int64_t arrived = req->arrived_mono_ms > 0 ? req->arrived_mono_ms : api_monotonic_ms();
+    int64_t arrived = req->arrived_mono_ms > 0 ? req->arrived_mono_ms : clk_mono_ms();
     int64_t deadline = arrived + (int64_t)wait;
-    if (wait == 0 || !done || atomic_load(&api->quiescing) || api_monotonic_ms() >= deadline) {
+    if (wait == 0 || !done || atomic_load(&api->quiescing) || clk_mono_ms() >= deadline) {
         ndjson(resp, NULL, 0, from, first);
         return API_DONE;
     }

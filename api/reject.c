@@ -1,7 +1,6 @@
 /* reject: refusals counted by reason and kept in the quarantine (GET /v1/log?log=rejected). */
 #include "api/internal.h"
 
-#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -155,32 +154,33 @@ void api_refused_request(api_t *api, const api_req_t *req, const char *reason, c
     whole(api, req, NULL, reason, error, body, len, total);
 }
 
-void api_reject_metrics(api_t *api, FILE *f)
+void api_reject_metrics(api_t *api, prom_t *p)
 {
-    fputs("# HELP ingestd_events_rejected_total Events and requests refused with 400, by reason "
-          "(a request refused whole counts once).\n"
-          "# TYPE ingestd_events_rejected_total counter\n",
-          f);
-    for (size_t i = 0; i < API_REASONS; i++)
-        fprintf(f, "ingestd_events_rejected_total{reason=\"%s\"} %" PRIu64 "\n", REASONS[i],
-                (uint64_t)atomic_load_explicit(&api->by_reason[i], memory_order_relaxed));
+    char lb[64];
+
+    prom_head(p, "events_rejected_total", PROM_COUNTER,
+              "Events and requests refused with 400, by reason (a request refused whole counts "
+              "once).");
+    for (size_t i = 0; i < API_REASONS; i++) {
+        lb[0] = '\0';
+        prom_label(lb, sizeof(lb), "reason", REASONS[i]);
+        prom_sample_u64(p, "events_rejected_total", lb,
+                        (uint64_t)atomic_load_explicit(&api->by_reason[i], memory_order_relaxed));
+    }
     if (!api->quarantine)
         return;
     quarantine_stats_t s;
     quarantine_get_stats(api->quarantine, &s);
-    fprintf(f,
-            "# HELP ingestd_quarantine_bytes Bytes of the quarantine log's segments.\n"
-            "# TYPE ingestd_quarantine_bytes gauge\ningestd_quarantine_bytes %" PRIu64 "\n"
-            "# HELP ingestd_quarantine_records Records retained in the quarantine log.\n"
-            "# TYPE ingestd_quarantine_records gauge\ningestd_quarantine_records %" PRIu64 "\n"
-            "# HELP ingestd_quarantine_dropped_total Refusals not recorded: the quarantine's "
-            "queue was full.\n"
-            "# TYPE ingestd_quarantine_dropped_total counter\n"
-            "ingestd_quarantine_dropped_total %" PRIu64 "\n"
-            "# HELP ingestd_quarantine_failed_total Records lost to a failed write or fsync.\n"
-            "# TYPE ingestd_quarantine_failed_total counter\n"
-            "ingestd_quarantine_failed_total %" PRIu64 "\n",
-            s.bytes, s.records, s.dropped, s.failed);
+    prom_head(p, "quarantine_bytes", PROM_GAUGE, "Bytes of the quarantine log's segments.");
+    prom_sample_u64(p, "quarantine_bytes", NULL, s.bytes);
+    prom_head(p, "quarantine_records", PROM_GAUGE, "Records retained in the quarantine log.");
+    prom_sample_u64(p, "quarantine_records", NULL, s.records);
+    prom_head(p, "quarantine_dropped_total", PROM_COUNTER,
+              "Refusals not recorded: the quarantine's queue was full.");
+    prom_sample_u64(p, "quarantine_dropped_total", NULL, s.dropped);
+    prom_head(p, "quarantine_failed_total", PROM_COUNTER,
+              "Records lost to a failed write or fsync.");
+    prom_sample_u64(p, "quarantine_failed_total", NULL, s.failed);
 }
 
 void api_reject_stats(api_t *api, json_t *j)

@@ -3,12 +3,13 @@
 
 #include "api/internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "storage/histogram.h"
 
-#define CLASSES 5 /* 1xx .. 5xx */
-#define NAME    "ingestd_request_duration_seconds"
+#define CLASSES 5                          /* 1xx .. 5xx */
+#define NAME    "request_duration_seconds" /* after the writer's "ingestd_" */
 
 struct reqhist {
     const char **paths;
@@ -62,47 +63,43 @@ void reqhist_observe(reqhist_t *rh, int route, int status, double seconds)
     histogram_observe(rh->h[row * CLASSES + (size_t)(status / 100 - 1)], seconds);
 }
 
-void reqhist_write(const reqhist_t *rh, FILE *f)
+void reqhist_write(const reqhist_t *rh, prom_t *p)
 {
     char labels[160];
 
-    fputs("# HELP " NAME " Time from a request's arrival to its answer, by route and status "
-          "class.\n# TYPE " NAME " histogram\n",
-          f);
+    prom_head(p, NAME, PROM_HISTOGRAM,
+              "Time from a request's arrival to its answer, by route and status class.");
     for (size_t row = 0; rh && row <= rh->nroutes; row++) {
         for (size_t k = 0; k < CLASSES; k++) {
             const histogram_t *h = rh->h[row * CLASSES + k];
+            char status[8];
             /* Only what happened: 20 routes x 5 classes of zeros would drown the real series. */
             if (histogram_count(h) == 0)
                 continue;
-            /* Route paths are the router's own static strings: nothing to escape. */
-            snprintf(labels, sizeof(labels), "route=\"%s\",status=\"%zuxx\"",
-                     row < rh->nroutes ? rh->paths[row] : "other", k + 1);
-            histogram_write(h, f, NAME, labels);
+            labels[0] = '\0';
+            snprintf(status, sizeof(status), "%zuxx", k + 1);
+            prom_label(labels, sizeof(labels), "route",
+                       row < rh->nroutes ? rh->paths[row] : "other");
+            prom_label(labels, sizeof(labels), "status", status);
+            histogram_write(h, p, NAME, labels);
         }
     }
 }
 
-void api_metrics_histograms(const api_t *api, FILE *f)
+/* One histogram without labels, with its head; nothing when the api was given none. */
+static void one(prom_t *p, const histogram_t *h, const char *name, const char *help)
 {
-    reqhist_write(api->reqhist, f);
-    if (api->fsync_seconds) {
-        fputs("# HELP ingestd_fsync_duration_seconds Duration of each fsync of the log.\n"
-              "# TYPE ingestd_fsync_duration_seconds histogram\n",
-              f);
-        histogram_write(api->fsync_seconds, f, "ingestd_fsync_duration_seconds", NULL);
-    }
-    if (api->batch_events) {
-        fputs("# HELP ingestd_commit_batch_events Events in each successful group commit.\n"
-              "# TYPE ingestd_commit_batch_events histogram\n",
-              f);
-        histogram_write(api->batch_events, f, "ingestd_commit_batch_events", NULL);
-    }
-    if (api->duplicate_ages) {
-        fputs("# HELP ingestd_duplicate_age_seconds Age of each duplicate: its receivedAt minus "
-              "its first copy's.\n"
-              "# TYPE ingestd_duplicate_age_seconds histogram\n",
-              f);
-        histogram_write(api->duplicate_ages, f, "ingestd_duplicate_age_seconds", NULL);
-    }
+    if (!h)
+        return;
+    prom_head(p, name, PROM_HISTOGRAM, help);
+    histogram_write(h, p, name, NULL);
+}
+
+void api_metrics_histograms(const api_t *api, prom_t *p)
+{
+    reqhist_write(api->reqhist, p);
+    one(p, api->fsync_seconds, "fsync_duration_seconds", "Duration of each fsync of the log.");
+    one(p, api->batch_events, "commit_batch_events", "Events in each successful group commit.");
+    one(p, api->duplicate_ages, "duplicate_age_seconds",
+        "Age of each duplicate: its receivedAt minus its first copy's.");
 }

@@ -3,7 +3,8 @@
 #define INGESTD_API_REQHIST_H
 
 #include <stddef.h>
-#include <stdio.h>
+
+#include "common/prom.h"
 
 typedef struct reqhist reqhist_t;
 
@@ -26,7 +27,8 @@ void reqhist_free(reqhist_t *rh);
  */
 void reqhist_observe(reqhist_t *rh, int route, int status, double seconds);
 
-/* Writes # HELP, # TYPE and every (route, status class) seen so far. Thread-safe. */
-void reqhist_write(const reqhist_t *rh, FILE *f);
+/* Writes the head and every (route, status class) seen so far to `p`, whose prefix must be
+ * "ingestd_". Thread-safe. */
+void reqhist_write(const reqhist_t *rh, prom_t *p);
 
 #endif

@@ -1,9 +1,8 @@
-/* router: api_t lifetime, route table, method checks (404/405 with Allow) and dispatch. */
+/* router: route table, method checks (404/405 with Allow) and dispatch. */
 #include "api/internal.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/cors.h"
 #include "api/lookup.h"
@@ -34,91 +33,11 @@ static const struct route ROUTES[] = {
 };
 #define NROUTES (sizeof(ROUTES) / sizeof(ROUTES[0]))
 
-int64_t api_monotonic_ms(void)
+size_t api_route_paths(const char **paths, size_t cap)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ingestd_request_duration_seconds, one row per route of the table (reqhist.h). */
-static int new_reqhist(api_t *api)
-{
-    const char *paths[NROUTES];
-    for (size_t i = 0; i < NROUTES; i++)
+    for (size_t i = 0; i < NROUTES && i < cap; i++)
         paths[i] = ROUTES[i].path;
-    return reqhist_new(paths, NROUTES, &api->reqhist);
-}
-
-int api_new(const api_options_t *opts, api_t **out)
-{
-    api_t *api = NULL;
-
-    *out = NULL;
-    if (!opts || (!opts->commit && !opts->sink) || (opts->nkeys > 0 && !opts->keys))
-        return -1;
-    if (opts->sink && !(opts->sink->submit && opts->sink->stats_json && opts->sink->metrics &&
-                        opts->sink->unhealthy))
-        return -1;
-    api = calloc(1, sizeof(*api));
-    if (!api)
-        return -1;
-    atomic_init(&api->quiescing, false);
-    if (pthread_mutex_init(&api->polls_mu, NULL) != 0) {
-        free(api);
-        return -1;
-    }
-    if (api_keys_init(api, opts) != 0) /* ingest.c */
-        goto fail;
-    if (opts->admin_token && *opts->admin_token) {
-        api->admin_token = strdup(opts->admin_token);
-        if (!api->admin_token)
-            goto fail;
-    }
-    if (opts->data_dir) {
-        api->data_dir = strdup(opts->data_dir);
-        if (!api->data_dir)
-            goto fail;
-    }
-    if (cors_new(opts->cors_origin, &api->cors, NULL, 0) != CORS_OK)
-        goto fail;
-    if (new_reqhist(api) != 0)
-        goto fail;
-    api_reject_init(api, opts); /* reject.c */
-    api->fsync_seconds = opts->fsync_seconds;
-    api->batch_events = opts->batch_events;
-    api->duplicate_ages = opts->duplicate_age_seconds;
-    api->window_floor_ms = opts->window_floor_ms;
-    api->commit = opts->commit;
-    if (opts->sink) {
-        api->has_sink = true;
-        api->sink = *opts->sink;
-    }
-    atomic_init(&api->sink_accepted, 0);
-    api->window_ms = opts->window_ms;
-    api->max_keys = opts->max_keys;
-    api->started_ms = api_monotonic_ms();
-    atomic_init(&api->rejected, 0);
-    for (size_t i = 0; i < API_STATUS_SLOTS; i++)
-        atomic_init(&api->by_status[i], 0);
-    *out = api;
-    return 0;
-fail:
-    api_free(api);
-    return -1;
-}
-
-void api_free(api_t *api)
-{
-    if (!api)
-        return;
-    api_keys_destroy(api);
-    free(api->admin_token);
-    free(api->data_dir);
-    cors_free(api->cors);
-    reqhist_free(api->reqhist);
-    pthread_mutex_destroy(&api->polls_mu);
-    free(api);
+    return NROUTES;
 }
 
 void api_count_response(api_t *api, int status)
@@ -146,13 +65,6 @@ static const struct route *find_route(const char *path)
     if (strncmp(path, API_LOOKUP_PREFIX, strlen(API_LOOKUP_PREFIX)) == 0)
         return &ROUTES[NROUTES - 1];
     return NULL;
-}
-
-int64_t api_clock_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 void api_count_duration(api_t *api, const char *path, int status, int64_t ns)
@@ -311,33 +223,9 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
     case DASHBOARD:
         api_dashboard(resp); /* open even with an admin token: the page holds no data */
         return API_DONE;
-    case HEALTHZ: {
-        const char *why = api->has_sink ? api->sink.unhealthy(api->sink.ctx) : NULL;
-        if (why) {
-            /* The edge's producer failed for good: balancers should send writes elsewhere. */
-            api_resp_json(resp, 503,
-                          json_pack("{s:s, s:s}", "status", "unavailable", "error", why));
-            resp->retry_after = API_RETRY_AFTER_S;
-            return API_DONE;
-        }
-        if (api->has_sink) {
-            api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
-            return API_DONE;
-        }
-        /* Unhealthy while storage is being re-established: balancers should send writes elsewhere.
-         */
-        commit_stats_t s;
-        commit_get_stats(api->commit, &s);
-        if (s.storage_failed) {
-            api_resp_json(resp, 503,
-                          json_pack("{s:s, s:s}", "status", "unavailable", "error",
-                                    "storage failed; re-establishing it from disk"));
-            resp->retry_after = API_RETRY_AFTER_S;
-        } else {
-            api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
-        }
+    case HEALTHZ:
+        api_healthz(api, resp);
         return API_DONE;
-    }
     }
     api_error(resp, 500, "internal error");
     return API_DONE;

@@ -1,17 +1,15 @@
-/* stats: GET /stats (JSON) and GET /metrics (Prometheus text) from commit and api counters. */
+/* stats: GET /stats (JSON), GET /metrics (Prometheus text) and GET /healthz, from commit and api
+ * counters. */
 #include "api/internal.h"
 
 #include "api/auth.h"
+#include "common/clock.h"
 #include "storage/groups.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef INGESTD_VERSION
-#define INGESTD_VERSION "0.0.0"
-#endif
 
 static uint64_t load(atomic_uint_fast64_t *a)
 {
@@ -53,7 +51,7 @@ static double ratio(double num, uint64_t den)
 
 static int64_t uptime_s(const api_t *api)
 {
-    return (api_monotonic_ms() - api->started_ms) / 1000;
+    return (clk_mono_ms() - api->started_ms) / 1000;
 }
 
 /*
@@ -118,6 +116,116 @@ static json_t *by_status_json(api_t *api, uint64_t *total)
     return by;
 }
 
+/* /stats `dedupe`: the window, its bounds and evictions, its store, and how late retries come. */
+static json_t *dedupe_json(const api_t *api, const commit_stats_t *s, int64_t now_ms)
+{
+    // clang-format off
+    json_t *dd = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+        "window_seconds", (json_int_t)(api->window_ms / 1000),
+        "effective_window_seconds", (json_int_t)effective_window_s(s, now_ms),
+        "keys", (json_int_t)s->keys,
+        "max_keys", (json_int_t)api->max_keys,
+        "evicted_age", (json_int_t)s->evicted_age,
+        "evicted_size", (json_int_t)s->evicted_size,
+        "store_map_bytes", (json_int_t)s->store_map_size,
+        "store_used_bytes", (json_int_t)s->store_used_bytes);
+    // clang-format on
+    if (!dd)
+        return NULL;
+    /* Which store holds the window; a filter states its error rate, which operators must know. */
+    json_object_set_new(dd, "store", json_string(s->memory_store ? "memory" : "lmdb"));
+    /* How long the window must be, and whether it is too short (docs/operations.md). */
+    json_object_set_new(dd, "duplicate_age_seconds", duplicate_ages_json(api, s));
+    json_object_set_new(dd, "window_floor_seconds", json_integer(api->window_floor_ms / 1000));
+    json_object_set_new(dd, "window_below_floor", json_boolean(s->window_below_floor));
+    /* The window's sealed part (docs/window.md): its keys are part of `keys` above. */
+    if (!s->memory_store)
+        json_object_set_new(
+            dd, "generations",
+            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "count", (json_int_t)s->generations, "keys",
+                      (json_int_t)s->generation_keys, "bytes", (json_int_t)s->generation_bytes,
+                      "memory_bytes", (json_int_t)s->generation_memory_bytes, "seals",
+                      (json_int_t)s->seals, "merges", (json_int_t)s->merges));
+    else
+        json_object_set_new(dd, "filter",
+                            json_pack("{s:s, s:I, s:f}", "spec", s->filter_spec, "memory_bits",
+                                      (json_int_t)s->filter_bits, "asymptotic_fpr", s->filter_fpr));
+    return dd;
+}
+
+/* /stats `log`: its offsets, size and retention. */
+static json_t *log_json(const commit_stats_t *s)
+{
+    // clang-format off
+    return json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}}",
+        "first_offset", (json_int_t)s->log_first_offset,
+        "next_offset", (json_int_t)s->log_next_offset,
+        "bytes", (json_int_t)s->log_bytes,
+        "segments", (json_int_t)s->log_segments,
+        "committed_offset", (json_int_t)s->committed_offset,
+        "window_first_offset", (json_int_t)s->window_first_offset,
+        "retention",
+            "segments_deleted", (json_int_t)s->retention_segments,
+            "records_deleted", (json_int_t)s->retention_records,
+            "window_records_deleted", (json_int_t)s->retention_window_records);
+    // clang-format on
+}
+
+/* /stats `commit`: group commits, fsyncs, the queue and the LMDB checkpoints. */
+static json_t *commit_json(const commit_stats_t *s)
+{
+    // clang-format off
+    json_t *cm = json_pack(
+        "{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I}",
+        "batches", (json_int_t)s->batches,
+        "events", (json_int_t)s->batch_events,
+        "avg_batch_events", ratio((double)s->batch_events, s->batches),
+        "last_batch_events", (json_int_t)s->last_batch_events,
+        "max_batch_events", (json_int_t)s->max_batch_events,
+        "last_batch_requests", (json_int_t)s->last_batch_requests,
+        "failures", (json_int_t)s->failures,
+        "queue_events", (json_int_t)s->queue_events,
+        "fsyncs", (json_int_t)s->fsyncs,
+        "fsync_ms_last", s->fsync_ms_last,
+        "fsync_ms_avg", ratio(s->fsync_ms_total, s->fsyncs),
+        "fsync_ms_max", s->fsync_ms_max,
+        "map_grows", (json_int_t)s->map_grows);
+    // clang-format on
+    if (!cm)
+        return NULL;
+    json_object_set_new(cm, "queue_bytes", json_integer((json_int_t)s->queue_bytes));
+    /* LMDB checkpoints (storage/commit.h): a checkpointer thread writes the keys every 3 s. */
+    json_object_set_new(cm, "checkpoints", json_integer((json_int_t)s->checkpoints));
+    json_object_set_new(cm, "checkpoint_failures",
+                        json_integer((json_int_t)s->checkpoint_failures));
+    json_object_set_new(cm, "checkpoint_ms_avg",
+                        json_real(ratio(s->checkpoint_ms_total, s->checkpoints)));
+    json_object_set_new(cm, "checkpoint_ms_max", json_real(s->checkpoint_ms_max));
+    return cm;
+}
+
+/* /stats `auth` and `limits`: write keys in force and what the limits refused (README). */
+static void add_limits(api_t *api, const commit_stats_t *s, json_t *j)
+{
+    auth_keyset_t *ks = api_keys_get(api);
+    size_t nkeys = auth_keyset_size(ks);
+    auth_keyset_release(ks);
+    // clang-format off
+    json_object_set_new(j, "auth", json_pack("{s:I}", "write_keys", (json_int_t)nkeys));
+    json_object_set_new(j, "limits", json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+        "rate_limit", (json_int_t)api->rate_limit,
+        "rate_limited_requests", (json_int_t)load(&api->rate_limited_requests),
+        "rate_limited_events", (json_int_t)load(&api->rate_limited_events),
+        "queue_max_bytes", (json_int_t)s->queue_max_bytes,
+        "queue_bytes", (json_int_t)s->queue_bytes,
+        "queue_full_requests", (json_int_t)load(&api->queue_full_requests),
+        "queue_full_events", (json_int_t)load(&api->queue_full_events)));
+    // clang-format on
+}
+
 void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
 {
     commit_stats_t s;
@@ -132,30 +240,14 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
-    /* One key/value pair per line mirrors the documented /stats shape; clang-format would pack
-     * them into an unreadable block, so it is off for this call. */
+    /* One key per line mirrors the documented /stats shape; clang-format would pack them. */
     // clang-format off
     json_t *j = json_pack(
-        "{s:s, s:I,"
-        " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
-        " s:{s:I, s:I, s:I},"
-        " s:{s:I, s:o},"
-        " s:{s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}},"
-        " s:o,"
-        " s:{s:I, s:I, s:f, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:I},"
-        " s:{s:I, s:I, s:b},"
-        " s:{s:b, s:I}}",
+        "{s:s, s:I, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:o}, s:o, s:o, s:o,"
+        " s:{s:I, s:I, s:b}, s:{s:b, s:I}}",
         "version", INGESTD_VERSION,
         "uptime_seconds", (json_int_t)uptime_s(api),
-        "dedupe",
-            "window_seconds", (json_int_t)(api->window_ms / 1000),
-            "effective_window_seconds", (json_int_t)effective_window_s(&s, now_ms),
-            "keys", (json_int_t)s.keys,
-            "max_keys", (json_int_t)api->max_keys,
-            "evicted_age", (json_int_t)s.evicted_age,
-            "evicted_size", (json_int_t)s.evicted_size,
-            "store_map_bytes", (json_int_t)s.store_map_size,
-            "store_used_bytes", (json_int_t)s.store_used_bytes,
+        "dedupe", dedupe_json(api, &s, now_ms),
         "events",
             "accepted", (json_int_t)s.accepted,
             "duplicates", (json_int_t)s.duplicates,
@@ -163,32 +255,9 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         "requests",
             "total", (json_int_t)total,
             "by_status", by,
-        "log",
-            "first_offset", (json_int_t)s.log_first_offset,
-            "next_offset", (json_int_t)s.log_next_offset,
-            "bytes", (json_int_t)s.log_bytes,
-            "segments", (json_int_t)s.log_segments,
-            "committed_offset", (json_int_t)s.committed_offset,
-            "window_first_offset", (json_int_t)s.window_first_offset,
-            "retention",
-                "segments_deleted", (json_int_t)s.retention_segments,
-                "records_deleted", (json_int_t)s.retention_records,
-                "window_records_deleted", (json_int_t)s.retention_window_records,
+        "log", log_json(&s),
         "groups", groups,
-        "commit",
-            "batches", (json_int_t)s.batches,
-            "events", (json_int_t)s.batch_events,
-            "avg_batch_events", ratio((double)s.batch_events, s.batches),
-            "last_batch_events", (json_int_t)s.last_batch_events,
-            "max_batch_events", (json_int_t)s.max_batch_events,
-            "last_batch_requests", (json_int_t)s.last_batch_requests,
-            "failures", (json_int_t)s.failures,
-            "queue_events", (json_int_t)s.queue_events,
-            "fsyncs", (json_int_t)s.fsyncs,
-            "fsync_ms_last", s.fsync_ms_last,
-            "fsync_ms_avg", ratio(s.fsync_ms_total, s.fsyncs),
-            "fsync_ms_max", s.fsync_ms_max,
-            "map_grows", (json_int_t)s.map_grows,
+        "commit", commit_json(&s),
         "recovery",
             "replayed_records", (json_int_t)s.replayed_at_open,
             "truncated_bytes", (json_int_t)s.truncated_at_open,
@@ -201,218 +270,218 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
-    /* Which store holds the window; a filter states its error rate, which operators must know. */
-    json_t *dd = json_object_get(j, "dedupe");
-    json_object_set_new(dd, "store", json_string(s.memory_store ? "memory" : "lmdb"));
-    /* How long the window must be, and whether it is too short (docs/operations.md). */
-    json_object_set_new(dd, "duplicate_age_seconds", duplicate_ages_json(api, &s));
-    json_object_set_new(dd, "window_floor_seconds", json_integer(api->window_floor_ms / 1000));
-    json_object_set_new(dd, "window_below_floor", json_boolean(s.window_below_floor));
-    /* The window's sealed part (docs/window.md): its keys are part of `keys` above. */
-    if (!s.memory_store)
-        json_object_set_new(
-            dd, "generations",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "count", (json_int_t)s.generations, "keys",
-                      (json_int_t)s.generation_keys, "bytes", (json_int_t)s.generation_bytes,
-                      "memory_bytes", (json_int_t)s.generation_memory_bytes, "seals",
-                      (json_int_t)s.seals, "merges", (json_int_t)s.merges));
-    if (s.memory_store)
-        json_object_set_new(dd, "filter",
-                            json_pack("{s:s, s:I, s:f}", "spec", s.filter_spec, "memory_bits",
-                                      (json_int_t)s.filter_bits, "asymptotic_fpr", s.filter_fpr));
-    /* Write keys in force and what the limits refused (README "Limits"). */
-    auth_keyset_t *ks = api_keys_get(api);
-    size_t nkeys = auth_keyset_size(ks);
-    auth_keyset_release(ks);
-    json_object_set_new(json_object_get(j, "commit"), "queue_bytes",
-                        json_integer((json_int_t)s.queue_bytes));
-    /* LMDB checkpoints (storage/commit.h): the write transaction commits about once a second. */
-    json_t *cm = json_object_get(j, "commit");
-    json_object_set_new(cm, "checkpoints", json_integer((json_int_t)s.checkpoints));
-    json_object_set_new(cm, "checkpoint_failures", json_integer((json_int_t)s.checkpoint_failures));
-    json_object_set_new(cm, "checkpoint_ms_avg",
-                        json_real(ratio(s.checkpoint_ms_total, s.checkpoints)));
-    json_object_set_new(cm, "checkpoint_ms_max", json_real(s.checkpoint_ms_max));
-    // clang-format off
-    json_object_set_new(j, "auth", json_pack("{s:I}", "write_keys", (json_int_t)nkeys));
-    json_object_set_new(j, "limits", json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-        "rate_limit", (json_int_t)api->rate_limit,
-        "rate_limited_requests", (json_int_t)load(&api->rate_limited_requests),
-        "rate_limited_events", (json_int_t)load(&api->rate_limited_events),
-        "queue_max_bytes", (json_int_t)s.queue_max_bytes,
-        "queue_bytes", (json_int_t)s.queue_bytes,
-        "queue_full_requests", (json_int_t)load(&api->queue_full_requests),
-        "queue_full_events", (json_int_t)load(&api->queue_full_events)));
-    // clang-format on
+    add_limits(api, &s, j);
     api_reject_stats(api, j);
     api_resp_json(resp, 200, j);
 }
 
-/* One metric without labels: HELP, TYPE and the sample. */
-static void metric(FILE *f, const char *name, const char *type, const char *help, double v)
-{
-    fprintf(f, "# HELP ingestd_%s %s\n# TYPE ingestd_%s %s\ningestd_%s %.17g\n", name, help, name,
-            type, name, v);
-}
-
-static void header(FILE *f, const char *name, const char *type, const char *help)
-{
-    fprintf(f, "# HELP ingestd_%s %s\n# TYPE ingestd_%s %s\n", name, help, name, type);
-}
-
 /* ingestd_requests_total, one sample per status answered so far. */
-static void metric_requests(FILE *f, api_t *api)
+static void metric_requests(prom_t *p, api_t *api)
 {
-    header(f, "requests_total", "counter", "HTTP responses by status code.");
+    char lb[32], code[8];
+
+    prom_head(p, "requests_total", PROM_COUNTER, "HTTP responses by status code.");
     for (int i = 0; i < API_STATUS_SLOTS; i++) {
         uint64_t n = load(&api->by_status[i]);
-        if (n)
-            fprintf(f, "ingestd_requests_total{code=\"%d\"} %" PRIu64 "\n", i, n);
+        if (!n)
+            continue;
+        lb[0] = '\0';
+        snprintf(code, sizeof(code), "%d", i);
+        prom_label(lb, sizeof(lb), "code", code);
+        prom_sample_u64(p, "requests_total", lb, n);
     }
 }
 
-/* Adds the uptime, closes the open_memstream `f` over *buf / *len and answers with it. */
-static void metrics_finish(const api_t *api, FILE *f, char **buf, size_t *len, api_resp_t *resp)
+/* Adds the uptime, ends the writer `p` and answers with its text. */
+static void metrics_finish(const api_t *api, prom_t *p, api_resp_t *resp)
 {
-    metric(f, "uptime_seconds", "gauge", "Seconds since start.", (double)uptime_s(api));
-    /* open_memstream updates *buf and *len at fclose: read them only after it. */
-    if (fclose(f) != 0 || !*buf) {
-        free(*buf);
+    size_t len = 0;
+
+    prom_gauge(p, "uptime_seconds", "Seconds since start.", (double)uptime_s(api));
+    char *text = prom_take(p, &len);
+    if (!text) {
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
     memset(resp, 0, sizeof(*resp));
     resp->status = 200;
     resp->content_type = "text/plain; version=0.0.4";
-    resp->body = *buf;
-    resp->body_len = *len;
+    resp->body = text;
+    resp->body_len = len;
+}
+
+/* The window: its keys, bounds, evictions and floor. */
+static void metrics_dedupe(prom_t *p, const api_t *api, const commit_stats_t *s, int64_t now_ms)
+{
+    prom_gauge(p, "dedupe_keys", "Keys in the dedupe window.", (double)s->keys);
+    prom_gauge(p, "dedupe_window_seconds", "Configured dedupe window.",
+               (double)api->window_ms / 1000.0);
+    prom_gauge(p, "dedupe_effective_window_seconds", "Age of the oldest retained key.",
+               (double)effective_window_s(s, now_ms));
+    prom_gauge(p, "dedupe_max_keys", "Configured size bound of the window (0: none).",
+               (double)api->max_keys);
+    prom_gauge(p, "dedupe_window_floor_seconds", "Configured --window-floor (0: off).",
+               (double)api->window_floor_ms / 1000.0);
+    prom_gauge(p, "dedupe_window_below_floor",
+               "1 while the size bound evicts keys younger than --window-floor.",
+               s->window_below_floor ? 1.0 : 0.0);
+    prom_head(p, "dedupe_evicted_total", PROM_COUNTER, "Keys evicted from the window, by reason.");
+    prom_sample_u64(p, "dedupe_evicted_total", "reason=\"age\"", s->evicted_age);
+    prom_sample_u64(p, "dedupe_evicted_total", "reason=\"size\"", s->evicted_size);
+}
+
+/* The per-write-key rate limit and the requests it refused (both roles). */
+static void metrics_rate_limit(prom_t *p, api_t *api)
+{
+    prom_gauge(p, "rate_limit_events_per_second",
+               "Configured rate limit per write key (--rate-limit; 0: none).",
+               (double)api->rate_limit);
+    prom_counter(p, "rate_limited_requests_total",
+                 "Requests answered 429 by the per-write-key rate limit.",
+                 (double)load(&api->rate_limited_requests));
+}
+
+/* The group commit, its queue and what the limits refused. */
+static void metrics_commit(prom_t *p, api_t *api, const commit_stats_t *s)
+{
+    prom_counter(p, "commit_batches_total", "Group commits.", (double)s->batches);
+    prom_counter(p, "commit_events_total", "Events in group commits.", (double)s->batch_events);
+    prom_counter(p, "commit_failures_total", "Group commits that failed.", (double)s->failures);
+    prom_gauge(p, "commit_queue_events", "Events waiting for the next group commit.",
+               (double)s->queue_events);
+    prom_gauge(p, "commit_queue_bytes",
+               "Event bytes submitted and not yet answered (bounded by --queue-max-bytes).",
+               (double)s->queue_bytes);
+    prom_gauge(p, "commit_queue_max_bytes", "Configured bound on commit_queue_bytes (0: none).",
+               (double)s->queue_max_bytes);
+    prom_counter(p, "queue_full_requests_total",
+                 "Requests answered 503 because the commit queue was full.",
+                 (double)load(&api->queue_full_requests));
+    prom_counter(
+        p, "queue_full_events_total",
+        "Events in requests answered 503 for a full commit queue (those whose body was read).",
+        (double)load(&api->queue_full_events));
+    metrics_rate_limit(p, api);
+    prom_counter(p, "rate_limited_events_total",
+                 "Events in requests answered 429 (those whose body was read).",
+                 (double)load(&api->rate_limited_events));
+}
+
+/* fsyncs and LMDB checkpoints. */
+static void metrics_durability(prom_t *p, const commit_stats_t *s)
+{
+    prom_counter(p, "fsyncs_total", "Log fsyncs.", (double)s->fsyncs);
+    prom_counter(p, "fsync_seconds_total", "Time spent in fsync.", s->fsync_ms_total / 1000.0);
+    prom_gauge(p, "fsync_seconds_max", "Longest fsync.", s->fsync_ms_max / 1000.0);
+    prom_counter(p, "checkpoints_total", "LMDB checkpoints (commits of the write transaction).",
+                 (double)s->checkpoints);
+    prom_counter(p, "checkpoint_failures_total",
+                 "Failed LMDB checkpoints (storage re-established from the log; no request "
+                 "failed).",
+                 (double)s->checkpoint_failures);
+    prom_counter(p, "checkpoint_seconds_total", "Time spent in LMDB checkpoints.",
+                 s->checkpoint_ms_total / 1000.0);
+}
+
+/* The log: its size, offsets and retention. */
+static void metrics_log(prom_t *p, const commit_stats_t *s)
+{
+    prom_gauge(p, "log_bytes", "Bytes in the log.", (double)s->log_bytes);
+    prom_gauge(p, "log_segments", "Log segment files.", (double)s->log_segments);
+    prom_gauge(p, "log_first_offset", "Offset of the oldest retained record.",
+               (double)s->log_first_offset);
+    prom_gauge(p, "log_next_offset", "Offset the next record gets.", (double)s->log_next_offset);
+    prom_gauge(p, "log_committed_offset",
+               "Offset after the last acknowledged record (what consumers can read up to).",
+               (double)s->committed_offset);
+    prom_gauge(p, "log_window_first_offset",
+               "Offset of the oldest record still inside the dedupe window.",
+               (double)s->window_first_offset);
+    prom_counter(p, "log_retention_deleted_segments_total", "Log segments deleted by retention.",
+                 (double)s->retention_segments);
+    prom_counter(p, "log_retention_deleted_records_total", "Log records deleted by retention.",
+                 (double)s->retention_records);
+    prom_counter(p, "log_retention_window_records_total",
+                 "Records deleted by retention while still inside the dedupe window (rebuild "
+                 "cannot restore their keys): raise --log-retention / --log-max-bytes.",
+                 (double)s->retention_window_records);
+}
+
+/* Each consumer group's offset and lag. */
+static void metrics_groups(prom_t *p, const api_t *api, uint64_t committed)
+{
+    groups_entry_t *gs = NULL;
+    size_t ng = 0;
+    char lb[GROUPS_NAME_MAX * 2 + 16];
+
+    list_groups(api, &gs, &ng);
+    prom_head(p, "group_offset", PROM_GAUGE, "Next offset each consumer group reads.");
+    for (size_t i = 0; i < ng; i++) {
+        lb[0] = '\0';
+        prom_label(lb, sizeof(lb), "group", gs[i].name);
+        prom_sample_u64(p, "group_offset", lb, gs[i].offset);
+    }
+    prom_head(p, "group_lag", PROM_GAUGE,
+              "Committed records each consumer group has not read yet.");
+    for (size_t i = 0; i < ng; i++) {
+        lb[0] = '\0';
+        prom_label(lb, sizeof(lb), "group", gs[i].name);
+        prom_sample_u64(p, "group_lag", lb, group_lag(&gs[i], committed));
+    }
+    free(gs);
+}
+
+/* The store: LMDB, the sealed generations, health, and a memory filter's error rate. */
+static void metrics_store(prom_t *p, const commit_stats_t *s)
+{
+    prom_gauge(p, "store_map_bytes", "LMDB map size.", (double)s->store_map_size);
+    prom_gauge(p, "store_used_bytes", "LMDB bytes in use.", (double)s->store_used_bytes);
+    prom_gauge(p, "generations", "Sealed generation files of the window.", (double)s->generations);
+    prom_gauge(p, "generation_keys", "Keys in sealed generations (part of dedupe_keys).",
+               (double)s->generation_keys);
+    prom_gauge(p, "generation_bytes", "Bytes of the sealed generation files on disk.",
+               (double)s->generation_bytes);
+    prom_gauge(p, "generation_memory_bytes",
+               "Bytes of the generations' filters and fences in memory.",
+               (double)s->generation_memory_bytes);
+    prom_counter(p, "seals_total", "Young stores sealed into generation files.", (double)s->seals);
+    prom_counter(p, "generation_merges_total", "Merges of small generations.", (double)s->merges);
+    prom_gauge(p, "storage_failed",
+               "1 while storage is failed and being re-established (every write gets 503).",
+               s->storage_failed ? 1.0 : 0.0);
+    prom_counter(p, "storage_recoveries_total",
+                 "Times storage was re-established from disk after a failure.",
+                 (double)s->recoveries);
+    if (s->memory_store)
+        prom_gauge(
+            p, "dedupe_filter_asymptotic_fpr",
+            "Memory store: the filter's asymptotic false positive rate (a lost unique event).",
+            s->filter_fpr);
 }
 
 void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
 {
     commit_stats_t s;
-    char *buf = NULL;
-    size_t len = 0;
 
     commit_get_stats(api->commit, &s);
-    FILE *f = open_memstream(&buf, &len);
-    if (!f) {
+    prom_t *p = prom_new("ingestd_");
+    if (!p) {
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
-    metric(f, "events_accepted_total", "counter", "Events appended to the log.",
-           (double)s.accepted);
-    metric(f, "events_duplicates_total", "counter", "Events dropped as duplicates.",
-           (double)s.duplicates);
-    api_reject_metrics(api, f);
-    metric_requests(f, api);
-    metric(f, "dedupe_keys", "gauge", "Keys in the dedupe window.", (double)s.keys);
-    metric(f, "dedupe_window_seconds", "gauge", "Configured dedupe window.",
-           (double)api->window_ms / 1000.0);
-    metric(f, "dedupe_effective_window_seconds", "gauge", "Age of the oldest retained key.",
-           (double)effective_window_s(&s, now_ms));
-    metric(f, "dedupe_max_keys", "gauge", "Configured size bound of the window (0: none).",
-           (double)api->max_keys);
-    metric(f, "dedupe_window_floor_seconds", "gauge", "Configured --window-floor (0: off).",
-           (double)api->window_floor_ms / 1000.0);
-    metric(f, "dedupe_window_below_floor", "gauge",
-           "1 while the size bound evicts keys younger than --window-floor.",
-           s.window_below_floor ? 1.0 : 0.0);
-    header(f, "dedupe_evicted_total", "counter", "Keys evicted from the window, by reason.");
-    fprintf(f, "ingestd_dedupe_evicted_total{reason=\"age\"} %" PRIu64 "\n", s.evicted_age);
-    fprintf(f, "ingestd_dedupe_evicted_total{reason=\"size\"} %" PRIu64 "\n", s.evicted_size);
-    metric(f, "commit_batches_total", "counter", "Group commits.", (double)s.batches);
-    metric(f, "commit_events_total", "counter", "Events in group commits.", (double)s.batch_events);
-    metric(f, "commit_failures_total", "counter", "Group commits that failed.", (double)s.failures);
-    metric(f, "commit_queue_events", "gauge", "Events waiting for the next group commit.",
-           (double)s.queue_events);
-    metric(f, "commit_queue_bytes", "gauge",
-           "Event bytes submitted and not yet answered (bounded by --queue-max-bytes).",
-           (double)s.queue_bytes);
-    metric(f, "commit_queue_max_bytes", "gauge",
-           "Configured bound on commit_queue_bytes (0: none).", (double)s.queue_max_bytes);
-    metric(f, "queue_full_requests_total", "counter",
-           "Requests answered 503 because the commit queue was full.",
-           (double)load(&api->queue_full_requests));
-    metric(f, "queue_full_events_total", "counter",
-           "Events in requests answered 503 for a full commit queue (those whose body was read).",
-           (double)load(&api->queue_full_events));
-    metric(f, "rate_limit_events_per_second", "gauge",
-           "Configured rate limit per write key (--rate-limit; 0: none).", (double)api->rate_limit);
-    metric(f, "rate_limited_requests_total", "counter",
-           "Requests answered 429 by the per-write-key rate limit.",
-           (double)load(&api->rate_limited_requests));
-    metric(f, "rate_limited_events_total", "counter",
-           "Events in requests answered 429 (those whose body was read).",
-           (double)load(&api->rate_limited_events));
-    metric(f, "fsyncs_total", "counter", "Log fsyncs.", (double)s.fsyncs);
-    metric(f, "fsync_seconds_total", "counter", "Time spent in fsync.", s.fsync_ms_total / 1000.0);
-    metric(f, "fsync_seconds_max", "gauge", "Longest fsync.", s.fsync_ms_max / 1000.0);
-    metric(f, "checkpoints_total", "counter",
-           "LMDB checkpoints (commits of the write transaction).", (double)s.checkpoints);
-    metric(f, "checkpoint_failures_total", "counter",
-           "Failed LMDB checkpoints (storage re-established from the log; no request failed).",
-           (double)s.checkpoint_failures);
-    metric(f, "checkpoint_seconds_total", "counter", "Time spent in LMDB checkpoints.",
-           s.checkpoint_ms_total / 1000.0);
-    metric(f, "log_bytes", "gauge", "Bytes in the log.", (double)s.log_bytes);
-    metric(f, "log_segments", "gauge", "Log segment files.", (double)s.log_segments);
-    metric(f, "log_first_offset", "gauge", "Offset of the oldest retained record.",
-           (double)s.log_first_offset);
-    metric(f, "log_next_offset", "gauge", "Offset the next record gets.",
-           (double)s.log_next_offset);
-    metric(f, "log_committed_offset", "gauge",
-           "Offset after the last acknowledged record (what consumers can read up to).",
-           (double)s.committed_offset);
-    metric(f, "log_window_first_offset", "gauge",
-           "Offset of the oldest record still inside the dedupe window.",
-           (double)s.window_first_offset);
-    metric(f, "log_retention_deleted_segments_total", "counter",
-           "Log segments deleted by retention.", (double)s.retention_segments);
-    metric(f, "log_retention_deleted_records_total", "counter", "Log records deleted by retention.",
-           (double)s.retention_records);
-    metric(f, "log_retention_window_records_total", "counter",
-           "Records deleted by retention while still inside the dedupe window (rebuild cannot "
-           "restore their keys): raise --log-retention / --log-max-bytes.",
-           (double)s.retention_window_records);
-    groups_entry_t *gs = NULL;
-    size_t ng = 0;
-    list_groups(api, &gs, &ng);
-    header(f, "group_offset", "gauge", "Next offset each consumer group reads.");
-    for (size_t i = 0; i < ng; i++)
-        fprintf(f, "ingestd_group_offset{group=\"%s\"} %" PRIu64 "\n", gs[i].name, gs[i].offset);
-    header(f, "group_lag", "gauge", "Committed records each consumer group has not read yet.");
-    for (size_t i = 0; i < ng; i++)
-        fprintf(f, "ingestd_group_lag{group=\"%s\"} %" PRIu64 "\n", gs[i].name,
-                group_lag(&gs[i], s.committed_offset));
-    free(gs);
-    metric(f, "store_map_bytes", "gauge", "LMDB map size.", (double)s.store_map_size);
-    metric(f, "store_used_bytes", "gauge", "LMDB bytes in use.", (double)s.store_used_bytes);
-    metric(f, "generations", "gauge", "Sealed generation files of the window.",
-           (double)s.generations);
-    metric(f, "generation_keys", "gauge", "Keys in sealed generations (part of dedupe_keys).",
-           (double)s.generation_keys);
-    metric(f, "generation_bytes", "gauge", "Bytes of the sealed generation files on disk.",
-           (double)s.generation_bytes);
-    metric(f, "generation_memory_bytes", "gauge",
-           "Bytes of the generations' filters and fences in memory.",
-           (double)s.generation_memory_bytes);
-    metric(f, "seals_total", "counter", "Young stores sealed into generation files.",
-           (double)s.seals);
-    metric(f, "generation_merges_total", "counter", "Merges of small generations.",
-           (double)s.merges);
-    metric(f, "storage_failed", "gauge",
-           "1 while storage is failed and being re-established (every write gets 503).",
-           s.storage_failed ? 1.0 : 0.0);
-    metric(f, "storage_recoveries_total", "counter",
-           "Times storage was re-established from disk after a failure.", (double)s.recoveries);
-    if (s.memory_store)
-        metric(f, "dedupe_filter_asymptotic_fpr", "gauge",
-               "Memory store: the filter's asymptotic false positive rate (a lost unique event).",
-               s.filter_fpr);
-    api_metrics_histograms(api, f);
-    metrics_finish(api, f, &buf, &len, resp);
+    prom_counter(p, "events_accepted_total", "Events appended to the log.", (double)s.accepted);
+    prom_counter(p, "events_duplicates_total", "Events dropped as duplicates.",
+                 (double)s.duplicates);
+    api_reject_metrics(api, p);
+    metric_requests(p, api);
+    metrics_dedupe(p, api, &s, now_ms);
+    metrics_commit(p, api, &s);
+    metrics_durability(p, &s);
+    metrics_log(p, &s);
+    metrics_groups(p, api, s.committed_offset);
+    metrics_store(p, &s);
+    api_metrics_histograms(api, p);
+    metrics_finish(api, p, resp);
 }
 
 /* Requests by status, for both /stats shapes; NULL when out of memory. */
@@ -472,27 +541,47 @@ void api_stats_sink(api_t *api, api_resp_t *resp)
 
 void api_metrics_sink(api_t *api, api_resp_t *resp)
 {
-    char *buf = NULL;
-    size_t len = 0;
     char *more = api->sink.metrics(api->sink.ctx);
-    FILE *f = more ? open_memstream(&buf, &len) : NULL;
-    if (!f) {
+    prom_t *p = more ? prom_new("ingestd_") : NULL;
+    if (!p) {
         free(more);
         api_error(resp, 503, "out of memory, retry later");
         return;
     }
-    metric(f, "events_accepted_total", "counter",
-           "Events of requests answered 200 (handed on; duplicates are decided downstream).",
-           (double)load(&api->sink_accepted));
-    api_reject_metrics(api, f);
-    metric_requests(f, api);
-    metric(f, "rate_limit_events_per_second", "gauge",
-           "Configured rate limit per write key (--rate-limit; 0: none).", (double)api->rate_limit);
-    metric(f, "rate_limited_requests_total", "counter",
-           "Requests answered 429 by the per-write-key rate limit.",
-           (double)load(&api->rate_limited_requests));
-    fputs(more, f);
+    prom_counter(p, "events_accepted_total",
+                 "Events of requests answered 200 (handed on; duplicates are decided downstream).",
+                 (double)load(&api->sink_accepted));
+    api_reject_metrics(api, p);
+    metric_requests(p, api);
+    metrics_rate_limit(p, api);
+    prom_text(p, more);
     free(more);
-    api_metrics_histograms(api, f);
-    metrics_finish(api, f, &buf, &len, resp);
+    api_metrics_histograms(api, p);
+    metrics_finish(api, p, resp);
+}
+
+void api_healthz(api_t *api, api_resp_t *resp)
+{
+    const char *why = api->has_sink ? api->sink.unhealthy(api->sink.ctx) : NULL;
+    if (why) {
+        /* The edge's producer failed for good: balancers should send writes elsewhere. */
+        api_resp_json(resp, 503, json_pack("{s:s, s:s}", "status", "unavailable", "error", why));
+        resp->retry_after = API_RETRY_AFTER_S;
+        return;
+    }
+    if (api->has_sink) {
+        api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+        return;
+    }
+    /* Unhealthy while storage is being re-established: balancers should send writes elsewhere. */
+    commit_stats_t s;
+    commit_get_stats(api->commit, &s);
+    if (s.storage_failed) {
+        api_resp_json(resp, 503,
+                      json_pack("{s:s, s:s}", "status", "unavailable", "error",
+                                "storage failed; re-establishing it from disk"));
+        resp->retry_after = API_RETRY_AFTER_S;
+    } else {
+        api_resp_json(resp, 200, json_pack("{s:s}", "status", "ok"));
+    }
 }

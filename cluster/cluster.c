@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cluster/internal.h"
+#include "common/errbuf.h"
 
 const char *cluster_strerror(int status)
 {
@@ -63,7 +64,7 @@ int cluster_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value,
 {
     char why[256];
     if (rd_kafka_conf_set(conf, name, value, why, sizeof why) != RD_KAFKA_CONF_OK) {
-        snprintf(err, errlen, "kafka option %s: %s", name, why);
+        errbuf_printf(err, errlen, "kafka option %s: %s", name, why);
         return CLUSTER_EINVAL;
     }
     return CLUSTER_OK;
@@ -98,7 +99,7 @@ int cluster_conf_apply(rd_kafka_conf_t *conf, const cluster_kafka_opts_t *opts, 
         const char *eq = strchr(kv, '=');
         char name[256];
         if (eq == NULL || eq == kv || (size_t)(eq - kv) >= sizeof name) {
-            snprintf(err, errlen, "kafka option \"%s\": expected NAME=VALUE", kv);
+            errbuf_printf(err, errlen, "kafka option \"%s\": expected NAME=VALUE", kv);
             return CLUSTER_EINVAL;
         }
         memcpy(name, kv, (size_t)(eq - kv));
@@ -115,4 +116,14 @@ int cluster_conf_apply(rd_kafka_conf_t *conf, const cluster_kafka_opts_t *opts, 
             return rc;
     }
     return CLUSTER_OK;
+}
+
+void cluster_prom_outcomes(prom_t *p, const char *name, const char *const *outcomes,
+                           const uint64_t *n, size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        char lb[64] = "";
+        prom_label(lb, sizeof(lb), "outcome", outcomes[i]);
+        prom_sample_u64(p, name, lb, n[i]);
+    }
 }

@@ -10,9 +10,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "cluster/internal.h"
 #include "cluster/partition.h"
 #include "cluster/producer.h"
 #include "common/clock.h"
+#include "common/errbuf.h"
 #include "common/prom.h"
 
 #define MAX_OPTS      256 /* pass-through options at most (config allows fewer) */
@@ -380,20 +382,20 @@ static int edge_connect(cluster_edge_t *e, const cluster_edge_options_t *o, char
     rc = cluster_producer_partitions(
         e->producer, o->metadata_timeout_ms > 0 ? o->metadata_timeout_ms : 10000, &e->partitions);
     if (rc != CLUSTER_OK) {
-        snprintf(err, errlen, "raw topic %s: %s (the topic must exist: create it first)",
-                 o->raw_topic,
-                 rc == CLUSTER_TIMEOUT ? "no metadata from the cluster in time"
-                                       : "no partition count in the cluster's metadata");
+        errbuf_printf(err, errlen, "raw topic %s: %s (the topic must exist: create it first)",
+                      o->raw_topic,
+                      rc == CLUSTER_TIMEOUT ? "no metadata from the cluster in time"
+                                            : "no partition count in the cluster's metadata");
         return rc;
     }
     cluster_partition_config_t pc = {.partitions = e->partitions,
                                      .partitions_before = o->partitions_before,
                                      .repartition_at_ms = o->repartition_at_ms};
     if ((rc = cluster_partitioner_new(&pc, &e->part)) != CLUSTER_OK) {
-        snprintf(err, errlen,
-                 "--partitions-before %" PRId32 " does not fit raw topic %s with %" PRId32
-                 " partitions (it must be 1..%" PRId32 ")",
-                 o->partitions_before, o->raw_topic, e->partitions, e->partitions);
+        errbuf_printf(err, errlen,
+                      "--partitions-before %" PRId32 " does not fit raw topic %s with %" PRId32
+                      " partitions (it must be 1..%" PRId32 ")",
+                      o->partitions_before, o->raw_topic, e->partitions, e->partitions);
         return rc;
     }
     return CLUSTER_OK;
@@ -409,20 +411,20 @@ int cluster_edge_new(const cluster_edge_options_t *o, cluster_edge_t **out, char
     if (o == NULL || o->brokers == NULL || o->brokers[0] == '\0' || o->raw_topic == NULL ||
         o->raw_topic[0] == '\0' || o->opts.n > MAX_OPTS || o->timeout_ms < 0 ||
         o->partitions_before < 0 || (o->partitions_before > 0 && o->repartition_at_ms <= 0)) {
-        snprintf(err, errlen,
-                 "edge: brokers and raw topic are required (and a cut-over with "
-                 "partitions_before)");
+        errbuf_printf(err, errlen,
+                      "edge: brokers and raw topic are required (and a cut-over with "
+                      "partitions_before)");
         return CLUSTER_EINVAL;
     }
     e = edge_alloc(o);
     if (e == NULL) {
-        snprintf(err, errlen, "out of memory");
+        errbuf_printf(err, errlen, "out of memory");
         return CLUSTER_NOMEM;
     }
     if ((rc = edge_connect(e, o, err, errlen)) != CLUSTER_OK)
         goto fail;
     if (pthread_create(&e->timer, NULL, timer_main, e) != 0) {
-        snprintf(err, errlen, "cannot start the edge's timer thread");
+        errbuf_printf(err, errlen, "cannot start the edge's timer thread");
         rc = CLUSTER_NOMEM;
         goto fail;
     }
@@ -529,17 +531,6 @@ char *cluster_edge_stats_json(const cluster_edge_stats_t *s)
     return finish(f, &buf);
 }
 
-/* One sample per outcome: name{outcome="..."} n. */
-static void by_outcome(prom_t *p, const char *name, const char *const *outcomes, const uint64_t *n,
-                       size_t count)
-{
-    for (size_t i = 0; i < count; i++) {
-        char lb[64] = "";
-        prom_label(lb, sizeof(lb), "outcome", outcomes[i]);
-        prom_sample_u64(p, name, lb, n[i]);
-    }
-}
-
 char *cluster_edge_metrics_text(const cluster_edge_stats_t *s)
 {
     static const char *const events[] = {"produced", "delivered", "failed", "refused"};
@@ -554,10 +545,10 @@ char *cluster_edge_metrics_text(const cluster_edge_stats_t *s)
     prom_head(p, "edge_events_total", PROM_COUNTER,
               "Events of the edge by outcome: produced (queued), delivered (acks=all), failed, "
               "refused (librdkafka refused the request at once).");
-    by_outcome(p, "edge_events_total", events, ev, 4);
+    cluster_prom_outcomes(p, "edge_events_total", events, ev, 4);
     prom_head(p, "edge_requests_total", PROM_COUNTER,
               "Ingest requests the edge answered, by outcome (all but delivered got 503).");
-    by_outcome(p, "edge_requests_total", requests, rq, 4);
+    cluster_prom_outcomes(p, "edge_requests_total", requests, rq, 4);
     prom_gauge(p, "edge_requests_waiting", "Requests waiting for their delivery reports.",
                (double)s->requests_waiting);
     prom_gauge(p, "edge_partitions", "Partitions of the raw topic the edge routes over.",

@@ -4,8 +4,10 @@
 
 #include <librdkafka/rdkafka.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cluster/cluster.h"
+#include "common/prom.h"
 
 /*
  * Sets `name`=`value` on conf; on failure writes "NAME: reason" to err and
@@ -21,5 +23,10 @@ int cluster_conf_set(rd_kafka_conf_t *conf, const char *name, const char *value,
  */
 int cluster_conf_apply(rd_kafka_conf_t *conf, const cluster_kafka_opts_t *opts, const char *client,
                        char *err, size_t errlen);
+
+/* One sample per outcome, name{outcome="outcomes[i]"} n[i], for i < count (the head is the
+ * caller's): the /metrics counters of the edge and the worker. */
+void cluster_prom_outcomes(prom_t *p, const char *name, const char *const *outcomes,
+                           const uint64_t *n, size_t count);
 
 #endif

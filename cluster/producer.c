@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "cluster/internal.h"
+#include "common/errbuf.h"
 
 struct cluster_batch {
     pthread_mutex_t mu;
@@ -135,7 +136,7 @@ int cluster_producer_new(const cluster_producer_options_t *o, cluster_producer_t
 
     *out = NULL;
     if (o == NULL || o->brokers == NULL || o->topic == NULL || o->topic[0] == '\0') {
-        snprintf(err, errlen, "brokers and topic are required");
+        errbuf_printf(err, errlen, "brokers and topic are required");
         return CLUSTER_EINVAL;
     }
     p = calloc(1, sizeof *p);
@@ -154,21 +155,21 @@ int cluster_producer_new(const cluster_producer_options_t *o, cluster_producer_t
     rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
     if (p->rk == NULL) {
-        snprintf(err, errlen, "kafka producer: %s", why);
+        errbuf_printf(err, errlen, "kafka producer: %s", why);
         rc = CLUSTER_KAFKA;
         goto fail;
     }
     conf = NULL; /* owned by rk now */
     p->rkt = rd_kafka_topic_new(p->rk, o->topic, NULL);
     if (p->rkt == NULL) {
-        snprintf(err, errlen, "kafka topic %s: %s", o->topic,
-                 rd_kafka_err2str(rd_kafka_last_error()));
+        errbuf_printf(err, errlen, "kafka topic %s: %s", o->topic,
+                      rd_kafka_err2str(rd_kafka_last_error()));
         rc = CLUSTER_KAFKA;
         goto fail;
     }
     atomic_init(&p->stop, false);
     if (pthread_create(&p->poller, NULL, poll_main, p) != 0) {
-        snprintf(err, errlen, "cannot start the producer's poll thread");
+        errbuf_printf(err, errlen, "cannot start the producer's poll thread");
         rc = CLUSTER_NOMEM;
         goto fail;
     }

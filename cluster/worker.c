@@ -16,6 +16,8 @@
 #include "cluster/internal.h"
 #include "cluster/partition.h"
 #include "common/clock.h"
+#include "common/errbuf.h"
+#include "common/prom.h"
 #include "storage/fsutil.h"
 #include "storage/genset.h"
 #include "storage/keyhash.h"
@@ -432,7 +434,7 @@ static int producer_new(cluster_worker_t *w, char *err, size_t errlen)
     w->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, why, sizeof why);
     if (w->producer == NULL) {
         rd_kafka_conf_destroy(conf);
-        snprintf(err, errlen, "kafka producer: %s", why);
+        errbuf_printf(err, errlen, "kafka producer: %s", why);
         return CLUSTER_KAFKA;
     }
     w->producer_ready = false;
@@ -449,14 +451,14 @@ static int producer_init(cluster_worker_t *w, char *err, size_t errlen)
             return CLUSTER_OK;
         }
         bool fatal = rd_kafka_error_is_fatal(e) && !rd_kafka_error_is_retriable(e);
-        snprintf(err, errlen, "init_transactions: %s", rd_kafka_error_string(e));
+        errbuf_printf(err, errlen, "init_transactions: %s", rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
         if (fatal)
             return CLUSTER_KAFKA;
         wlog(w, 1, "%s; retrying", err);
         usleep(RETRY_PAUSE_MS * 1000);
     }
-    snprintf(err, errlen, "stopped before the producer was ready");
+    errbuf_printf(err, errlen, "stopped before the producer was ready");
     return CLUSTER_TIMEOUT;
 }
 
@@ -506,7 +508,7 @@ static int consumer_new(cluster_worker_t *w, char *err, size_t errlen)
     w->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
     if (w->consumer == NULL) {
         rd_kafka_conf_destroy(conf);
-        snprintf(err, errlen, "kafka consumer: %s", why);
+        errbuf_printf(err, errlen, "kafka consumer: %s", why);
         return CLUSTER_KAFKA;
     }
     rd_kafka_poll_set_consumer(w->consumer);
@@ -541,7 +543,7 @@ static int mirror_new(cluster_worker_t *w, char *err, size_t errlen)
     w->mirror = rd_kafka_new(RD_KAFKA_CONSUMER, conf, why, sizeof why);
     if (w->mirror == NULL) {
         rd_kafka_conf_destroy(conf);
-        snprintf(err, errlen, "kafka mirror client: %s", why);
+        errbuf_printf(err, errlen, "kafka mirror client: %s", why);
         return CLUSTER_KAFKA;
     }
     return CLUSTER_OK;
@@ -558,12 +560,12 @@ static int worker_id(const char *data_dir, char id[17], char *err, size_t errlen
         fclose(f);
         if (ok)
             return CLUSTER_OK;
-        snprintf(err, errlen, "%s: not a worker id (16 hex digits)", path);
+        errbuf_printf(err, errlen, "%s: not a worker id (16 hex digits)", path);
         return CLUSTER_EINVAL;
     }
     uint8_t r[8];
     if (keyhash_random(r, sizeof r) != 0) {
-        snprintf(err, errlen, "no randomness for the worker id: %s", strerror(errno));
+        errbuf_printf(err, errlen, "no randomness for the worker id: %s", strerror(errno));
         return CLUSTER_STORE;
     }
     for (int i = 0; i < 8; i++)
@@ -573,7 +575,7 @@ static int worker_id(const char *data_dir, char id[17], char *err, size_t errlen
     f = fopen(tmp, "w");
     if (f == NULL || fprintf(f, "%s\n", id) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0 ||
         fclose(f) != 0 || rename(tmp, path) != 0) {
-        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        errbuf_printf(err, errlen, "cannot write %s: %s", path, strerror(errno));
         return CLUSTER_STORE;
     }
     return CLUSTER_OK;
@@ -589,21 +591,21 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
     *out = NULL;
     if (o == NULL || !o->brokers || !o->raw_topic || !o->out_topic || !o->group || !o->data_dir ||
         !o->brokers[0] || !o->raw_topic[0] || !o->out_topic[0] || !o->group[0] || !o->data_dir[0]) {
-        snprintf(err, errlen,
-                 "--kafka-brokers, --raw-topic, --out-topic, --group and --data are "
-                 "required");
+        errbuf_printf(err, errlen,
+                      "--kafka-brokers, --raw-topic, --out-topic, --group and --data are "
+                      "required");
         return CLUSTER_EINVAL;
     }
     if (strcmp(o->raw_topic, o->out_topic) == 0) {
-        snprintf(err, errlen, "--raw-topic and --out-topic must differ");
+        errbuf_printf(err, errlen, "--raw-topic and --out-topic must differ");
         return CLUSTER_EINVAL;
     }
     if (o->window_ms <= 0) {
-        snprintf(err, errlen, "--window must be positive");
+        errbuf_printf(err, errlen, "--window must be positive");
         return CLUSTER_EINVAL;
     }
     if (fsutil_mkdirs(o->data_dir) != 0) {
-        snprintf(err, errlen, "cannot create %s: %s", o->data_dir, strerror(errno));
+        errbuf_printf(err, errlen, "cannot create %s: %s", o->data_dir, strerror(errno));
         return CLUSTER_STORE;
     }
     if ((rc = worker_id(o->data_dir, id, err, errlen)))
@@ -708,6 +710,87 @@ static int producer_restart(cluster_worker_t *w, char *err, size_t errlen)
 
 enum step { STEP_OK, STEP_GROW, STEP_FAIL };
 
+/* Opens p's write transaction for a batch of n, age eviction first, as single-node does: a key
+ * out of the window is forgotten. A store status. */
+static int part_begin(part_t *p, const window_policy_t *wp, int64_t now, size_t n, uint64_t *ea,
+                      uint64_t *es)
+{
+    int src = store_begin(p->st);
+    if (src != STORE_OK)
+        return src;
+    p->txn_open = true;
+    return store_evict_pass(p->st, window_before_batch(wp, now, n), ea, es);
+}
+
+/* One raw message m of partition p: its key into the store, counted; *produce when it goes
+ * to the output topic. A store status (a malformed key is counted and skipped). */
+static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m, int64_t now,
+                     counters_t *c, bool *produce)
+{
+    const char *src_s, *mid;
+    size_t src_len, mid_len;
+    uint8_t key[KEYHASH_LEN];
+    rd_kafka_timestamp_type_t tst;
+    bool dup = false, present = false;
+    uint64_t owner = 0;
+    int src;
+
+    if (cluster_key_decode(m->key, m->key_len, &src_s, &src_len, &mid, &mid_len) != CLUSTER_OK) {
+        c->malformed++;
+        wlog(w, 1,
+             "partition %" PRId32 " offset %" PRId64 ": key is not source NUL messageId; "
+             "skipped",
+             m->partition, m->offset);
+        return STORE_OK;
+    }
+    keyhash(p->secret, src_s, src_len, mid, mid_len, key);
+    int64_t ts = rd_kafka_message_timestamp(m, &tst);
+    if (ts <= 0)
+        ts = now;
+    /* A sealed key is in the window: the young store must not take it again. */
+    if ((src = part_find_sealed(p, key, &present, &owner)) != STORE_OK)
+        return src;
+    if (!present && (src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
+        return src;
+    if (m->offset < p->repair_until) {
+        c->repaired++;
+        return STORE_OK;
+    }
+    if (!present && !dup) {
+        *produce = true;
+        return STORE_OK;
+    }
+    if (!present && (src = store_lookup(p->st, key, &present, &owner)) != STORE_OK)
+        return src;
+    if (present && owner == (uint64_t)m->offset) {
+        *produce = true; /* the record that inserted the key, re-processed */
+        c->owners++;
+    } else {
+        c->duplicates++;
+    }
+    return STORE_OK;
+}
+
+/* After the batch, in every partition it opened: size eviction and the applied offset. A store
+ * status, with *failed the partition that failed. */
+static int stage_close(cluster_worker_t *w, const window_policy_t *wp, size_t n, uint64_t *ea,
+                       uint64_t *es, part_t **failed)
+{
+    int src = STORE_OK;
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        part_t *p = w->parts[i];
+        if (p == NULL || !p->txn_open)
+            continue;
+        *failed = p;
+        if (w->o.max_keys > 0 &&
+            (src = store_evict_pass(p->st, window_after_batch(wp, n), ea, es)) != STORE_OK)
+            return src;
+        if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
+            return src;
+    }
+    return STORE_OK;
+}
+
 /*
  * Stage 1: the LMDB side of a batch. Marks in `produce` which messages go to
  * the output topic. STEP_GROW when partition *grow_part's map is full.
@@ -727,70 +810,17 @@ static enum step stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size
         p = part_get(w, m->partition);
         if (p == NULL)
             continue;
-        if (!p->txn_open) {
-            if ((src = store_begin(p->st)) != STORE_OK)
-                goto fail;
-            p->txn_open = true;
-            /* Age eviction first, as single-node does: a key out of the window is forgotten. */
-            if ((src = store_evict_pass(p->st, window_before_batch(&wp, now, n), &ea, &es)) !=
-                STORE_OK)
-                goto fail;
-        }
+        if (!p->txn_open && (src = part_begin(p, &wp, now, n, &ea, &es)) != STORE_OK)
+            goto fail;
         p->batch_last = m->offset;
         c->consumed++;
         if (m->offset >= p->repair_until)
             p->needs_kafka = true; /* past the repair range: its offset is committed in Kafka */
-        const char *src_s, *mid;
-        size_t src_len, mid_len;
-        if (cluster_key_decode(m->key, m->key_len, &src_s, &src_len, &mid, &mid_len) !=
-            CLUSTER_OK) {
-            c->malformed++;
-            wlog(w, 1,
-                 "partition %" PRId32 " offset %" PRId64 ": key is not source NUL messageId; "
-                 "skipped",
-                 m->partition, m->offset);
-            continue;
-        }
-        uint8_t key[KEYHASH_LEN];
-        keyhash(p->secret, src_s, src_len, mid, mid_len, key);
-        rd_kafka_timestamp_type_t tst;
-        int64_t ts = rd_kafka_message_timestamp(m, &tst);
-        if (ts <= 0)
-            ts = now;
-        /* A sealed key is in the window: the young store must not take it again. */
-        bool dup = false, present = false;
-        uint64_t owner = 0;
-        if ((src = part_find_sealed(p, key, &present, &owner)) != STORE_OK)
-            goto fail;
-        if (!present && (src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
-            goto fail;
-        if (m->offset < p->repair_until) {
-            c->repaired++;
-            continue;
-        }
-        if (!present && !dup) {
-            produce[i] = true;
-            continue;
-        }
-        if (!present && (src = store_lookup(p->st, key, &present, &owner)) != STORE_OK)
-            goto fail;
-        if (present && owner == (uint64_t)m->offset) {
-            produce[i] = true; /* the record that inserted the key, re-processed */
-            c->owners++;
-        } else {
-            c->duplicates++;
-        }
-    }
-    for (int32_t i = 0; i < w->nparts_cap; i++) {
-        p = w->parts[i];
-        if (p == NULL || !p->txn_open)
-            continue;
-        if (w->o.max_keys > 0 &&
-            (src = store_evict_pass(p->st, window_after_batch(&wp, n), &ea, &es)) != STORE_OK)
-            goto fail;
-        if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
+        if ((src = stage_one(w, p, m, now, c, &produce[i])) != STORE_OK)
             goto fail;
     }
+    if ((src = stage_close(w, &wp, n, &ea, &es, &p)) != STORE_OK)
+        goto fail;
     return STEP_OK;
 fail:
     if (src == STORE_FULL && p != NULL) {
@@ -903,69 +933,67 @@ abort:
     return v;
 }
 
-/* Processes one gathered batch. CLUSTER_OK (also after an abort and rewind) or a fatal error. */
-static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, char *err,
-                   size_t errlen)
+/* Stage 1 with its retries: a full map grows and the batch is staged again. CLUSTER_OK, or
+ * CLUSTER_STORE (the stores aborted). */
+static int stage_all(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, bool *produce,
+                     counters_t *c, char *err, size_t errlen)
 {
-    bool *produce = calloc(n, sizeof *produce);
-    rd_kafka_topic_partition_list_t *offsets = NULL;
-    counters_t c;
-    int rc = CLUSTER_OK, grows = 0;
-    if (produce == NULL)
-        return CLUSTER_NOMEM;
-
-    for (;;) {
+    for (int grows = 0;;) {
         int32_t gp = -1;
-        memset(&c, 0, sizeof c);
-        enum step s = stage_keys(w, msgs, n, produce, &c, &gp);
+        memset(c, 0, sizeof *c);
+        enum step s = stage_keys(w, msgs, n, produce, c, &gp);
         if (s == STEP_OK)
-            break;
+            return CLUSTER_OK;
         abort_stores(w);
         part_t *p = part_get(w, gp);
         if (s == STEP_GROW && p != NULL && grows++ < MAX_GROW_RETRIES &&
             store_grow(p->st) == STORE_OK)
             continue;
         w->c.store_errors++;
-        snprintf(err, errlen, "partition store failed; stopping (the batch is not committed)");
-        rc = CLUSTER_STORE;
-        goto out;
+        errbuf_printf(err, errlen, "partition store failed; stopping (the batch is not committed)");
+        return CLUSTER_STORE;
     }
+}
 
-    /* Offsets to commit: only partitions that moved past what the group has committed. */
-    offsets = rd_kafka_topic_partition_list_new(8);
-    bool kafka = false;
+/* Offsets to commit: only partitions that moved past what the group has committed. *any says
+ * whether there is one (then the batch needs a Kafka transaction). */
+static rd_kafka_topic_partition_list_t *commit_offsets(cluster_worker_t *w, bool *any)
+{
+    rd_kafka_topic_partition_list_t *offsets = rd_kafka_topic_partition_list_new(8);
+    *any = false;
     for (int32_t i = 0; i < w->nparts_cap; i++) {
         part_t *p = w->parts[i];
         if (p == NULL || !p->txn_open || !p->needs_kafka)
             continue;
         rd_kafka_topic_partition_list_add(offsets, w->o.raw_topic, p->id)->offset =
             p->batch_last + 1;
-        kafka = true;
+        *any = true;
     }
-    if (kafka) {
-        int v = kafka_txn(w, msgs, n, produce, offsets, &c);
-        if (v != 0) {
-            abort_stores(w);
-            w->c.txn_aborted++;
-            if (atomic_load(&w->stop))
-                goto out; /* nothing is committed; the next owner resumes at the group's offsets */
-            if (v == TXN_FATAL && (rc = producer_restart(w, err, errlen)) != CLUSTER_OK) {
-                if (atomic_load(&w->stop))
-                    rc = CLUSTER_OK;
-                goto out;
-            }
-            rewind_all(w);
-            goto out;
-        }
-        w->c.txn_committed++;
-        if (w->o.mirror_offsets) {
-            rd_kafka_resp_err_t ce = rd_kafka_commit(w->mirror, offsets, 0);
-            if (ce)
-                wlog(w, 1, "mirror offset commit: %s", rd_kafka_err2str(ce));
-        }
-        crash_hook(w, "kafka-committed");
+    return offsets;
+}
+
+/* A transaction that did not commit (v: kafka_txn's verdict): nothing of the batch counts, and
+ * the partitions rewind to the group's offsets, after a new producer when the old one failed
+ * for good. CLUSTER_OK, or the new producer's error. */
+static int txn_undone(cluster_worker_t *w, int v, char *err, size_t errlen)
+{
+    abort_stores(w);
+    w->c.txn_aborted++;
+    if (atomic_load(&w->stop))
+        return CLUSTER_OK; /* nothing is committed; the next owner resumes at the group's offsets */
+    if (v == TXN_FATAL) {
+        int rc = producer_restart(w, err, errlen);
+        if (rc != CLUSTER_OK)
+            return atomic_load(&w->stop) ? CLUSTER_OK : rc;
     }
-    /* Stage 3: the stores follow the committed transaction. */
+    rewind_all(w);
+    return CLUSTER_OK;
+}
+
+/* Stage 3: the stores follow the committed transaction. Returns true when a store commit failed
+ * (Kafka has the batch; the repair on the rewind restores the missing keys). */
+static bool stores_commit(cluster_worker_t *w)
+{
     bool failed = false;
     for (int32_t i = 0; i < w->nparts_cap; i++) {
         part_t *p = w->parts[i];
@@ -974,7 +1002,6 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
         p->txn_open = false;
         int src = store_commit(p->st);
         if (src != STORE_OK) {
-            /* Kafka has it; the keys are missing here: the repair on the rewind restores them. */
             wlog(w, 0, "partition %" PRId32 ": store commit: %s", p->id, store_strerror(src));
             w->c.store_errors++;
             failed = true;
@@ -989,13 +1016,51 @@ static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, cha
         p->needs_kafka = false;
         part_maintain(w, p, clk_wall_ms());
     }
+    return failed;
+}
+
+static void add_counters(counters_t *to, const counters_t *c)
+{
+    to->consumed += c->consumed;
+    to->produced += c->produced;
+    to->duplicates += c->duplicates;
+    to->owners += c->owners;
+    to->repaired += c->repaired;
+    to->malformed += c->malformed;
+}
+
+/* Processes one gathered batch. CLUSTER_OK (also after an abort and rewind) or a fatal error. */
+static int process(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, char *err,
+                   size_t errlen)
+{
+    bool *produce = calloc(n, sizeof *produce);
+    rd_kafka_topic_partition_list_t *offsets = NULL;
+    counters_t c;
+    bool kafka = false;
+
+    if (produce == NULL)
+        return CLUSTER_NOMEM;
+    int rc = stage_all(w, msgs, n, produce, &c, err, errlen);
+    if (rc != CLUSTER_OK)
+        goto out;
+    offsets = commit_offsets(w, &kafka);
+    if (kafka) {
+        int v = kafka_txn(w, msgs, n, produce, offsets, &c);
+        if (v != 0) {
+            rc = txn_undone(w, v, err, errlen);
+            goto out;
+        }
+        w->c.txn_committed++;
+        if (w->o.mirror_offsets) {
+            rd_kafka_resp_err_t ce = rd_kafka_commit(w->mirror, offsets, 0);
+            if (ce)
+                wlog(w, 1, "mirror offset commit: %s", rd_kafka_err2str(ce));
+        }
+        crash_hook(w, "kafka-committed");
+    }
+    bool failed = stores_commit(w);
     crash_hook(w, "stored");
-    w->c.consumed += c.consumed;
-    w->c.produced += c.produced;
-    w->c.duplicates += c.duplicates;
-    w->c.owners += c.owners;
-    w->c.repaired += c.repaired;
-    w->c.malformed += c.malformed;
+    add_counters(&w->c, &c);
     if (failed)
         rewind_all(w);
 out:
@@ -1246,7 +1311,7 @@ int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
     rd_kafka_resp_err_t se = rd_kafka_subscribe(w->consumer, sub);
     rd_kafka_topic_partition_list_destroy(sub);
     if (se) {
-        snprintf(err, errlen, "subscribe to %s: %s", w->o.raw_topic, rd_kafka_err2str(se));
+        errbuf_printf(err, errlen, "subscribe to %s: %s", w->o.raw_topic, rd_kafka_err2str(se));
         rc = CLUSTER_KAFKA;
         goto out;
     }
@@ -1377,74 +1442,63 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
     return buf;
 }
 
+/* Gauge g of the partition snapshot s at wall time now (the table in cluster_worker_metrics). */
+static int64_t part_gauge(const part_snap_t *s, size_t g, int64_t now)
+{
+    switch (g) {
+    case 0:
+        return (int64_t)s->keys;
+    case 1:
+        return s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
+    case 2:
+        return (int64_t)s->applied;
+    case 3:
+        return s->committed;
+    default:
+        return s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
+    }
+}
+
 char *cluster_worker_metrics(cluster_worker_t *w)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    if (f == NULL)
+    static const char *const events[] = {"produced", "duplicate", "owner_replay", "repaired",
+                                         "malformed"};
+    static const char *const txns[] = {"committed", "aborted"};
+    static const char *const gauges[][2] = {
+        {"worker_partition_keys", "Keys in the partition's store."},
+        {"worker_partition_effective_window_seconds", "Age of the oldest retained key."},
+        {"worker_partition_applied_offset", "Raw offset the store has applied up to."},
+        {"worker_partition_committed_offset", "Group offset as last committed (-1: none)."},
+        {"worker_partition_lag", "High watermark minus applied offset."},
+    };
+    char lb[32], id[16];
+    prom_t *p = prom_new("ingestd_");
+    if (p == NULL)
         return NULL;
     int64_t now = clk_wall_ms();
     pthread_mutex_lock(&w->snap_mu);
     const counters_t *c = &w->snap_c;
-    fprintf(f,
-            "# HELP ingestd_worker_events_total Raw-topic records by outcome.\n"
-            "# TYPE ingestd_worker_events_total counter\n"
-            "ingestd_worker_events_total{outcome=\"produced\"} %" PRIu64 "\n"
-            "ingestd_worker_events_total{outcome=\"duplicate\"} %" PRIu64 "\n"
-            "ingestd_worker_events_total{outcome=\"owner_replay\"} %" PRIu64 "\n"
-            "ingestd_worker_events_total{outcome=\"repaired\"} %" PRIu64 "\n"
-            "ingestd_worker_events_total{outcome=\"malformed\"} %" PRIu64 "\n"
-            "# HELP ingestd_worker_transactions_total Kafka transactions by outcome.\n"
-            "# TYPE ingestd_worker_transactions_total counter\n"
-            "ingestd_worker_transactions_total{outcome=\"committed\"} %" PRIu64 "\n"
-            "ingestd_worker_transactions_total{outcome=\"aborted\"} %" PRIu64 "\n"
-            "# HELP ingestd_worker_producer_restarts_total Producers replaced after fatal errors.\n"
-            "# TYPE ingestd_worker_producer_restarts_total counter\n"
-            "ingestd_worker_producer_restarts_total %" PRIu64 "\n"
-            "# HELP ingestd_worker_ready 1 when assigned and the producer is ready.\n"
-            "# TYPE ingestd_worker_ready gauge\n"
-            "ingestd_worker_ready %d\n",
-            c->produced, c->duplicates, c->owners, c->repaired, c->malformed, c->txn_committed,
-            c->txn_aborted, c->producer_restarts, atomic_load(&w->ready) ? 1 : 0);
-    static const char *const gauges[][2] = {
-        {"ingestd_worker_partition_keys", "Keys in the partition's store."},
-        {"ingestd_worker_partition_effective_window_seconds", "Age of the oldest retained key."},
-        {"ingestd_worker_partition_applied_offset", "Raw offset the store has applied up to."},
-        {"ingestd_worker_partition_committed_offset", "Group offset as last committed (-1: none)."},
-        {"ingestd_worker_partition_lag", "High watermark minus applied offset."},
-    };
+    const uint64_t nev[] = {c->produced, c->duplicates, c->owners, c->repaired, c->malformed};
+    const uint64_t ntx[] = {c->txn_committed, c->txn_aborted};
+    prom_head(p, "worker_events_total", PROM_COUNTER, "Raw-topic records by outcome.");
+    cluster_prom_outcomes(p, "worker_events_total", events, nev, 5);
+    prom_head(p, "worker_transactions_total", PROM_COUNTER, "Kafka transactions by outcome.");
+    cluster_prom_outcomes(p, "worker_transactions_total", txns, ntx, 2);
+    prom_counter(p, "worker_producer_restarts_total", "Producers replaced after fatal errors.",
+                 (double)c->producer_restarts);
+    prom_gauge(p, "worker_ready", "1 when assigned and the producer is ready.",
+               atomic_load(&w->ready) ? 1 : 0);
     for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
-        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g][0], gauges[g][1], gauges[g][0]);
+        prom_head(p, gauges[g][0], PROM_GAUGE, gauges[g][1]);
         for (size_t i = 0; i < w->nsnap; i++) {
-            const part_snap_t *s = &w->snap[i];
-            int64_t v;
-            switch (g) {
-            case 0:
-                v = (int64_t)s->keys;
-                break;
-            case 1:
-                v = s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
-                break;
-            case 2:
-                v = (int64_t)s->applied;
-                break;
-            case 3:
-                v = s->committed;
-                break;
-            default:
-                v = s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
-                break;
-            }
-            fprintf(f, "%s{partition=\"%" PRId32 "\"} %" PRId64 "\n", gauges[g][0], s->id, v);
+            lb[0] = '\0';
+            snprintf(id, sizeof id, "%" PRId32, w->snap[i].id);
+            prom_label(lb, sizeof lb, "partition", id);
+            prom_sample_i64(p, gauges[g][0], lb, part_gauge(&w->snap[i], g, now));
         }
     }
     pthread_mutex_unlock(&w->snap_mu);
-    if (fclose(f) != 0) {
-        free(buf);
-        return NULL;
-    }
-    return buf;
+    return prom_take(p, NULL);
 }
 
 void cluster_worker_free(cluster_worker_t *w)

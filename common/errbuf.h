@@ -3,6 +3,7 @@
 #ifndef INGESTD_COMMON_ERRBUF_H
 #define INGESTD_COMMON_ERRBUF_H
 
+#include <stdarg.h>
 #include <stddef.h>
 
 /*
@@ -11,5 +12,9 @@
  */
 void errbuf_printf(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* errbuf_printf with a va_list, for a helper that adds its own return code (filter_fail). */
+void errbuf_vprintf(char *buf, size_t len, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
 
 #endif

@@ -80,6 +80,34 @@ static void fmt_double(char *out, size_t len, double v)
     }
 }
 
+/*
+ * A bucket bound for le="...", spelt as Prometheus' Go client spells it (strconv 'g', -1): the
+ * fewest digits that read back as b, in exponent form when its exponent is below -4 or 6 and
+ * above: "0.005", "86400", "2.4192e+06". A bound is a label value that scrapers match as text,
+ * so it keeps the spelling it always had.
+ */
+static void fmt_bound(char *out, size_t len, double b)
+{
+    char e[32]; /* "-1.2345678901234567e+308" at most */
+    int prec = 1;
+
+    if (!isfinite(b)) {
+        fmt_double(out, len, b);
+        return;
+    }
+    for (; prec < 17; prec++) {
+        snprintf(e, sizeof(e), "%.*e", prec - 1, b);
+        if (strtod(e, NULL) == b)
+            break;
+    }
+    snprintf(e, sizeof(e), "%.*e", prec - 1, b);
+    int exp = atoi(strchr(e, 'e') + 1);
+    if (exp < -4 || exp >= 6)
+        snprintf(out, len, "%s", e);
+    else
+        snprintf(out, len, "%.*f", prec - 1 - exp > 0 ? prec - 1 - exp : 0, b);
+}
+
 /* `{labels}`, `{labels,extra}`, `{extra}` or nothing. */
 static void put_name(prom_t *p, const char *name, const char *suffix, const char *labels,
                      const char *extra)
@@ -142,6 +170,13 @@ void prom_head(prom_t *p, const char *name, prom_type_t type, const char *help)
     put(p, "\n# TYPE %s%s %s\n", p->prefix, name, TYPES[type]);
 }
 
+void prom_text(prom_t *p, const char *text)
+{
+    if (p == NULL || text == NULL)
+        return;
+    put(p, "%s", text);
+}
+
 void prom_sample(prom_t *p, const char *name, const char *labels, double v)
 {
     char num[32];
@@ -190,7 +225,7 @@ void prom_histogram(prom_t *p, const char *name, const char *labels, const doubl
     for (size_t i = 0; i <= n; i++) {
         cum += counts[i];
         if (i < n) {
-            fmt_double(num, sizeof(num), bounds[i]);
+            fmt_bound(num, sizeof(num), bounds[i]);
             snprintf(le, sizeof(le), "le=\"%s\"", num);
         } else {
             snprintf(le, sizeof(le), "le=\"+Inf\"");

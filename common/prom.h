@@ -49,6 +49,12 @@ char *prom_take(prom_t *p, size_t *len);
  */
 void prom_head(prom_t *p, const char *name, prom_type_t type, const char *help);
 
+/*
+ * Appends `text` as it is: whole lines another writer made (prom_take's text of a module that
+ * builds its own part, e.g. the edge's sink). NULL is a no-op.
+ */
+void prom_text(prom_t *p, const char *text);
+
 /* One sample line: `name{labels} value`. */
 void prom_sample(prom_t *p, const char *name, const char *labels, double v);
 void prom_sample_u64(prom_t *p, const char *name, const char *labels, uint64_t v);
@@ -61,6 +67,8 @@ void prom_gauge(prom_t *p, const char *name, const char *help, double v);
 /*
  * One label set of a histogram: name_bucket{labels,le="B"} for each bound of bounds[0..n)
  * (cumulative counts), le="+Inf", then name_sum{labels} and name_count{labels}.
+ * Bounds are written in the fewest digits that read back exactly, with an exponent from 1e6
+ * and below 1e-4 ("0.005", "86400", "2.4192e+06"), as Prometheus' own clients write le.
  * counts[0..n] are per bucket, not cumulative: counts[i] for i < n holds the samples in
  * (bounds[i-1], bounds[i]], counts[n] those above bounds[n-1]. The head (prom_head with
  * PROM_HISTOGRAM) is the caller's.

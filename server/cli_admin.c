@@ -11,136 +11,91 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "server/config.h"
+#include "server/options.h"
 #include "server/progress.h"
 #include "storage/admin.h"
 
-/* Same defaults and bounds as `serve` (server/config.c), so a rebuilt store
- * ages keys out exactly as the server that will run on it. */
-#define DEFAULT_DATA     "./data"
-#define DEFAULT_WINDOW   "24h"
-#define DEFAULT_MAX_KEYS "100000000"
-#define WINDOW_MIN_MS    INT64_C(1000)
-#define WINDOW_MAX_MS    (INT64_C(365) * 86400 * 1000)
-#define MAX_KEYS_MAX     UINT64_C(1000000000000)
-
 enum cmd { CMD_CHECK, CMD_REBUILD, CMD_BACKUP };
+
+/* Positions in the tables below. */
+enum { O_DATA, O_TO = 1, O_WINDOW = 1, O_MAX_KEYS = 2, O_MAX = 3 };
+
+/* Same defaults and bounds as `serve` (options.h), so a rebuilt store ages keys out exactly as
+ * the server that will run on it. */
+static const opts_spec_t CHECK[] = {OPTS_SPEC_DATA};
+static const opts_spec_t REBUILD[] = {
+    OPTS_SPEC_DATA,
+    {"window", NULL, "INGESTD_WINDOW", OPTS_DEFAULT_WINDOW, OPTS_DURATION, OPTS_WINDOW_MIN_MS,
+     OPTS_WINDOW_MAX_MS, "DURATION", "window by age, as for serve: 90s, 15m, 24h, 28d (1s..365d)"},
+    {"max-keys", NULL, "INGESTD_MAX_KEYS", OPTS_DEFAULT_MAX_KEYS, OPTS_COUNT, 0, OPTS_MAX_KEYS_MAX,
+     "N", "window by size, as for serve; 0: none"},
+};
+static const opts_spec_t BACKUP[] = {
+    OPTS_SPEC_DATA,
+    {"to", NULL, NULL, NULL, OPTS_STRING, 1, OPTS_PATH_MAX, "DIR2",
+     "where to write the copy (required)"},
+};
+
+static const opts_cmd_t CMDS[] = {
+    [CMD_CHECK] = {"check", "Usage: ingestd check [--data DIR]\n",
+                   "Verifies a data dir, also while a server runs on it: every log segment\n"
+                   "header and record (length, offset, CRC), LMDB's applied offset, the\n"
+                   "sequence index against the log, keys against the sequence index, and the\n"
+                   "secret file against LMDB. Prints one line per finding (\"PROBLEM: ...\")\n"
+                   "and a summary.\n",
+                   "Exit 0: consistent; 1: problems found or check failed; 2: usage.\n", CHECK,
+                   sizeof CHECK / sizeof CHECK[0], false},
+    [CMD_REBUILD] = {"rebuild",
+                     "Usage: ingestd rebuild [--data DIR] [--window DURATION] [--max-keys N]\n",
+                     "Rebuilds DIR/store (LMDB) from the retained log, keeping the data dir's\n"
+                     "secret and applying the de-duplication window. The server must be\n"
+                     "stopped. The old store is kept as DIR/store.old-<unix time> until the\n"
+                     "rebuild succeeded.\n",
+                     "Exit 0: rebuilt; 1: failed (or a server runs); 2: usage.\n", REBUILD,
+                     sizeof REBUILD / sizeof REBUILD[0], false},
+    [CMD_BACKUP] = {"backup", "Usage: ingestd backup [--data DIR] --to DIR2\n",
+                    "Writes a consistent copy of a data dir to DIR2, also while a server runs:\n"
+                    "a compacted LMDB copy, the log up to that copy's applied offset, and the\n"
+                    "secret, all fsynced. A server started on DIR2 has every event\n"
+                    "acknowledged before the copy was taken. DIR2 must not exist or be empty.\n",
+                    "Exit 0: done; 1: failed; 2: usage.\n", BACKUP,
+                    sizeof BACKUP / sizeof BACKUP[0], false},
+};
 
 struct args {
     const char *data;
     const char *to;
     const char *window;
-    const char *max_keys;
+    int64_t window_ms;
+    uint64_t max_keys;
 };
-
-static void usage(enum cmd cmd, FILE *out)
-{
-    switch (cmd) {
-    case CMD_CHECK:
-        fprintf(out,
-                "Usage: ingestd check [--data DIR]\n"
-                "\n"
-                "Verifies a data dir, also while a server runs on it: every log segment\n"
-                "header and record (length, offset, CRC), LMDB's applied offset, the\n"
-                "sequence index against the log, keys against the sequence index, and the\n"
-                "secret file against LMDB. Prints one line per finding (\"PROBLEM: ...\")\n"
-                "and a summary. Exit 0: consistent; 1: problems found or check failed;\n"
-                "2: usage.\n"
-                "  --data DIR   data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n");
-        break;
-    case CMD_REBUILD:
-        fprintf(out,
-                "Usage: ingestd rebuild [--data DIR] [--window DURATION] [--max-keys N]\n"
-                "\n"
-                "Rebuilds DIR/store (LMDB) from the retained log, keeping the data dir's\n"
-                "secret and applying the de-duplication window. The server must be\n"
-                "stopped. The old store is kept as DIR/store.old-<unix time> until the\n"
-                "rebuild succeeded. Exit 0: rebuilt; 1: failed (or a server runs); 2: usage.\n"
-                "  --data DIR           data directory (env INGESTD_DATA; default " DEFAULT_DATA
-                ")\n"
-                "  --window DURATION    window by age, as for serve: 90s, 15m, 24h, 28d\n"
-                "                       (env INGESTD_WINDOW; default " DEFAULT_WINDOW ")\n"
-                "  --max-keys N         window by size, 0: none (env INGESTD_MAX_KEYS;\n"
-                "                       default " DEFAULT_MAX_KEYS ")\n");
-        break;
-    case CMD_BACKUP:
-        fprintf(out, "Usage: ingestd backup [--data DIR] --to DIR2\n"
-                     "\n"
-                     "Writes a consistent copy of a data dir to DIR2, also while a server runs:\n"
-                     "a compacted LMDB copy, the log up to that copy's applied offset, and the\n"
-                     "secret, all fsynced. A server started on DIR2 has every event\n"
-                     "acknowledged before the copy was taken. DIR2 must not exist or be empty.\n"
-                     "Exit 0: done; 1: failed; 2: usage.\n"
-                     "  --data DIR   data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
-                     "  --to DIR2    where to write the copy\n");
-        break;
-    }
-}
 
 static const char *cmd_name(enum cmd cmd)
 {
-    return cmd == CMD_CHECK ? "check" : cmd == CMD_REBUILD ? "rebuild" : "backup";
-}
-
-static const char *env_or(const char *name, const char *def)
-{
-    const char *v = getenv(name);
-
-    return v != NULL && v[0] != '\0' ? v : def;
+    return CMDS[cmd].cmd;
 }
 
 /* Returns 0, 1 after --help, or 2 after a usage error (already printed). */
 static int parse_args(enum cmd cmd, int argc, char **argv, struct args *a)
 {
-    const char *name = cmd_name(cmd);
+    opts_val_t v[O_MAX];
+    int rc = opts_parse(&CMDS[cmd], argc, argv, v, NULL);
 
-    a->data = env_or("INGESTD_DATA", DEFAULT_DATA);
-    a->to = NULL;
-    a->window = env_or("INGESTD_WINDOW", DEFAULT_WINDOW);
-    a->max_keys = env_or("INGESTD_MAX_KEYS", DEFAULT_MAX_KEYS);
-
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *eq = strchr(arg, '=');
-        size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        const char **dst = NULL;
-
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(cmd, stdout);
-            return 1;
-        }
-        if (nlen == 6 && strncmp(arg, "--data", 6) == 0)
-            dst = &a->data;
-        else if (cmd == CMD_BACKUP && nlen == 4 && strncmp(arg, "--to", 4) == 0)
-            dst = &a->to;
-        else if (cmd == CMD_REBUILD && nlen == 8 && strncmp(arg, "--window", 8) == 0)
-            dst = &a->window;
-        else if (cmd == CMD_REBUILD && nlen == 10 && strncmp(arg, "--max-keys", 10) == 0)
-            dst = &a->max_keys;
-        if (dst == NULL) {
-            fprintf(stderr, "ingestd %s: unknown argument %s (see ingestd %s --help)\n", name, arg,
-                    name);
-            return 2;
-        }
-        if (eq != NULL) {
-            *dst = eq + 1;
-        } else if (i + 1 < argc) {
-            *dst = argv[++i];
-        } else {
-            fprintf(stderr, "ingestd %s: %.*s needs a value\n", name, (int)nlen, arg);
-            return 2;
-        }
+    if (rc == 0) {
+        a->data = v[O_DATA].str;
+        a->to = cmd == CMD_BACKUP ? v[O_TO].str : NULL;
+        a->window = cmd == CMD_REBUILD ? v[O_WINDOW].str : NULL;
+        a->window_ms = cmd == CMD_REBUILD ? v[O_WINDOW].ms : 0;
+        a->max_keys = cmd == CMD_REBUILD ? v[O_MAX_KEYS].n : 0;
     }
-    if (a->data[0] == '\0') {
-        fprintf(stderr, "ingestd %s: --data needs a directory\n", name);
-        return 2;
-    }
-    if (cmd == CMD_BACKUP && (a->to == NULL || a->to[0] == '\0')) {
+    opts_free(&CMDS[cmd], v);
+    if (rc == 0 && cmd == CMD_BACKUP && a->to == NULL) {
         fprintf(stderr, "ingestd backup: --to DIR2 is required (see ingestd backup --help)\n");
         return 2;
     }
-    return 0;
+    return rc;
 }
+
 /* `arg` is the progress line (NULL when stdout is no terminal): a report line replaces it. */
 static void report(void *arg, int problem, const char *line)
 {
@@ -194,33 +149,14 @@ static int run_check(const struct args *a, progress_t *p)
     }
 }
 
-/* Window settings of rebuild; returns 0 or 2 after printing why. */
-static int parse_window(const struct args *a, int64_t *window_ms, uint64_t *max_keys)
+static int run_rebuild(const struct args *a, progress_t *p)
 {
-    if (config_parse_duration(a->window, window_ms) != 0 || *window_ms < WINDOW_MIN_MS ||
-        *window_ms > WINDOW_MAX_MS) {
-        fprintf(stderr,
-                "ingestd rebuild: bad window \"%s\": a duration like 90s, 15m, 24h, 28d "
-                "(1s..365d)\n",
-                a->window);
-        return 2;
-    }
-    if (config_parse_count(a->max_keys, max_keys) != 0 || *max_keys > MAX_KEYS_MAX) {
-        fprintf(stderr, "ingestd rebuild: bad max-keys \"%s\": a number 0..%" PRIu64 "\n",
-                a->max_keys, MAX_KEYS_MAX);
-        return 2;
-    }
-    return 0;
-}
-
-static int run_rebuild(const struct args *a, int64_t window_ms, uint64_t max_keys, progress_t *p)
-{
-    int rc = admin_rebuild(a->data, window_ms, max_keys, report, on_progress, p);
+    int rc = admin_rebuild(a->data, a->window_ms, a->max_keys, report, on_progress, p);
     progress_clear(p);
     switch (rc) {
     case ADMIN_OK:
         printf("rebuild: OK: %s/store rebuilt from the log (window %s, max keys %" PRIu64 ")\n",
-               a->data, a->window, max_keys);
+               a->data, a->window, a->max_keys);
         return 0;
     case ADMIN_BUSY:
         printf("rebuild: FAILED: a server is running on %s (it holds %s/LOCK); stop it first\n",
@@ -254,8 +190,6 @@ int cli_admin_main(int argc, char **argv)
 {
     enum cmd cmd;
     struct args a;
-    int64_t window_ms = 0;
-    uint64_t max_keys = 0;
 
     if (argc < 1)
         return 2;
@@ -278,8 +212,6 @@ int cli_admin_main(int argc, char **argv)
     default:
         return 2;
     }
-    if (cmd == CMD_REBUILD && parse_window(&a, &window_ms, &max_keys) != 0)
-        return 2;
     /* A typo in --data must not look like an empty, consistent data dir (or
      * make rebuild create one). */
     if (!is_dir(a.data)) {
@@ -300,7 +232,7 @@ int cli_admin_main(int argc, char **argv)
         rc = run_check(&a, p);
         break;
     case CMD_REBUILD:
-        rc = run_rebuild(&a, window_ms, max_keys, p);
+        rc = run_rebuild(&a, p);
         break;
     case CMD_BACKUP:
         rc = run_backup(&a, p);

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/errbuf.h"
+#include "server/options.h"
 #include "storage/filter/filter.h"
 #include "storage/keyhash.h"
 
@@ -27,34 +28,47 @@
 
 __extension__ typedef unsigned __int128 u128;
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "Usage: ingestd filter-bench --filter SPEC [--bits N] [--buckets B]\n"
-            "                            [--fingerprint-bits F]\n"
-            "                            --stream artificial:ALPHABET:LENGTH | file:PATH\n"
-            "                            [--seed S] [--runs R] [--quiet]\n"
-            "\n"
-            "Measures a bounded-memory duplicate filter against an exact set: false positive\n"
-            "rate (unique elements answered DUPLICATE / unique elements), false negative rate\n"
-            "(duplicates answered UNSEEN / duplicates), error rate (FPR + FNR) and nanoseconds\n"
-            "per insert-if-absent (the keyed mix included). See docs/filters.md.\n"
-            "  --filter SPEC           nsq|bloom|sbf|sqf|qht|qqhtd[:SIZE][,key=value...], e.g.\n"
-            "                          qht:8Mbit,buckets=1,fp=3 (keys: bits buckets fp hashes\n"
-            "                          cellbits remainder reduced p target)\n"
-            "  --bits N                memory budget (adds bits=N to SPEC; 8Mbit, 2^20, 1MiB ok)\n"
-            "  --buckets B             buckets per row (sqf, qht, qqhtd)\n"
-            "  --fingerprint-bits F    fingerprint bits (qht, qqhtd; digest bits for nsq)\n"
-            "  --stream artificial:ALPHABET:LENGTH\n"
-            "                          LENGTH symbols drawn uniformly from ALPHABET symbols\n"
-            "                          (2^24 or a number; LENGTH may be 150000000, 1.5e8, 2^27)\n"
-            "  --stream file:PATH      one element per line (empty lines skipped)\n"
-            "  --seed S                first seed (default 1): stream, filter secret, evictions\n"
-            "  --runs R                independent runs with seeds S..S+R-1 (default 1); the\n"
-            "                          summary is the mean\n"
-            "  --quiet                 no progress lines on stderr\n"
-            "Exit 0: done; 1: failure; 2: usage.\n");
-}
+enum { O_FILTER, O_BITS, O_BUCKETS, O_FPBITS, O_STREAM, O_SEED, O_RUNS, O_QUIET, O_MAX };
+
+static const opts_spec_t SPECS[] = {
+    [O_FILTER] =
+        {"filter", NULL, NULL, NULL, OPTS_STRING, 1, 255, "SPEC",
+         "nsq|bloom|sbf|sqf|qht|qqhtd[:SIZE][,key=value...], e.g. qht:8Mbit,buckets=1,fp=3 "
+         "(keys: bits buckets fp hashes cellbits remainder reduced p target); required"},
+    [O_BITS] = {"bits", NULL, NULL, NULL, OPTS_STRING, 1, 64, "N",
+                "memory budget (adds bits=N to SPEC; 8Mbit, 2^20, 1MiB ok)"},
+    [O_BUCKETS] = {"buckets", NULL, NULL, NULL, OPTS_STRING, 1, 64, "B",
+                   "buckets per row (sqf, qht, qqhtd)"},
+    [O_FPBITS] = {"fingerprint-bits", NULL, NULL, NULL, OPTS_STRING, 1, 64, "F",
+                  "fingerprint bits (qht, qqhtd; digest bits for nsq)"},
+    [O_STREAM] = {"stream", NULL, NULL, NULL, OPTS_STRING, 1, OPTS_PATH_MAX,
+                  "artificial:ALPHABET:LENGTH|file:PATH",
+                  "artificial: LENGTH symbols drawn uniformly from ALPHABET symbols (2^24 or a "
+                  "number; LENGTH may be 150000000, 1.5e8, 2^27); file: one element per line "
+                  "(empty lines skipped); required"},
+    [O_SEED] = {"seed", NULL, NULL, "1", OPTS_COUNT, 0, UINT64_MAX, "S",
+                "first seed: stream, filter secret, evictions"},
+    [O_RUNS] = {"runs", NULL, NULL, "1", OPTS_STRING, 1, 32, "R",
+                "independent runs with seeds S..S+R-1 (1..1000000, also 2^N or 1e6); the summary "
+                "is the mean"},
+    [O_QUIET] = {"quiet", NULL, NULL, NULL, OPTS_BOOL, 0, 0, "", "no progress lines on stderr"},
+};
+
+static const opts_cmd_t CMD = {
+    "filter-bench",
+    "Usage: ingestd filter-bench --filter SPEC [--bits N] [--buckets B]\n"
+    "                            [--fingerprint-bits F]\n"
+    "                            --stream artificial:ALPHABET:LENGTH | file:PATH\n"
+    "                            [--seed S] [--runs R] [--quiet]\n",
+    "Measures a bounded-memory duplicate filter against an exact set: false positive\n"
+    "rate (unique elements answered DUPLICATE / unique elements), false negative rate\n"
+    "(duplicates answered UNSEEN / duplicates), error rate (FPR + FNR) and nanoseconds\n"
+    "per insert-if-absent (the keyed mix included). See docs/filters.md.\n",
+    "Exit 0: done; 1: failure; 2: usage.\n",
+    SPECS,
+    O_MAX,
+    false,
+};
 
 /* A count: "150000000", "1.5e8", "2^24". */
 static int parse_count(const char *s, uint64_t max, uint64_t *out)
@@ -360,61 +374,27 @@ struct args {
 /* Reads argv into a. Returns -1 to go on, else the exit status (0 after --help, 2 bad flags). */
 static int parse_args(int argc, char **argv, struct args *a)
 {
-    *a = (struct args){.seed = 1, .runs = 1};
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        if (strcmp(arg, "--quiet") == 0) {
-            a->quiet = true;
-            continue;
-        }
-        const char **slot = NULL;
-        const char *sv = NULL, *rv = NULL;
-        if (strcmp(arg, "--filter") == 0)
-            slot = &a->filter;
-        else if (strcmp(arg, "--bits") == 0)
-            slot = &a->bits;
-        else if (strcmp(arg, "--buckets") == 0)
-            slot = &a->buckets;
-        else if (strcmp(arg, "--fingerprint-bits") == 0)
-            slot = &a->fpbits;
-        else if (strcmp(arg, "--stream") == 0)
-            slot = &a->stream;
-        else if (strcmp(arg, "--seed") == 0)
-            slot = &sv;
-        else if (strcmp(arg, "--runs") == 0)
-            slot = &rv;
-        else {
-            fprintf(stderr, "ingestd filter-bench: unknown argument \"%s\"\n\n", arg);
-            usage(stderr);
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "ingestd filter-bench: %s needs a value\n", arg);
-            return 2;
-        }
-        *slot = argv[++i];
-        if (sv != NULL) {
-            char *end;
-            errno = 0;
-            unsigned long long x = strtoull(sv, &end, 10);
-            if (errno != 0 || end == sv || *end != '\0' || sv[0] == '-') {
-                fprintf(stderr, "ingestd filter-bench: --seed %s: want a whole number\n", sv);
-                return 2;
-            }
-            a->seed = x;
-        }
-        if (rv != NULL && parse_count(rv, 1000000, &a->runs) != 0) {
-            fprintf(stderr, "ingestd filter-bench: --runs %s: want 1..1000000\n", rv);
-            return 2;
-        }
+    opts_val_t v[O_MAX];
+    int rc = opts_parse(&CMD, argc, argv, v, NULL);
+
+    *a = (struct args){.filter = v[O_FILTER].str,
+                       .bits = v[O_BITS].str,
+                       .buckets = v[O_BUCKETS].str,
+                       .fpbits = v[O_FPBITS].str,
+                       .stream = v[O_STREAM].str,
+                       .seed = v[O_SEED].n,
+                       .quiet = v[O_QUIET].on};
+    const char *runs = v[O_RUNS].str;
+    opts_free(&CMD, v);
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
+    if (parse_count(runs, 1000000, &a->runs) != 0) {
+        fprintf(stderr, "ingestd filter-bench: --runs %s: want 1..1000000\n", runs);
+        return 2;
     }
     if (a->filter == NULL || a->stream == NULL) {
-        fprintf(stderr, "ingestd filter-bench: --filter and --stream are required\n\n");
-        usage(stderr);
+        fprintf(stderr, "ingestd filter-bench: --filter and --stream are required (see ingestd "
+                        "filter-bench --help)\n");
         return 2;
     }
     return -1;

@@ -13,19 +13,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "server/config.h"
+#include "common/clock.h"
+#include "server/options.h"
 #include "storage/commit.h"
 #include "storage/groups.h"
 #include "storage/log.h"
 #include "storage/store.h"
 
 #define POLL_MS       200
-#define COMMIT_MS     1000         /* a following group commits at most this often */
-#define FLUSH_BYTES   (64u * 1024) /* write stdout once this much is buffered */
-#define DEFAULT_DATA  "./data"
-#define OPEN_ATTEMPTS 5 /* a reader open can race retention deleting its segment */
-#define DEFAULT_STOP  "2s"
-#define STOP_MAX_MS   (3600 * 1000)
+#define COMMIT_MS     1000              /* a following group commits at most this often */
+#define FLUSH_BYTES   (64u * 1024)      /* write stdout once this much is buffered */
+#define OPEN_ATTEMPTS 5                 /* a reader open can race retention deleting its segment */
+#define STOP_MAX_MS   UINT64_C(3600000) /* --stop-timeout at most 1h */
 #define REKICK_MS     100 /* after the stop timeout, how often a blocked write is interrupted */
 
 /*
@@ -93,54 +92,63 @@ static void install_stop(int64_t timeout_ms)
     signal(SIGPIPE, SIG_IGN);
 }
 
-static void usage_cat(FILE *out)
-{
-    fprintf(out,
-            "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
-            "                       [--stop-timeout DURATION] [--log events|rejected]\n"
-            "\n"
-            "Prints every acknowledged event (applied to the store) as one JSON line on\n"
-            "stdout, in log order; works while the server runs. Messages go to stderr.\n"
-            "  --data DIR       data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
-            "  --log events|rejected\n"
-            "                   which log: the accepted events (default), or the quarantine\n"
-            "                   DIR/rejected/: what the server refused, one JSON object a\n"
-            "                   line with reason, error, requestId, source, receivedAt and\n"
-            "                   the raw bytes (every record that reached the disk whole; no\n"
-            "                   --group)\n"
-            "  --from OFFSET    start at this log offset (default: the oldest retained, or\n"
-            "                   the group's committed offset)\n"
-            "  --follow, -f     keep printing new events, across segment rotation and\n"
-            "                   retention, until SIGINT/SIGTERM\n"
-            "  --group NAME     consumer group (1..64 of A-Z a-z 0-9 . _ -): start at its\n"
-            "                   committed offset (a new group at the oldest retained one or\n"
-            "                   --from; --from wins over a committed offset) and commit the\n"
-            "                   offset after the last event written to stdout: every second\n"
-            "                   while following and on exit (SIGINT/SIGTERM, end of log,\n"
-            "                   closed stdout). Records deleted by retention before the group\n"
-            "                   read them are skipped with a warning.\n"
-            "  --stop-timeout DURATION\n"
-            "                   on SIGINT/SIGTERM, how long a write to a stalled reader (a\n"
-            "                   full pipe) may still go on before it is abandoned: 0, 2s, 1m\n"
-            "                   (up to 1h; default " DEFAULT_STOP "). Then the group commits the\n"
-            "                   events that got out whole (a cut-off last line is read again\n"
-            "                   by the next run) and the exit is 0. A second signal abandons\n"
-            "                   at once.\n"
-            "Exit 0: done (also when stdout was closed); 1: error; 2: usage.\n");
-}
+enum { CAT_DATA, CAT_LOG, CAT_FROM, CAT_FOLLOW, CAT_GROUP, CAT_STOP, CAT_MAX };
 
-static void usage_groups(FILE *out)
-{
-    fprintf(out, "Usage: ingestd log groups [--data DIR] [--json]\n"
-                 "\n"
-                 "Lists the consumer groups of `log cat --group` with the offset each reads next\n"
-                 "and its lag (acknowledged records it has not committed yet), one per line,\n"
-                 "sorted by name, after a header line; works while the server runs.\n"
-                 "  --data DIR   data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
-                 "  --json       one JSON object per group instead: "
-                 "{\"group\":...,\"offset\":...,\"lag\":...}\n"
-                 "Exit 0: listed; 1: error; 2: usage.\n");
-}
+static const opts_spec_t CAT_SPECS[] = {
+    OPTS_SPEC_DATA,
+    {"log", NULL, NULL, "events", OPTS_STRING, 1, 16, "events|rejected",
+     "which log: the accepted events, or the quarantine DIR/rejected/: what the server "
+     "refused, one JSON object a line with reason, error, requestId, source, receivedAt and "
+     "the raw bytes (every record that reached the disk whole; no --group)"},
+    {"from", NULL, NULL, NULL, OPTS_COUNT, 0, UINT64_MAX, "OFFSET",
+     "start at this log offset (default: the oldest retained, or the group's committed "
+     "offset)"},
+    {"follow", "-f", NULL, NULL, OPTS_BOOL, 0, 0, "",
+     "keep printing new events, across segment rotation and retention, until SIGINT/SIGTERM"},
+    {"group", NULL, NULL, NULL, OPTS_STRING, 1, GROUPS_NAME_MAX, "NAME",
+     "consumer group (1..64 of A-Z a-z 0-9 . _ -): start at its committed offset (a new group "
+     "at the oldest retained one or --from; --from wins over a committed offset) and commit the "
+     "offset after the last event written to stdout: every second while following and on exit "
+     "(SIGINT/SIGTERM, end of log, closed stdout). Records deleted by retention before the "
+     "group read them are skipped with a warning."},
+    {"stop-timeout", NULL, NULL, "2s", OPTS_DURATION, 0, STOP_MAX_MS, "DURATION",
+     "on SIGINT/SIGTERM, how long a write to a stalled reader (a full pipe) may still go on "
+     "before it is abandoned: 0, 2s, 1m (up to 1h). Then the group commits the events that got "
+     "out whole (a cut-off last line is read again by the next run) and the exit is 0. A second "
+     "signal abandons at once."},
+};
+
+static const opts_cmd_t CAT_CMD = {
+    "log cat",
+    "Usage: ingestd log cat [--data DIR] [--from OFFSET] [--follow] [--group NAME]\n"
+    "                       [--stop-timeout DURATION] [--log events|rejected]\n",
+    "Prints every acknowledged event (applied to the store) as one JSON line on\n"
+    "stdout, in log order; works while the server runs. Messages go to stderr.\n",
+    "Exit 0: done (also when stdout was closed); 1: error; 2: usage.\n",
+    CAT_SPECS,
+    sizeof CAT_SPECS / sizeof CAT_SPECS[0],
+    false,
+};
+
+enum { GROUPS_DATA, GROUPS_JSON, GROUPS_MAX };
+
+static const opts_spec_t GROUPS_SPECS[] = {
+    OPTS_SPEC_DATA,
+    {"json", NULL, NULL, NULL, OPTS_BOOL, 0, 0, "",
+     "one JSON object per group instead: {\"group\":...,\"offset\":...,\"lag\":...}"},
+};
+
+static const opts_cmd_t GROUPS_CMD = {
+    "log groups",
+    "Usage: ingestd log groups [--data DIR] [--json]\n",
+    "Lists the consumer groups of `log cat --group` with the offset each reads next\n"
+    "and its lag (acknowledged records it has not committed yet), one per line,\n"
+    "sorted by name, after a header line; works while the server runs.\n",
+    "Exit 0: listed; 1: error; 2: usage.\n",
+    GROUPS_SPECS,
+    sizeof GROUPS_SPECS / sizeof GROUPS_SPECS[0],
+    false,
+};
 
 static void usage(FILE *out)
 {
@@ -160,14 +168,6 @@ static bool exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Offset of the oldest retained record (0 with no log yet). */
 static uint64_t first_offset(const char *logdir)
 {
@@ -182,61 +182,6 @@ static void sleep_poll(void)
 
     /* EINTR ends the nap early: that is how a signal gets noticed promptly. */
     nanosleep(&ts, NULL);
-}
-
-/* One command-line flag: "--name VALUE" / "--name=VALUE", or a boolean "--name". */
-struct flag {
-    const char *name;
-    const char *alias;  /* may be NULL */
-    const char **value; /* NULL: a boolean flag */
-    bool *set;
-};
-
-/* Returns 0, 1 for --help, 2 for a usage error (reported on stderr). */
-static int parse_flags(const char *cmd, int argc, char **argv, struct flag *flags, size_t n)
-{
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *eq = strchr(a, '=');
-        size_t nlen = eq != NULL ? (size_t)(eq - a) : strlen(a);
-        struct flag *f = NULL;
-
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0)
-            return 1;
-        for (size_t k = 0; k < n && f == NULL; k++) {
-            if ((strlen(flags[k].name) == nlen && strncmp(a, flags[k].name, nlen) == 0) ||
-                (flags[k].alias != NULL && strcmp(a, flags[k].alias) == 0))
-                f = &flags[k];
-        }
-        if (f == NULL) {
-            fprintf(stderr, "ingestd log %s: unknown argument %s\n", cmd, a);
-            return 2;
-        }
-        if (f->value == NULL) {
-            if (eq != NULL) {
-                fprintf(stderr, "ingestd log %s: %s takes no value\n", cmd, f->name);
-                return 2;
-            }
-            *f->set = true;
-            continue;
-        }
-        if (eq != NULL) {
-            *f->value = eq + 1;
-        } else if (i + 1 < argc) {
-            *f->value = argv[++i];
-        } else {
-            fprintf(stderr, "ingestd log %s: %s needs a value\n", cmd, a);
-            return 2;
-        }
-    }
-    return 0;
-}
-
-static const char *default_data(void)
-{
-    const char *data = getenv("INGESTD_DATA");
-
-    return data != NULL && data[0] != '\0' ? data : DEFAULT_DATA;
 }
 
 /* ---- stdout: records buffered, written with write(2) so we know which ones got out whole ---- */
@@ -335,11 +280,24 @@ typedef struct cat {
     const char *data;
     const char *group; /* NULL: no group */
     char storedir[4200], logdir[4200], mdb[4300];
+    bool rejected;       /* --log rejected: the quarantine */
+    bool follow;         /* --follow */
+    int64_t stop_ms;     /* --stop-timeout */
     bool have_committed; /* the group file holds `committed` */
     uint64_t committed;
     int64_t committed_at;
+    uint64_t pos;   /* where the reader opens */
+    bool have_from; /* --from given */
+    bool pos_known; /* pos set (else: the oldest retained, once a log exists) */
+    bool may_skip;  /* only an explicit --from out of range is an error */
+    store_t *st;    /* LMDB read-only, when the server left no acknowledged mark */
+    log_reader_t *r;
     out_t out;
 } cat_t;
+
+/* Outcomes of cat_records beyond a flush's 0 / 1 / -1. */
+#define CAT_FAIL   (-2) /* an error, reported: exit 1 without committing the group */
+#define CAT_REOPEN 2    /* reopened past a retention gap: read on */
 
 /* Commits the group's position when it moved (or the group is new). 0 or -1 (reported). */
 static int commit_group(cat_t *c)
@@ -355,7 +313,7 @@ static int commit_group(cat_t *c)
     }
     c->have_committed = true;
     c->committed = c->out.done;
-    c->committed_at = now_ms();
+    c->committed_at = clk_mono_ms();
     return 0;
 }
 
@@ -430,214 +388,243 @@ static int flushed(int w)
     return w;
 }
 
-static int cat(int argc, char **argv)
+/* Reads and checks cat's flags into *c. Returns -1 to go on, else the exit code. */
+static int cat_args(int argc, char **argv, cat_t *c)
 {
-    cat_t c = {.data = default_data()};
-    const char *from_s = NULL, *stop_s = DEFAULT_STOP, *which = "events";
-    int64_t stop_ms = 0;
-    bool follow = false, have_from;
-    store_t *st = NULL;
-    log_reader_t *r = NULL;
-    uint64_t pos = 0;
-    bool pos_known = false; /* pos set (else: the oldest retained, once a log exists) */
-    bool may_skip = true;   /* only an explicit --from out of range is an error */
-    int ret = 1, rc;
-    struct flag flags[] = {
-        {"--data", NULL, &c.data, NULL},         {"--from", NULL, &from_s, NULL},
-        {"--group", NULL, &c.group, NULL},       {"--follow", "-f", NULL, &follow},
-        {"--stop-timeout", NULL, &stop_s, NULL}, {"--log", NULL, &which, NULL},
-    };
-
-    switch (parse_flags("cat", argc, argv, flags, sizeof flags / sizeof flags[0])) {
-    case 0:
-        break;
-    case 1:
-        usage_cat(stdout);
-        return 0;
-    default:
-        usage_cat(stderr);
-        return 2;
-    }
-    have_from = from_s != NULL;
-    if (have_from && config_parse_count(from_s, &pos) != 0) {
-        fprintf(stderr, "ingestd log cat: --from needs a record offset (0, 1, 2, ...)\n");
-        return 2;
-    }
-    if (config_parse_duration(stop_s, &stop_ms) != 0 || stop_ms > STOP_MAX_MS) {
-        fprintf(stderr, "ingestd log cat: --stop-timeout needs a duration from 0 to 1h, e.g. "
-                        "2s\n");
-        return 2;
-    }
+    opts_val_t v[CAT_MAX];
+    int rc = opts_parse(&CAT_CMD, argc, argv, v, NULL);
+    /* The strings stay valid after opts_free: they are argv's, the environment's or the table's. */
+    const char *which = v[CAT_LOG].str;
+    c->data = v[CAT_DATA].str;
+    c->group = v[CAT_GROUP].str;
+    c->have_from = v[CAT_FROM].set;
+    c->pos = v[CAT_FROM].n;
+    c->follow = v[CAT_FOLLOW].on;
+    c->stop_ms = v[CAT_STOP].ms;
+    opts_free(&CAT_CMD, v);
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
     /* The quarantine has no acknowledged mark (nobody was told it holds anything) and no
      * groups: its group files would share DIR/groups/ with the event log's. */
-    bool rejected = strcmp(which, "rejected") == 0;
-    if (!rejected && strcmp(which, "events") != 0) {
+    c->rejected = strcmp(which, "rejected") == 0;
+    if (!c->rejected && strcmp(which, "events") != 0) {
         fprintf(stderr, "ingestd log cat: --log takes events or rejected\n");
         return 2;
     }
-    if (rejected && c.group != NULL) {
+    if (c->rejected && c->group != NULL) {
         fprintf(stderr, "ingestd log cat: --group reads the events log only, not --log rejected\n");
         return 2;
     }
-    if (c.group != NULL && !groups_valid_name(c.group)) {
+    if (c->group != NULL && !groups_valid_name(c->group)) {
         fprintf(stderr,
                 "ingestd log cat: bad group name \"%s\" (1..64 of A-Z a-z 0-9 . _ -, not "
                 "starting with '.')\n",
-                c.group);
+                c->group);
         return 2;
     }
-    if (!exists(c.data)) {
-        fprintf(stderr, "ingestd log cat: no data directory %s\n", c.data);
+    if (!exists(c->data)) {
+        fprintf(stderr, "ingestd log cat: no data directory %s\n", c->data);
         return 1;
     }
-    snprintf(c.storedir, sizeof c.storedir, "%s/store", c.data);
-    snprintf(c.mdb, sizeof c.mdb, "%s/data.mdb", c.storedir);
-    snprintf(c.logdir, sizeof c.logdir, "%s/%s", c.data, rejected ? "rejected" : "log");
+    snprintf(c->storedir, sizeof c->storedir, "%s/store", c->data);
+    snprintf(c->mdb, sizeof c->mdb, "%s/data.mdb", c->storedir);
+    snprintf(c->logdir, sizeof c->logdir, "%s/%s", c->data, c->rejected ? "rejected" : "log");
+    c->pos_known = c->have_from;
+    c->may_skip = !c->have_from;
+    return -1;
+}
 
-    if (have_from) {
-        pos_known = true;
-        may_skip = false;
+/* --group: start at its committed offset, unless --from says otherwise. 0 or -1 (reported). */
+static int cat_group_start(cat_t *c)
+{
+    uint64_t g = 0;
+
+    if (c->group == NULL)
+        return 0;
+    int rc = groups_get(c->data, c->group, &g);
+    if (rc == GROUPS_NOTFOUND)
+        return 0;
+    if (rc != GROUPS_OK) {
+        fprintf(stderr, "ingestd log cat: cannot read group %s: %s%s%s\n", c->group,
+                groups_strerror(rc), rc == GROUPS_EIO ? ": " : "",
+                rc == GROUPS_EIO ? strerror(errno) : "");
+        return -1;
     }
-    if (c.group != NULL) {
-        uint64_t g = 0;
-        rc = groups_get(c.data, c.group, &g);
-        if (rc == GROUPS_OK) {
-            c.have_committed = true;
-            c.committed = g;
-            if (have_from) {
-                fprintf(stderr,
-                        "ingestd log cat: group %s is at offset %" PRIu64
-                        "; starting at --from %" PRIu64 " instead\n",
-                        c.group, g, pos);
-            } else {
-                pos = g;
-                pos_known = true;
-            }
-        } else if (rc != GROUPS_NOTFOUND) {
-            fprintf(stderr, "ingestd log cat: cannot read group %s: %s%s%s\n", c.group,
-                    groups_strerror(rc), rc == GROUPS_EIO ? ": " : "",
-                    rc == GROUPS_EIO ? strerror(errno) : "");
-            return 1;
+    c->have_committed = true;
+    c->committed = g;
+    if (c->have_from) {
+        fprintf(stderr,
+                "ingestd log cat: group %s is at offset %" PRIu64 "; starting at --from %" PRIu64
+                " instead\n",
+                c->group, g, c->pos);
+    } else {
+        c->pos = g;
+        c->pos_known = true;
+    }
+    return 0;
+}
+
+/*
+ * How far the log may be read, into *limit: only what was acknowledged goes out. The server
+ * says how far in store/ACKED (never below LMDB's applied offset, which lags by up to a
+ * checkpoint); that needs no LMDB reader slot, which matters in another container sharing the
+ * volume, where LMDB's PID-based reader table cannot tell the two processes apart. Without it,
+ * LMDB's applied offset; a log without a store (never started, or being rebuilt) has no such
+ * mark, so all of it goes, as does all of the quarantine. 0, or -1 (reported).
+ */
+static int cat_limit(cat_t *c, uint64_t *limit)
+{
+    uint64_t acked;
+    store_info_t info;
+
+    *limit = UINT64_MAX;
+    if (c->rejected)
+        return 0;
+    if (commit_read_acked(c->data, &acked) == 0) {
+        *limit = acked;
+        return 0;
+    }
+    if (c->st == NULL && exists(c->mdb)) {
+        store_options_t so = {.map_size = 0, .read_only = true};
+        int rc = store_open(c->storedir, &so, &c->st);
+        if (rc != STORE_OK) {
+            fprintf(stderr, "ingestd log cat: cannot open %s: %s\n", c->storedir,
+                    store_strerror(rc));
+            c->st = NULL;
+            return -1;
         }
     }
+    if (c->st == NULL)
+        return 0;
+    int rc = store_get_info(c->st, &info);
+    if (rc != STORE_OK) {
+        fprintf(stderr, "ingestd log cat: cannot read %s: %s (%s)\n", c->storedir,
+                store_strerror(rc), store_detail(c->st));
+        return -1;
+    }
+    *limit = info.applied;
+    return 0;
+}
 
-    install_stop(stop_ms);
+/* Opens the reader once the log exists. 0, or -1 (reported). */
+static int cat_open(cat_t *c)
+{
+    if (c->r != NULL || !exists(c->logdir))
+        return 0;
+    if (!c->pos_known)
+        c->pos = first_offset(c->logdir);
+    c->pos_known = true;
+    if (open_reader(c, &c->pos, c->may_skip, &c->r) != LOG_OK)
+        return -1;
+    c->out.done = c->pos;
+    return 0;
+}
 
-    c.committed_at = now_ms();
-    c.out.done = pos; /* a new group with no log yet commits 0 */
+/* The reader ended short of the acknowledged end: retention may have deleted the segment it
+ * was about to switch to. Then reopens past the gap (CAT_REOPEN). A flush outcome otherwise. */
+static int cat_gap(cat_t *c)
+{
+    uint64_t at = log_reader_position(c->r);
+    if (at >= first_offset(c->logdir))
+        return 0;
+    int w = flushed(out_flush(&c->out));
+    if (w != 0)
+        return w;
+    log_reader_close(c->r);
+    c->r = NULL;
+    c->pos = at;
+    if (open_reader(c, &c->pos, true, &c->r) != LOG_OK)
+        return CAT_FAIL;
+    c->out.done = c->pos;
+    return CAT_REOPEN;
+}
+
+/* Copies the records up to `limit` to stdout (a signal stops reading). Returns a flush outcome
+ * (0 go on, 1 reader gone or abandoned, -1 error), CAT_REOPEN or CAT_FAIL. */
+static int cat_records(cat_t *c, uint64_t limit)
+{
+    log_record_t rec;
+    int rc = LOG_END;
+
+    while (signals == 0 && (rc = log_reader_next(c->r, limit, &rec)) == LOG_OK) {
+        if (out_add(&c->out, &rec) != 0) {
+            fprintf(stderr, "ingestd log cat: out of memory\n");
+            return CAT_FAIL;
+        }
+        if (c->out.len < FLUSH_BYTES)
+            continue;
+        int w = flushed(out_flush(&c->out));
+        if (w != 0)
+            return w;
+        if (c->follow && clk_mono_ms() - c->committed_at >= COMMIT_MS && commit_group(c))
+            return CAT_FAIL;
+    }
+    if (signals != 0)
+        return 0;
+    if (rc != LOG_OK && rc != LOG_END) {
+        fprintf(stderr, "ingestd log cat: reading %s at offset %" PRIu64 ": %s\n", c->logdir,
+                log_reader_position(c->r), log_strerror(rc));
+        int w = flushed(out_flush(&c->out));
+        return w == 0 ? -1 : w;
+    }
+    if (rc == LOG_END && log_reader_position(c->r) < limit)
+        return cat_gap(c);
+    return 0;
+}
+
+/* Reads, writes and (with --follow) polls until the end, a signal or an error. The exit code. */
+static int cat_loop(cat_t *c)
+{
     for (;;) {
-        uint64_t limit = UINT64_MAX;
-        log_record_t rec;
+        uint64_t limit;
         int w = 0;
 
-        /*
-         * Only what was acknowledged goes out. The server says how far in store/ACKED
-         * (never below LMDB's applied offset, which lags by up to a checkpoint); that
-         * needs no LMDB reader slot, which matters in another container sharing the
-         * volume, where LMDB's PID-based reader table cannot tell the two processes
-         * apart. Without it, LMDB's applied offset; a log without a store (never
-         * started, or being rebuilt) has no such mark, so all of it goes.
-         */
-        uint64_t acked;
-        bool have_acked = !rejected && commit_read_acked(c.data, &acked) == 0;
-        if (have_acked)
-            limit = acked;
-        if (!have_acked && !rejected && st == NULL && exists(c.mdb)) {
-            store_options_t so = {.map_size = 0, .read_only = true};
-            rc = store_open(c.storedir, &so, &st);
-            if (rc != STORE_OK) {
-                fprintf(stderr, "ingestd log cat: cannot open %s: %s\n", c.storedir,
-                        store_strerror(rc));
-                st = NULL;
-                goto out;
-            }
-        }
-        if (!have_acked && st != NULL) {
-            store_info_t info;
-            rc = store_get_info(st, &info);
-            if (rc != STORE_OK) {
-                fprintf(stderr, "ingestd log cat: cannot read %s: %s (%s)\n", c.storedir,
-                        store_strerror(rc), store_detail(st));
-                goto out;
-            }
-            limit = info.applied;
-        }
-
-        if (r == NULL && exists(c.logdir)) {
-            if (!pos_known)
-                pos = first_offset(c.logdir);
-            pos_known = true;
-            if (open_reader(&c, &pos, may_skip, &r) != LOG_OK)
-                goto out;
-            c.out.done = pos;
-        }
-
-        if (r != NULL) {
-            rc = LOG_END;
-            while (signals == 0 && (rc = log_reader_next(r, limit, &rec)) == LOG_OK) {
-                if (out_add(&c.out, &rec) != 0) {
-                    fprintf(stderr, "ingestd log cat: out of memory\n");
-                    goto out;
-                }
-                if (c.out.len >= FLUSH_BYTES) {
-                    w = flushed(out_flush(&c.out));
-                    if (w != 0)
-                        break;
-                    if (follow && now_ms() - c.committed_at >= COMMIT_MS && commit_group(&c))
-                        goto out;
-                }
-            }
-            if (w == 0 && signals == 0 && rc != LOG_OK && rc != LOG_END) {
-                fprintf(stderr, "ingestd log cat: reading %s at offset %" PRIu64 ": %s\n", c.logdir,
-                        log_reader_position(r), log_strerror(rc));
-                w = flushed(out_flush(&c.out));
-                if (w == 0)
-                    w = -1;
-            }
-            if (w == 0 && signals == 0 && rc == LOG_END && log_reader_position(r) < limit) {
-                /* Short of the acknowledged end: retention may have deleted the
-                 * segment this reader was about to switch to. */
-                uint64_t at = log_reader_position(r);
-                uint64_t first = first_offset(c.logdir);
-                if (at < first) {
-                    w = flushed(out_flush(&c.out));
-                    if (w == 0) {
-                        log_reader_close(r);
-                        r = NULL;
-                        pos = at;
-                        if (open_reader(&c, &pos, true, &r) != LOG_OK)
-                            goto out;
-                        c.out.done = pos;
-                        continue;
-                    }
-                }
-            }
-        }
+        if (cat_limit(c, &limit) != 0 || cat_open(c) != 0)
+            return 1;
+        if (c->r != NULL)
+            w = cat_records(c, limit);
+        if (w == CAT_FAIL)
+            return 1;
+        if (w == CAT_REOPEN)
+            continue;
         if (w == 0)
-            w = flushed(out_flush(&c.out));
+            w = flushed(out_flush(&c->out));
         if (w != 0) {
-            ret = w > 0 ? 0 : 1;
-            if (commit_group(&c) != 0)
+            int ret = w > 0 ? 0 : 1;
+            if (commit_group(c) != 0)
                 ret = 1;
-            report_abandon(&c);
-            goto out;
+            report_abandon(c);
+            return ret;
         }
-        if (follow && now_ms() - c.committed_at >= COMMIT_MS && commit_group(&c) != 0)
-            goto out;
-        if (!follow || signals > 0)
+        if (c->follow && clk_mono_ms() - c->committed_at >= COMMIT_MS && commit_group(c) != 0)
+            return 1;
+        if (!c->follow || signals > 0)
             break;
         sleep_poll();
         if (signals > 0)
             break;
     }
-    ret = commit_group(&c) == 0 ? 0 : 1;
+    return commit_group(c) == 0 ? 0 : 1;
+}
 
-out:
+static int cat(int argc, char **argv)
+{
+    cat_t c = {0};
+    int ret = cat_args(argc, argv, &c);
+
+    if (ret >= 0)
+        return ret;
+    if (cat_group_start(&c) != 0)
+        return 1;
+    install_stop(c.stop_ms);
+    c.committed_at = clk_mono_ms();
+    c.out.done = c.pos; /* a new group with no log yet commits 0 */
+    ret = cat_loop(&c);
     if (have_timer)
         timer_delete(stop_timer);
     have_timer = false;
-    log_reader_close(r);
-    store_close(st);
+    log_reader_close(c.r);
+    store_close(c.st);
     out_free(&c.out);
     return ret;
 }
@@ -694,27 +681,19 @@ static int acknowledged_end(const char *data, uint64_t *end)
 
 static int groups_cmd(int argc, char **argv)
 {
-    const char *data = default_data();
-    bool json = false;
+    opts_val_t v[GROUPS_MAX];
+    const char *data;
+    bool json;
     groups_entry_t *list = NULL;
     size_t n = 0, width = 5;
     uint64_t end = 0;
     int ret = 1, rc;
-    struct flag flags[] = {
-        {"--data", NULL, &data, NULL},
-        {"--json", NULL, NULL, &json},
-    };
-
-    switch (parse_flags("groups", argc, argv, flags, sizeof flags / sizeof flags[0])) {
-    case 0:
-        break;
-    case 1:
-        usage_groups(stdout);
-        return 0;
-    default:
-        usage_groups(stderr);
-        return 2;
-    }
+    rc = opts_parse(&GROUPS_CMD, argc, argv, v, NULL);
+    data = v[GROUPS_DATA].str;
+    json = v[GROUPS_JSON].on;
+    opts_free(&GROUPS_CMD, v);
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
     if (!exists(data)) {
         fprintf(stderr, "ingestd log groups: no data directory %s\n", data);
         return 1;

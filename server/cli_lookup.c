@@ -8,10 +8,34 @@
 #include <string.h>
 
 #include "api/lookup.h"
+#include "server/options.h"
 #include "storage/lookup.h"
 
-#define DEFAULT_DATA   "./data"
-#define DEFAULT_SOURCE "default"
+enum { O_DATA, O_SOURCE, O_MAX };
+
+static const opts_spec_t SPECS[] = {
+    OPTS_SPEC_DATA,
+    {"source", NULL, NULL, "default", OPTS_STRING, 1, API_LOOKUP_SOURCE_MAX, "S",
+     "the source the events came in on"},
+};
+
+static const opts_cmd_t CMD = {
+    "lookup",
+    "Usage: ingestd lookup [--data DIR] [--source S] [--] MESSAGEID...\n",
+    "Says for each messageId whether it is inside the de-duplication window, and\n"
+    "where: one line of JSON per id, the body GET /v1/events/{messageId} answers:\n"
+    "  {\"messageId\",\"source\",\"status\":\"seen\",\"offset\",\"receivedAt\",\"event\"}\n"
+    "  {\"status\":\"unseen\",\"messageId\",\"source\",\"window_start\"}\n"
+    "Works while the server runs: reads the LMDB store and the generations\n"
+    "read-only, then the log past LMDB's last checkpoint. A key the server evicted\n"
+    "less than a checkpoint ago (a few seconds) may still show as seen.\n"
+    "The ids follow the flags; after \"--\" they may start with '-'.\n",
+    "Exit 0: every id seen; 1: any unseen; 2: usage or error (an invalid id prints\n"
+    "a {\"success\":false,\"error\"} line, an unreadable data dir a reason on stderr).\n",
+    SPECS,
+    sizeof SPECS / sizeof SPECS[0],
+    true,
+};
 
 struct args {
     const char *data;
@@ -19,89 +43,20 @@ struct args {
     int first_id; /* argv index of the first MESSAGEID; ids run to argc */
 };
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "Usage: ingestd lookup [--data DIR] [--source S] MESSAGEID...\n"
-            "\n"
-            "Says for each messageId whether it is inside the de-duplication window, and\n"
-            "where: one line of JSON per id, the body GET /v1/events/{messageId} answers:\n"
-            "  {\"messageId\",\"source\",\"status\":\"seen\",\"offset\",\"receivedAt\",\"event\"}\n"
-            "  {\"status\":\"unseen\",\"messageId\",\"source\",\"window_start\"}\n"
-            "Works while the server runs: reads the LMDB store and the generations\n"
-            "read-only, then the log past LMDB's last checkpoint. A key the server evicted\n"
-            "less than a checkpoint ago (a few seconds) may still show as seen.\n"
-            "Exit 0: every id seen; 1: any unseen; 2: usage or error (an invalid id prints\n"
-            "a {\"success\":false,\"error\"} line, an unreadable data dir a reason on stderr).\n"
-            "  --data DIR   data directory (env INGESTD_DATA; default " DEFAULT_DATA ")\n"
-            "  --source S   the source the events came in on (default " DEFAULT_SOURCE ")\n"
-            "  --           what follows is ids even when it starts with '-'\n");
-}
-
-static const char *env_or(const char *name, const char *def)
-{
-    const char *v = getenv(name);
-
-    return v != NULL && v[0] != '\0' ? v : def;
-}
-
 /* Returns 0, 1 after --help, or 2 after a usage error (already printed). */
 static int parse_args(int argc, char **argv, struct args *a)
 {
-    a->data = env_or("INGESTD_DATA", DEFAULT_DATA);
-    a->source = DEFAULT_SOURCE;
-    a->first_id = argc;
+    opts_val_t v[O_MAX];
+    int rc = opts_parse(&CMD, argc, argv, v, &a->first_id);
 
-    int i = 1;
-    for (; i < argc; i++) {
-        const char *arg = argv[i];
-        const char *eq = strchr(arg, '=');
-        size_t nlen = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
-        const char **dst = NULL;
-
-        if (strcmp(arg, "--") == 0) {
-            i++;
-            break;
-        }
-        if (arg[0] != '-' || arg[1] == '\0')
-            break; /* the first id */
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        if (nlen == 6 && strncmp(arg, "--data", 6) == 0)
-            dst = &a->data;
-        else if (nlen == 8 && strncmp(arg, "--source", 8) == 0)
-            dst = &a->source;
-        if (dst == NULL) {
-            fprintf(stderr, "ingestd lookup: unknown argument %s (see ingestd lookup --help)\n",
-                    arg);
-            return 2;
-        }
-        if (eq != NULL) {
-            *dst = eq + 1;
-        } else if (i + 1 < argc) {
-            *dst = argv[++i];
-        } else {
-            fprintf(stderr, "ingestd lookup: %.*s needs a value\n", (int)nlen, arg);
-            return 2;
-        }
-    }
-    a->first_id = i;
-    if (a->data[0] == '\0') {
-        fprintf(stderr, "ingestd lookup: --data needs a directory\n");
-        return 2;
-    }
-    size_t slen = strlen(a->source);
-    if (slen == 0 || slen > API_LOOKUP_SOURCE_MAX) {
-        fprintf(stderr, "ingestd lookup: --source must be 1..%d bytes\n", API_LOOKUP_SOURCE_MAX);
-        return 2;
-    }
-    if (a->first_id >= argc) {
+    a->data = v[O_DATA].str;
+    a->source = v[O_SOURCE].str;
+    opts_free(&CMD, v);
+    if (rc == 0 && a->first_id >= argc) {
         fprintf(stderr, "ingestd lookup: no MESSAGEID given (see ingestd lookup --help)\n");
         return 2;
     }
-    return 0;
+    return rc;
 }
 
 /* One id: prints its line. 0 seen, 1 unseen, 2 invalid id or error. */

@@ -1,45 +1,118 @@
-/* cli_worker: `ingestd worker`: flags, the operator HTTP endpoints and signals around
+/* cli_worker: `ingestd worker`: flags, the operator HTTP routes and signals around
  * cluster/worker. */
 #include "server/cli_worker.h"
 
-#include <arpa/inet.h>
 #include <inttypes.h>
-#include <microhttpd.h>
-#include <netdb.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include <jansson.h>
 
 #include "api/auth.h"
-#include "api/dashboard.h"
 #include "api/lookup.h"
 #include "api/timestamp.h"
 #include "cluster/worker.h"
-#include "server/config.h"
+#include "common/errbuf.h"
 #include "server/logging.h"
+#include "server/ops_http.h"
+#include "server/options.h"
 #include "storage/store.h"
 
-#define DEFAULT_DATA      "./data"
-#define DEFAULT_WINDOW    "24h"
-#define DEFAULT_MAX_KEYS  "100000000"
-#define DEFAULT_LISTEN    "127.0.0.1:8081"
-#define DEFAULT_PREFIX    "ingestd"
-#define DEFAULT_MAX_BATCH "1000"
-#define DEFAULT_YOUNG     "1048576"
-#define YOUNG_KEYS_MAX    (UINT64_C(1) << 32)
-#define WINDOW_MIN_MS     INT64_C(1000)
-#define WINDOW_MAX_MS     (INT64_C(365) * 86400 * 1000)
-#define MAX_KEYS_MAX      UINT64_C(1000000000000)
-#define MAX_BATCH_MAX     UINT64_C(100000)
-#define MAX_KAFKA_OPTS    64
+#define MAX_BATCH_MAX  UINT64_C(100000)
+#define MAX_KAFKA_OPTS 64
+#define LOOKUP_WAIT_MS 5000 /* for the worker thread to take a lookup between two batches */
 
-extern char **environ;
+/* Positions in SPECS. */
+enum {
+    O_BROKERS,
+    O_RAW,
+    O_OUT,
+    O_GROUP,
+    O_DATA,
+    O_WINDOW,
+    O_MAX_KEYS,
+    O_YOUNG,
+    O_LISTEN,
+    O_ADMIN_TOKEN,
+    O_KAFKA_OPT,
+    O_PREFIX,
+    O_BATCH,
+    O_MIRROR,
+    O_DYNAMIC,
+    O_LEVEL,
+    O_MAX
+};
+
+static const opts_spec_t SPECS[] = {
+    [O_BROKERS] = {"kafka-brokers", NULL, "INGESTD_KAFKA_BROKERS", NULL, OPTS_STRING, 1,
+                   OPTS_PATH_MAX, "LIST", "bootstrap servers, host:port,... (required)"},
+    [O_RAW] = {"raw-topic", NULL, "INGESTD_RAW_TOPIC", NULL, OPTS_STRING, 1, 249, "NAME",
+               "input topic the edges produce to (required)"},
+    [O_OUT] = {"out-topic", NULL, "INGESTD_OUT_TOPIC", NULL, OPTS_STRING, 1, 249, "NAME",
+               "output topic, the source of truth (required)"},
+    [O_GROUP] = {"group", NULL, "INGESTD_GROUP", NULL, OPTS_STRING, 1, 255, "NAME",
+                 "consumer group of the workers (required)"},
+    [O_DATA] = OPTS_SPEC_DATA,
+    [O_WINDOW] = {"window", NULL, "INGESTD_WINDOW", OPTS_DEFAULT_WINDOW, OPTS_DURATION,
+                  OPTS_WINDOW_MIN_MS, OPTS_WINDOW_MAX_MS, "DURATION",
+                  "de-duplication window: 90s, 15m, 24h, 28d (1s..365d)"},
+    [O_MAX_KEYS] = {"max-keys", NULL, "INGESTD_MAX_KEYS", OPTS_DEFAULT_MAX_KEYS, OPTS_COUNT, 0,
+                    OPTS_MAX_KEYS_MAX, "N",
+                    "keys kept per partition before the window shortens; 0: no bound"},
+    [O_YOUNG] = {"young-keys", NULL, "INGESTD_YOUNG_KEYS", OPTS_DEFAULT_YOUNG_KEYS, OPTS_COUNT, 1,
+                 OPTS_YOUNG_KEYS_MAX, "N",
+                 "keys a partition's LMDB store holds before they are sealed into a generation "
+                 "file, as serve's (1..2^32)"},
+    [O_LISTEN] = {"listen", NULL, "INGESTD_LISTEN", "127.0.0.1:8081", OPTS_STRING, 1, 300,
+                  "HOST:PORT",
+                  "/stats, /metrics, /healthz, /dashboard; port 0 picks one; \"none\": no HTTP"},
+    [O_ADMIN_TOKEN] = {"admin-token", NULL, "INGESTD_ADMIN_TOKEN", NULL, OPTS_STRING, 1, 255,
+                       "TOKEN",
+                       "Bearer token of GET /v1/events/{messageId} on --listen (without one the "
+                       "route is off)"},
+    [O_KAFKA_OPT] = {"kafka-opt", NULL, "INGESTD_KAFKA_OPTS", NULL, OPTS_REPEAT, 0, MAX_KAFKA_OPTS,
+                     "NAME=VALUE",
+                     "librdkafka setting, e.g. security.protocol=SASL_SSL; \"consumer.NAME\" or "
+                     "\"producer.NAME\" for one client only"},
+    [O_PREFIX] = {"transactional-id-prefix", NULL, "INGESTD_TRANSACTIONAL_ID_PREFIX", "ingestd",
+                  OPTS_STRING, 1, 200, "P",
+                  "transactional.id = P-GROUP-WORKERID, WORKERID kept in DIR/worker-id"},
+    [O_BATCH] = {"max-batch", NULL, "INGESTD_MAX_BATCH", "1000", OPTS_COUNT, 1, MAX_BATCH_MAX, "N",
+                 "raw records per transaction"},
+    [O_MIRROR] = {"mirror-offsets", NULL, "INGESTD_MIRROR_OFFSETS", NULL, OPTS_BOOL, 0, 0, "",
+                  "after each transaction also commit the same offsets outside it, to group "
+                  "GROUP.mirror, and read positions from there. Only for librdkafka's mock "
+                  "cluster, which keeps no transactional offsets; never on a real cluster"},
+    [O_DYNAMIC] = {"dynamic-membership", NULL, "INGESTD_DYNAMIC_MEMBERSHIP", NULL, OPTS_BOOL, 0, 0,
+                   "",
+                   "join without group.instance.id: a stopped worker leaves the group at once, "
+                   "but every restart rebalances. Default: static membership "
+                   "(group.instance.id = the transactional id), a restart within "
+                   "session.timeout.ms keeps the partitions; partitions are assigned "
+                   "cooperative-sticky"},
+    [O_LEVEL] = {"log-level", NULL, "INGESTD_LOG_LEVEL", "info", OPTS_STRING, 1, 16, "LEVEL",
+                 "error, warn, info or debug"},
+};
+
+static const opts_cmd_t CMD = {
+    "worker",
+    "Usage: ingestd worker --kafka-brokers LIST --raw-topic NAME --out-topic NAME\n"
+    "                      --group NAME [--data DIR] [FLAGS]\n",
+    "The Kafka worker role (docs/scale-out.md): a consumer-group member that\n"
+    "de-duplicates each assigned raw-topic partition against its own LMDB store\n"
+    "(DIR/partitions/RAWTOPIC-P/) and produces every distinct (source, messageId)\n"
+    "to the output topic exactly once, in Kafka transactions that also commit the\n"
+    "input offsets. Runs in the foreground; SIGTERM/SIGINT stop it cleanly.\n"
+    "Every flag has an environment variable; flags win.\n",
+    "Exit 0: stopped cleanly; 1: failed; 2: usage.\n",
+    SPECS,
+    O_MAX,
+    false,
+};
 
 /* The worker the signal handler stops: a handler gets no argument, hence the one global. */
 static cluster_worker_t *volatile running;
@@ -52,223 +125,12 @@ static void on_stop(int sig)
         cluster_worker_stop(w);
 }
 
-static void usage(FILE *out)
-{
-    fprintf(out,
-            "Usage: ingestd worker --kafka-brokers LIST --raw-topic NAME --out-topic NAME\n"
-            "                      --group NAME [--data DIR] [FLAGS]\n"
-            "\n"
-            "The Kafka worker role (docs/scale-out.md): a consumer-group member that\n"
-            "de-duplicates each assigned raw-topic partition against its own LMDB store\n"
-            "(DIR/partitions/RAWTOPIC-P/) and produces every distinct (source, messageId)\n"
-            "to the output topic exactly once, in Kafka transactions that also commit the\n"
-            "input offsets. Runs in the foreground; SIGTERM/SIGINT stop it cleanly.\n"
-            "Every flag has an environment variable; flags win.\n"
-            "  --kafka-brokers LIST   bootstrap servers, host:port,... (INGESTD_KAFKA_BROKERS)\n"
-            "  --raw-topic NAME       input topic the edges produce to (INGESTD_RAW_TOPIC)\n"
-            "  --out-topic NAME       output topic, the source of truth (INGESTD_OUT_TOPIC)\n"
-            "  --group NAME           consumer group of the workers (INGESTD_GROUP)\n"
-            "  --data DIR             data directory (INGESTD_DATA; default " DEFAULT_DATA ")\n"
-            "  --window DURATION      de-duplication window: 90s, 15m, 24h, 28d\n"
-            "                         (INGESTD_WINDOW; default " DEFAULT_WINDOW ")\n"
-            "  --max-keys N           keys kept per partition before the window shortens\n"
-            "                         (INGESTD_MAX_KEYS; default " DEFAULT_MAX_KEYS
-            "; 0: no bound)\n"
-            "  --young-keys N         keys a partition's LMDB store holds before they are\n"
-            "                         sealed into a generation file, as serve's\n"
-            "                         (INGESTD_YOUNG_KEYS; default " DEFAULT_YOUNG ")\n"
-            "  --listen HOST:PORT     /stats, /metrics, /healthz (INGESTD_LISTEN; default\n"
-            "                         " DEFAULT_LISTEN "; port 0 picks one; \"none\": no HTTP)\n"
-            "  --admin-token TOKEN    Bearer token of GET /v1/events/{messageId} on --listen\n"
-            "                         (INGESTD_ADMIN_TOKEN; without one the route is off)\n"
-            "  --kafka-opt NAME=VALUE librdkafka setting, repeatable, e.g.\n"
-            "                         security.protocol=SASL_SSL; \"consumer.NAME\" or\n"
-            "                         \"producer.NAME\" for one client only (INGESTD_KAFKA_OPTS:\n"
-            "                         one NAME=VALUE per line)\n"
-            "  --transactional-id-prefix P\n"
-            "                         transactional.id = P-GROUP-WORKERID, WORKERID kept in\n"
-            "                         DIR/worker-id (INGESTD_TRANSACTIONAL_ID_PREFIX; default\n"
-            "                         " DEFAULT_PREFIX ")\n"
-            "  --max-batch N          raw records per transaction (INGESTD_MAX_BATCH; default\n"
-            "                         " DEFAULT_MAX_BATCH ")\n"
-            "  --mirror-offsets       after each transaction also commit the same offsets\n"
-            "                         outside it, to group GROUP.mirror, and read positions\n"
-            "                         from there (INGESTD_MIRROR_OFFSETS=1). Only for\n"
-            "                         librdkafka's mock cluster, which keeps no transactional\n"
-            "                         offsets; never on a real cluster\n"
-            "  --dynamic-membership   join without group.instance.id\n"
-            "                         (INGESTD_DYNAMIC_MEMBERSHIP=1): a stopped worker leaves\n"
-            "                         the group at once, but every restart rebalances. Default:\n"
-            "                         static membership (group.instance.id = the transactional\n"
-            "                         id), a restart within session.timeout.ms keeps the\n"
-            "                         partitions; partitions are assigned cooperative-sticky\n"
-            "  --log-level LEVEL      error|warn|info|debug (INGESTD_LOG_LEVEL; default info)\n"
-            "  --help                 this text\n"
-            "Exit 0: stopped cleanly; 1: failed; 2: usage.\n");
-}
-
-struct args {
-    const char *brokers, *raw, *out, *group, *data, *window, *max_keys, *young, *listen, *prefix,
-        *batch, *level, *admin_token;
-    bool mirror, dynamic;
-    const char *opts[MAX_KAFKA_OPTS];
-    size_t nopts;
-    char *env_opts; /* a writable copy of INGESTD_KAFKA_OPTS, split in place */
-};
-
-static const char *env(const char *name)
-{
-    const char *v = getenv(name);
-    return v != NULL && v[0] != '\0' ? v : NULL;
-}
-
-/* Returns 0, 1 for --help, 2 on a usage error (message printed). */
-static int parse(int argc, char **argv, struct args *a)
-{
-    static const struct {
-        const char *flag;
-        size_t off;
-    } table[] = {
-        {"--kafka-brokers", offsetof(struct args, brokers)},
-        {"--raw-topic", offsetof(struct args, raw)},
-        {"--out-topic", offsetof(struct args, out)},
-        {"--group", offsetof(struct args, group)},
-        {"--data", offsetof(struct args, data)},
-        {"--window", offsetof(struct args, window)},
-        {"--max-keys", offsetof(struct args, max_keys)},
-        {"--young-keys", offsetof(struct args, young)},
-        {"--listen", offsetof(struct args, listen)},
-        {"--transactional-id-prefix", offsetof(struct args, prefix)},
-        {"--max-batch", offsetof(struct args, batch)},
-        {"--log-level", offsetof(struct args, level)},
-        {"--admin-token", offsetof(struct args, admin_token)},
-    };
-    a->brokers = env("INGESTD_KAFKA_BROKERS");
-    a->raw = env("INGESTD_RAW_TOPIC");
-    a->out = env("INGESTD_OUT_TOPIC");
-    a->group = env("INGESTD_GROUP");
-    a->data = env("INGESTD_DATA") ? env("INGESTD_DATA") : DEFAULT_DATA;
-    a->window = env("INGESTD_WINDOW") ? env("INGESTD_WINDOW") : DEFAULT_WINDOW;
-    a->max_keys = env("INGESTD_MAX_KEYS") ? env("INGESTD_MAX_KEYS") : DEFAULT_MAX_KEYS;
-    a->young = env("INGESTD_YOUNG_KEYS") ? env("INGESTD_YOUNG_KEYS") : DEFAULT_YOUNG;
-    a->listen = env("INGESTD_LISTEN") ? env("INGESTD_LISTEN") : DEFAULT_LISTEN;
-    a->prefix = env("INGESTD_TRANSACTIONAL_ID_PREFIX") ? env("INGESTD_TRANSACTIONAL_ID_PREFIX")
-                                                       : DEFAULT_PREFIX;
-    a->batch = env("INGESTD_MAX_BATCH") ? env("INGESTD_MAX_BATCH") : DEFAULT_MAX_BATCH;
-    a->level = env("INGESTD_LOG_LEVEL") ? env("INGESTD_LOG_LEVEL") : "info";
-    a->admin_token = env("INGESTD_ADMIN_TOKEN");
-    a->mirror = env("INGESTD_MIRROR_OFFSETS") && strcmp(env("INGESTD_MIRROR_OFFSETS"), "0") != 0;
-    a->dynamic =
-        env("INGESTD_DYNAMIC_MEMBERSHIP") && strcmp(env("INGESTD_DYNAMIC_MEMBERSHIP"), "0") != 0;
-    if (env("INGESTD_KAFKA_OPTS")) {
-        a->env_opts = strdup(env("INGESTD_KAFKA_OPTS"));
-        if (a->env_opts == NULL)
-            return 2;
-        for (char *save = NULL, *t = strtok_r(a->env_opts, "\n", &save); t != NULL;
-             t = strtok_r(NULL, "\n", &save)) {
-            if (a->nopts == MAX_KAFKA_OPTS) {
-                fprintf(stderr, "ingestd worker: more than %d kafka options\n", MAX_KAFKA_OPTS);
-                return 2;
-            }
-            a->opts[a->nopts++] = t;
-        }
-    }
-
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i], *val = NULL;
-        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
-            usage(stdout);
-            return 1;
-        }
-        if (strcmp(arg, "--mirror-offsets") == 0) {
-            a->mirror = true;
-            continue;
-        }
-        if (strcmp(arg, "--dynamic-membership") == 0) {
-            a->dynamic = true;
-            continue;
-        }
-        const char *eq = strchr(arg, '=');
-        size_t nlen = eq && strncmp(arg, "--", 2) == 0 ? (size_t)(eq - arg) : strlen(arg);
-        bool known = false;
-        if (strncmp(arg, "--kafka-opt", nlen) == 0 && nlen == strlen("--kafka-opt")) {
-            val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-            if (val == NULL) {
-                fprintf(stderr, "ingestd worker: --kafka-opt needs NAME=VALUE\n");
-                return 2;
-            }
-            if (a->nopts == MAX_KAFKA_OPTS) {
-                fprintf(stderr, "ingestd worker: more than %d kafka options\n", MAX_KAFKA_OPTS);
-                return 2;
-            }
-            a->opts[a->nopts++] = val;
-            continue;
-        }
-        for (size_t t = 0; t < sizeof table / sizeof table[0]; t++) {
-            if (strlen(table[t].flag) != nlen || strncmp(arg, table[t].flag, nlen) != 0)
-                continue;
-            val = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
-            if (val == NULL) {
-                fprintf(stderr, "ingestd worker: %s needs a value\n", table[t].flag);
-                return 2;
-            }
-            *(const char **)((char *)a + table[t].off) = val;
-            known = true;
-            break;
-        }
-        if (!known) {
-            fprintf(stderr, "ingestd worker: unknown argument \"%s\" (see --help)\n", arg);
-            return 2;
-        }
-    }
-    return 0;
-}
-
-/* ---- operator HTTP ---- */
-
-static enum MHD_Result reply(struct MHD_Connection *conn, unsigned status, const char *type,
-                             char *body, bool must_free)
-{
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        strlen(body), body, must_free ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
-    if (r == NULL) {
-        if (must_free)
-            free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-    if (status == MHD_HTTP_SERVICE_UNAVAILABLE)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
-    enum MHD_Result ret = MHD_queue_response(conn, status, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
-/* What the operator HTTP handler needs (http_start's cls). */
+/* What the operator HTTP callbacks need (ops_http_handlers_t's ctx). */
 struct http_ctx {
     cluster_worker_t *w;
     const char *admin_token; /* NULL: GET /v1/events is off */
     const char *raw, *out;   /* topic names, for the answers' reasons */
 };
-
-#define LOOKUP_WAIT_MS 5000 /* for the worker thread to take a lookup between two batches */
-
-static enum MHD_Result reply_json(struct MHD_Connection *conn, unsigned status, json_t *j)
-{
-    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(j);
-    if (s == NULL)
-        return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json",
-                     (char *)"{\"success\":false,\"error\":\"out of memory\"}", false);
-    return reply(conn, status, "application/json", s, true);
-}
-
-static enum MHD_Result reply_error(struct MHD_Connection *conn, unsigned status, const char *msg)
-{
-    return reply_json(conn, status, json_pack("{s:b, s:s}", "success", 0, "error", msg));
-}
 
 static json_t *iso_or_null(int64_t ms)
 {
@@ -289,170 +151,102 @@ static json_t *lookup_json(const struct http_ctx *h, const char *id, const char 
     if (j == NULL)
         return NULL;
     if (res->status == CLUSTER_LOOKUP_SEEN) {
-        *status = MHD_HTTP_OK;
-        snprintf(reason, sizeof reason,
-                 "the worker keeps keys, not events: the event is in the output topic %s, the "
-                 "record whose ingestd-input header is %d:%llu",
-                 h->out, (int)res->partition, (unsigned long long)res->offset);
+        *status = 200;
+        errbuf_printf(reason, sizeof reason,
+                      "the worker keeps keys, not events: the event is in the output topic %s, the "
+                      "record whose ingestd-input header is %d:%llu",
+                      h->out, (int)res->partition, (unsigned long long)res->offset);
         json_object_set_new(j, "offset", json_integer((json_int_t)res->offset));
         json_object_set_new(j, "receivedAt", iso_or_null(res->received_ms));
         json_object_set_new(j, "event", json_null());
         json_object_set_new(j, "reason", json_string(reason));
     } else if (res->status == CLUSTER_LOOKUP_UNSEEN) {
-        *status = MHD_HTTP_NOT_FOUND;
+        *status = 404;
         json_object_set_new(j, "window_start", iso_or_null(res->window_start_ms));
     } else {
-        *status = MHD_HTTP_NOT_FOUND;
+        *status = 404;
         if (res->partition >= 0)
-            snprintf(reason, sizeof reason,
-                     "partition %d of %s holds this key and is not assigned to this worker: ask "
-                     "the worker that owns it (its /stats lists its partitions)",
-                     (int)res->partition, h->raw);
+            errbuf_printf(
+                reason, sizeof reason,
+                "partition %d of %s holds this key and is not assigned to this worker: ask "
+                "the worker that owns it (its /stats lists its partitions)",
+                (int)res->partition, h->raw);
         else
-            snprintf(reason, sizeof reason,
-                     "not in this worker's partitions, and the partition count of %s is not "
-                     "known yet",
-                     h->raw);
+            errbuf_printf(reason, sizeof reason,
+                          "not in this worker's partitions, and the partition count of %s is not "
+                          "known yet",
+                          h->raw);
         json_object_set_new(j, "reason", json_string(reason));
     }
     return j;
 }
 
-/* GET /v1/events/{messageId}?source=S on the worker (docs/scale-out.md). */
-static enum MHD_Result events_route(const struct http_ctx *h, struct MHD_Connection *conn,
-                                    const char *url, const char *method)
+/* {"success":false,"error":msg} as malloc'd text, with `status`. */
+static unsigned error_body(unsigned status, const char *msg, char **json)
 {
-    const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    const char *id = url + strlen(API_LOOKUP_PREFIX);
-    const char *source = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "source");
-    cluster_lookup_t res;
-    unsigned status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+    json_t *j = json_pack("{s:b, s:s}", "success", 0, "error", msg);
+    *json = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    return status;
+}
 
-    if (strcmp(method, "GET") != 0)
-        return reply_error(conn, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
-    size_t tl = strlen(h->admin_token);
-    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0 ||
-        !auth_equal(auth + 7, strlen(auth + 7), h->admin_token, tl))
-        return reply_error(conn, MHD_HTTP_UNAUTHORIZED,
-                           auth ? "invalid admin token"
-                                : "missing admin token (Authorization: Bearer TOKEN)");
+/* GET /v1/events/{messageId}?source=S on the worker (docs/scale-out.md); ops_http's route. */
+static unsigned events_route(void *ctx, const ops_http_req_t *req, char **json)
+{
+    const struct http_ctx *h = ctx;
+    const char *path = ops_http_path(req);
+    const char *auth = ops_http_authorization(req);
+    const char *source = ops_http_query(req, "source");
+    const char *tok = NULL;
+    size_t tlen = 0;
+    cluster_lookup_t res;
+    unsigned status = 500;
+
+    if (!h->admin_token || strncmp(path, API_LOOKUP_PREFIX, strlen(API_LOOKUP_PREFIX)) != 0)
+        return 0;
+    const char *id = path + strlen(API_LOOKUP_PREFIX);
+    if (strcmp(ops_http_method(req), "GET") != 0)
+        return error_body(405, "method not allowed", json);
+    auth_bearer_token(auth, &tok, &tlen);
+    if (!tok || !auth_equal(tok, tlen, h->admin_token, strlen(h->admin_token)))
+        return error_body(
+            401, auth ? "invalid admin token" : "missing admin token (Authorization: Bearer TOKEN)",
+            json);
     const char *why = api_lookup_check_id(id, strlen(id));
     if (why)
-        return reply_error(conn, MHD_HTTP_BAD_REQUEST, why);
+        return error_body(400, why, json);
     if (source == NULL)
         source = "default";
     if (source[0] == '\0' || strlen(source) > API_LOOKUP_SOURCE_MAX)
-        return reply_error(conn, MHD_HTTP_BAD_REQUEST, "source must be 1..256 bytes");
+        return error_body(400, "source must be 1..256 bytes", json);
     int rc =
         cluster_worker_lookup(h->w, source, strlen(source), id, strlen(id), LOOKUP_WAIT_MS, &res);
     if (rc != CLUSTER_OK)
-        return reply_error(conn, MHD_HTTP_SERVICE_UNAVAILABLE,
-                           rc == CLUSTER_TIMEOUT ? "the worker is busy or not running, retry later"
-                                                 : "a partition store failed, retry later");
+        return error_body(503,
+                          rc == CLUSTER_TIMEOUT ? "the worker is busy or not running, retry later"
+                                                : "a partition store failed, retry later",
+                          json);
     json_t *j = lookup_json(h, id, source, &res, &status);
-    return reply_json(conn, status, j);
+    *json = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    return status;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *upload,
-                                  size_t *upload_len, void **state)
+static char *stats_json(void *ctx)
 {
-    const struct http_ctx *h = cls;
-    cluster_worker_t *w = h->w;
-    (void)version;
-    (void)upload;
-    if (*state == NULL) {
-        *state = (void *)1; /* headers only so far: answer once the (ignored) body is read */
-        return MHD_YES;
-    }
-    if (*upload_len > 0) {
-        *upload_len = 0;
-        return MHD_YES;
-    }
-    static const char json[] = "application/json";
-    if (h->admin_token && strncmp(url, API_LOOKUP_PREFIX, strlen(API_LOOKUP_PREFIX)) == 0)
-        return events_route(h, conn, url, method);
-    bool known = strcmp(url, "/stats") == 0 || strcmp(url, "/metrics") == 0 ||
-                 strcmp(url, "/healthz") == 0 || strcmp(url, "/dashboard") == 0;
-    if (!known)
-        return reply(conn, MHD_HTTP_NOT_FOUND, json,
-                     (char *)"{\"success\":false,\"error\":\"not found: the worker serves "
-                             "/stats, /metrics, /healthz and /dashboard\"}",
-                     false);
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0)
-        return reply(conn, MHD_HTTP_METHOD_NOT_ALLOWED, json,
-                     (char *)"{\"success\":false,\"error\":\"method not allowed\"}", false);
-    if (strcmp(url, "/dashboard") == 0) /* serve's page; it reads the worker's /stats shape */
-        return reply(conn, MHD_HTTP_OK, "text/html; charset=utf-8", (char *)api_dashboard_page,
-                     false);
-    if (strcmp(url, "/healthz") == 0) {
-        if (cluster_worker_ready(w))
-            return reply(conn, MHD_HTTP_OK, json, (char *)"{\"status\":\"ok\"}", false);
-        return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, json,
-                     (char *)"{\"success\":false,\"error\":\"not ready: joining the group or "
-                             "waiting for the transaction coordinator\"}",
-                     false);
-    }
-    char *body =
-        strcmp(url, "/stats") == 0 ? cluster_worker_stats_json(w) : cluster_worker_metrics(w);
-    if (body == NULL)
-        return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, json,
-                     (char *)"{\"success\":false,\"error\":\"out of memory\"}", false);
-    return reply(conn, MHD_HTTP_OK, strcmp(url, "/stats") == 0 ? json : "text/plain; version=0.0.4",
-                 body, true);
+    return cluster_worker_stats_json(((struct http_ctx *)ctx)->w);
 }
 
-/* Starts the HTTP daemon on "HOST:PORT" / "[V6]:PORT". NULL with a logged reason on failure. */
-static struct MHD_Daemon *http_start(const char *listen, const struct http_ctx *h)
+static char *metrics(void *ctx)
 {
-    char host[256];
-    const char *port;
-    if (listen[0] == '[') {
-        const char *rb = strchr(listen, ']');
-        if (rb == NULL || rb[1] != ':' || (size_t)(rb - listen - 1) >= sizeof host)
-            goto bad;
-        memcpy(host, listen + 1, (size_t)(rb - listen - 1));
-        host[rb - listen - 1] = '\0';
-        port = rb + 2;
-    } else {
-        const char *colon = strrchr(listen, ':');
-        if (colon == NULL || colon == listen || (size_t)(colon - listen) >= sizeof host)
-            goto bad;
-        memcpy(host, listen, (size_t)(colon - listen));
-        host[colon - listen] = '\0';
-        port = colon + 1;
-    }
-    uint64_t pnum;
-    if (config_parse_count(port, &pnum) != 0 || pnum > 65535)
-        goto bad;
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-    if (getaddrinfo(host, port, &hints, &ai) != 0 || ai == NULL) {
-        LOG_ERROR("--listen %s: cannot resolve %s", listen, host);
-        return NULL;
-    }
-    /* A thread per connection: a lookup waits for the worker thread without holding up
-     * /healthz or /stats. */
-    unsigned flags =
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6)
-        flags |= MHD_USE_IPv6;
-    struct MHD_Daemon *d =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, (void *)h, MHD_OPTION_SOCK_ADDR,
-                         ai->ai_addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)64, MHD_OPTION_END);
-    bool v6 = ai->ai_family == AF_INET6;
-    freeaddrinfo(ai);
-    if (d == NULL) {
-        LOG_ERROR("--listen %s: cannot listen (address in use?)", listen);
-        return NULL;
-    }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    LOG_INFO("listening on http://%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "",
-             info ? (unsigned)info->port : (unsigned)pnum);
-    return d;
-bad:
-    LOG_ERROR("invalid --listen \"%s\": expected HOST:PORT, [IPV6]:PORT or none", listen);
-    return NULL;
+    return cluster_worker_metrics(((struct http_ctx *)ctx)->w);
+}
+
+static const char *unhealthy(void *ctx)
+{
+    return cluster_worker_ready(((struct http_ctx *)ctx)->w)
+               ? NULL
+               : "not ready: joining the group or waiting for the transaction coordinator";
 }
 
 static void on_worker_log(void *arg, int level, const char *msg)
@@ -474,72 +268,99 @@ static void on_worker_log(void *arg, int level, const char *msg)
     }
 }
 
+/* The flags as cluster_worker_new wants them; 0, or 2 after a usage error on stderr. */
+static int worker_options(const opts_val_t *v, cluster_worker_options_t *o)
+{
+    int level = logging_parse_level(v[O_LEVEL].str);
+    if (level < 0) {
+        fprintf(stderr, "ingestd worker: invalid --log-level \"%s\"\n", v[O_LEVEL].str);
+        return 2;
+    }
+    logging_level = level;
+    *o = (cluster_worker_options_t){
+        .brokers = v[O_BROKERS].str,
+        .raw_topic = v[O_RAW].str,
+        .out_topic = v[O_OUT].str,
+        .group = v[O_GROUP].str,
+        .data_dir = v[O_DATA].str,
+        .txn_id_prefix = v[O_PREFIX].str,
+        .window_ms = v[O_WINDOW].ms,
+        .max_keys = v[O_MAX_KEYS].n,
+        .young_keys = v[O_YOUNG].n,
+        .store_sync = STORE_SYNC_META,
+        .max_batch = (uint32_t)v[O_BATCH].n,
+        .mirror_offsets = v[O_MIRROR].on,
+        .dynamic_membership = v[O_DYNAMIC].on,
+        .opts = {.kv = v[O_KAFKA_OPT].items, .n = v[O_KAFKA_OPT].nitems},
+        .log = on_worker_log,
+    };
+    return 0;
+}
+
+static void log_start(const cluster_worker_options_t *o)
+{
+    LOG_INFO("ingestd %s worker: brokers %s, %s -> %s, group %s, data %s, window %" PRId64
+             "s, max-keys %" PRIu64 ", young-keys %" PRIu64 ", max-batch %" PRIu32
+             ", %s membership, %zu kafka option(s)%s",
+             INGESTD_VERSION, o->brokers, o->raw_topic, o->out_topic, o->group, o->data_dir,
+             o->window_ms / 1000, o->max_keys, o->young_keys, o->max_batch,
+             o->dynamic_membership ? "dynamic" : "static", o->opts.n,
+             o->mirror_offsets ? ", mirrored offsets" : "");
+}
+
+/* SIGINT/SIGTERM stop `w`; a reader gone away must not kill the worker. */
+static void install_signals(cluster_worker_t *w)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop;
+    sigemptyset(&sa.sa_mask);
+    running = w;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+/* The operator HTTP server on --listen, or none ("none"). Returns 0, or -1 (logged). */
+static int start_http(const char *listen, struct http_ctx *hctx, ops_http_t **out)
+{
+    char err[512];
+    const ops_http_handlers_t handlers = {
+        .stats_json = stats_json,
+        .metrics = metrics,
+        .unhealthy = unhealthy,
+        .route = events_route,
+        .ctx = hctx,
+        .not_found = "not found: the worker serves /stats, /metrics, /healthz and /dashboard",
+    };
+    *out = NULL;
+    if (strcmp(listen, "none") == 0)
+        return 0;
+    if (ops_http_start(listen, &handlers, out, err, sizeof err) != 0) {
+        LOG_ERROR("%s", err);
+        return -1;
+    }
+    return 0;
+}
+
 int cli_worker_main(int argc, char **argv)
 {
-    struct args a;
+    opts_val_t v[O_MAX];
+    cluster_worker_options_t o;
     cluster_worker_t *w = NULL;
-    struct MHD_Daemon *d = NULL;
+    ops_http_t *http = NULL;
     char err[512] = "";
     int ret = 2;
 
-    memset(&a, 0, sizeof a);
-    switch (parse(argc, argv, &a)) {
-    case 0:
-        break;
-    case 1:
-        ret = 0;
-        goto out;
-    default:
+    int rc = opts_parse(&CMD, argc, argv, v, NULL);
+    if (rc != 0) {
+        ret = rc == 1 ? 0 : 2;
         goto out;
     }
-    int64_t window_ms = 0;
-    uint64_t max_keys = 0, young = 0, batch = 0;
-    int level = logging_parse_level(a.level);
-    if (level < 0) {
-        fprintf(stderr, "ingestd worker: invalid --log-level \"%s\"\n", a.level);
+    if (worker_options(v, &o) != 0)
         goto out;
-    }
-    if (config_parse_duration(a.window, &window_ms) != 0 || window_ms < WINDOW_MIN_MS ||
-        window_ms > WINDOW_MAX_MS) {
-        fprintf(stderr, "ingestd worker: invalid --window \"%s\": expected 1s..365d, e.g. 24h\n",
-                a.window);
-        goto out;
-    }
-    if (config_parse_count(a.max_keys, &max_keys) != 0 || max_keys > MAX_KEYS_MAX) {
-        fprintf(stderr, "ingestd worker: invalid --max-keys \"%s\"\n", a.max_keys);
-        goto out;
-    }
-    if (config_parse_count(a.young, &young) != 0 || young == 0 || young > YOUNG_KEYS_MAX) {
-        fprintf(stderr, "ingestd worker: invalid --young-keys \"%s\": 1..%" PRIu64 "\n", a.young,
-                YOUNG_KEYS_MAX);
-        goto out;
-    }
-    if (config_parse_count(a.batch, &batch) != 0 || batch == 0 || batch > MAX_BATCH_MAX) {
-        fprintf(stderr, "ingestd worker: invalid --max-batch \"%s\": 1..%" PRIu64 "\n", a.batch,
-                MAX_BATCH_MAX);
-        goto out;
-    }
-    logging_level = level;
     cluster_set_log(logging_syslog); /* librdkafka's lines into our log */
-
-    cluster_worker_options_t o = {
-        .brokers = a.brokers,
-        .raw_topic = a.raw,
-        .out_topic = a.out,
-        .group = a.group,
-        .data_dir = a.data,
-        .txn_id_prefix = a.prefix,
-        .window_ms = window_ms,
-        .max_keys = max_keys,
-        .young_keys = young,
-        .store_sync = STORE_SYNC_META,
-        .max_batch = (uint32_t)batch,
-        .mirror_offsets = a.mirror,
-        .dynamic_membership = a.dynamic,
-        .opts = {.kv = a.opts, .n = a.nopts},
-        .log = on_worker_log,
-    };
-    int rc = cluster_worker_new(&o, &w, err, sizeof err);
+    rc = cluster_worker_new(&o, &w, err, sizeof err);
     if (rc == CLUSTER_EINVAL) {
         fprintf(stderr, "ingestd worker: %s\n", err);
         goto out;
@@ -549,24 +370,11 @@ int cli_worker_main(int argc, char **argv)
         LOG_ERROR("worker: %s", err[0] ? err : cluster_strerror(rc));
         goto out;
     }
-    LOG_INFO("ingestd %s worker: brokers %s, %s -> %s, group %s, data %s, window %" PRId64
-             "s, max-keys %" PRIu64 ", young-keys %" PRIu64 ", max-batch %" PRIu64
-             ", %s membership, %zu kafka option(s)%s",
-             INGESTD_VERSION, a.brokers, a.raw, a.out, a.group, a.data, window_ms / 1000, max_keys,
-             young, batch, a.dynamic ? "dynamic" : "static", a.nopts,
-             a.mirror ? ", mirrored offsets" : "");
-
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop;
-    sigemptyset(&sa.sa_mask);
-    running = w;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    struct http_ctx hctx = {.w = w, .admin_token = a.admin_token, .raw = a.raw, .out = a.out};
-    if (strcmp(a.listen, "none") != 0 && (d = http_start(a.listen, &hctx)) == NULL)
+    log_start(&o);
+    install_signals(w);
+    struct http_ctx hctx = {
+        .w = w, .admin_token = v[O_ADMIN_TOKEN].str, .raw = o.raw_topic, .out = o.out_topic};
+    if (start_http(v[O_LISTEN].str, &hctx, &http) != 0)
         goto out;
     LOG_INFO("ready");
     rc = cluster_worker_run(w, err, sizeof err);
@@ -577,10 +385,9 @@ int cli_worker_main(int argc, char **argv)
     LOG_INFO("stopped");
     ret = 0;
 out:
-    if (d != NULL)
-        MHD_stop_daemon(d);
+    ops_http_stop(http);
     running = NULL;
     cluster_worker_free(w);
-    free(a.env_opts);
+    opts_free(&CMD, v);
     return ret;
 }

@@ -14,6 +14,7 @@
 #include "api/timestamp.h"
 #include "common/errbuf.h"
 #include "server/logging.h"
+#include "server/options.h"
 #include "storage/filter/filter.h"
 
 #define MS_PER_S   INT64_C(1000)
@@ -62,20 +63,20 @@ _Static_assert(CHOICE_FIELDS_ARE_INT, "a K_CHOICE field is not the size of an in
 static const struct setting settings[] = {
     {"listen", "INGESTD_LISTEN", "127.0.0.1:8080", K_LISTEN, 0, 65535, FIELD(listen_port),
      "HOST:PORT", "address to listen on; port 0 picks a free port; IPv6 as [::1]:8080"},
-    {"data", "INGESTD_DATA", "./data", K_PATH, 1, sizeof(((config_t *)0)->data_dir) - 1,
+    {"data", "INGESTD_DATA", OPTS_DEFAULT_DATA, K_PATH, 1, sizeof(((config_t *)0)->data_dir) - 1,
      FIELD(data_dir), "DIR", "data directory (LOCK, secret, store/, log/); created if missing"},
     {"write-key", "INGESTD_WRITE_KEY", NULL, K_KEYS, 1, CONFIG_MAX_WRITE_KEYS, FIELD(nwrite_keys),
      "KEY[:SOURCE]",
      "a write key and the source stamped on its events (default \"default\"); repeatable, "
      "and the variable takes a comma-separated list; at least one is required"},
-    {"window", "INGESTD_WINDOW", "24h", K_DURATION, (uint64_t)MS_PER_S,
-     (uint64_t)(365 * MS_PER_DAY), FIELD(window_ms), "DURATION",
+    {"window", "INGESTD_WINDOW", OPTS_DEFAULT_WINDOW, K_DURATION, OPTS_WINDOW_MIN_MS,
+     OPTS_WINDOW_MAX_MS, FIELD(window_ms), "DURATION",
      "de-duplication window by age: 90s, 15m, 24h, 28d (1s..365d)"},
-    {"max-keys", "INGESTD_MAX_KEYS", "100000000", K_COUNT, 0, UINT64_C(1000000000000),
+    {"max-keys", "INGESTD_MAX_KEYS", OPTS_DEFAULT_MAX_KEYS, K_COUNT, 0, OPTS_MAX_KEYS_MAX,
      FIELD(max_keys), "N",
      "de-duplication window by size: at least N keys kept (up to the young store's size, "
      "exactly N; above it, whole generations go, up to about 1/16 more); 0: no size bound"},
-    {"young-keys", "INGESTD_YOUNG_KEYS", "1048576", K_COUNT, 1, UINT64_C(1) << 32,
+    {"young-keys", "INGESTD_YOUNG_KEYS", OPTS_DEFAULT_YOUNG_KEYS, K_COUNT, 1, OPTS_YOUNG_KEYS_MAX,
      FIELD(young_keys), "N",
      "keys the young LMDB store holds before they are sealed into a generation file "
      "(docs/window.md; 1..2^32)"},
@@ -333,7 +334,7 @@ int config_parse_size(const char *s, uint64_t *bytes)
 }
 
 /* Renders ms in the largest unit that divides it: 2419200000 -> "28d", 5400000 -> "90m". */
-static void fmt_duration(char *buf, size_t len, int64_t ms)
+void config_fmt_duration(char *buf, size_t len, int64_t ms)
 {
     /* 24h stays "24h"; whole multiples of two days and more read better as days. */
     if (ms == 0)
@@ -410,9 +411,8 @@ static uint64_t get_uint(const config_t *cfg, const struct setting *st)
     }
 }
 
-/* "HOST:PORT" or "[V6]:PORT"; the host is stored without brackets. */
-static int parse_listen(config_t *cfg, const struct setting *st, const char *v, const char *origin,
-                        char *errbuf, size_t errlen)
+int config_parse_hostport(const char *v, const char *origin, char *host_out, size_t hostlen,
+                          uint16_t *port_out, char *errbuf, size_t errlen)
 {
     const char *host, *colon, *port_s, *end;
     size_t hlen;
@@ -443,21 +443,21 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
         hlen = (size_t)(colon - v);
         port_s = colon + 1;
     }
-    if (hlen == 0 || hlen >= sizeof cfg->listen_host) {
+    if (hlen == 0 || hlen >= hostlen) {
         errbuf_printf(errbuf, errlen, "invalid %s \"%s\": the host is empty or too long", origin,
                       v);
         return -1;
     }
-    if (parse_u64(port_s, &end, &port) != 0 || *end != '\0' || port < st->min || port > st->max) {
+    if (parse_u64(port_s, &end, &port) != 0 || *end != '\0' || port > 65535) {
         errbuf_printf(errbuf, errlen, "invalid %s \"%s\": the port must be a number 0..65535",
                       origin, v);
         return -1;
     }
-    memcpy(cfg->listen_host, host, hlen);
-    cfg->listen_host[hlen] = '\0';
+    memcpy(host_out, host, hlen);
+    host_out[hlen] = '\0';
     if (memchr(host, ':', hlen) != NULL) {
         unsigned char a6[16];
-        if (inet_pton(AF_INET6, cfg->listen_host, a6) != 1) {
+        if (inet_pton(AF_INET6, host_out, a6) != 1) {
             errbuf_printf(errbuf, errlen, "invalid %s \"%s\": not an IPv6 address", origin, v);
             return -1;
         }
@@ -468,8 +468,16 @@ static int parse_listen(config_t *cfg, const struct setting *st, const char *v, 
             return -1;
         }
     }
-    cfg->listen_port = (uint16_t)port;
+    *port_out = (uint16_t)port;
     return 0;
+}
+
+/* --listen into listen_host / listen_port. */
+static int parse_listen(config_t *cfg, const char *v, const char *origin, char *errbuf,
+                        size_t errlen)
+{
+    return config_parse_hostport(v, origin, cfg->listen_host, sizeof cfg->listen_host,
+                                 &cfg->listen_port, errbuf, errlen);
 }
 
 /* Adds the comma-separated KEY[:SOURCE] items of `v`. */
@@ -629,8 +637,8 @@ static int apply_number(config_t *cfg, const struct setting *st, const char *v, 
         u = st->kind == K_SECONDS ? (uint64_t)(ms / MS_PER_S) : (uint64_t)ms;
         if (u < st->min || u > st->max) {
             uint64_t f = st->kind == K_SECONDS ? (uint64_t)MS_PER_S : 1;
-            fmt_duration(lo, sizeof lo, (int64_t)(st->min * f));
-            fmt_duration(hi, sizeof hi, (int64_t)(st->max * f));
+            config_fmt_duration(lo, sizeof lo, (int64_t)(st->min * f));
+            config_fmt_duration(hi, sizeof hi, (int64_t)(st->max * f));
             errbuf_printf(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v,
                           lo, hi);
             return -1;
@@ -702,7 +710,7 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
 
     switch (st->kind) {
     case K_LISTEN:
-        return parse_listen(cfg, st, v, origin, errbuf, errlen);
+        return parse_listen(cfg, v, origin, errbuf, errlen);
     case K_PATH: {
         size_t n = strlen(v);
         if (n < st->min || n > st->max) {
@@ -1086,10 +1094,10 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
         snprintf(buf, len, "%s", *(const bool *)((const char *)cfg + st->off) ? "true" : "false");
         return;
     case K_DURATION:
-        fmt_duration(buf, len, (int64_t)get_uint(cfg, st));
+        config_fmt_duration(buf, len, (int64_t)get_uint(cfg, st));
         return;
     case K_SECONDS:
-        fmt_duration(buf, len, (int64_t)get_uint(cfg, st) * MS_PER_S);
+        config_fmt_duration(buf, len, (int64_t)get_uint(cfg, st) * MS_PER_S);
         return;
     case K_SIZE:
         fmt_size(buf, len, get_uint(cfg, st));
@@ -1111,7 +1119,7 @@ void config_log(const config_t *cfg)
 }
 
 /* Prints `text` word-wrapped at `width` columns, each line indented by `indent`. */
-static void wrap(FILE *out, const char *text, int indent, int width)
+void config_wrap(FILE *out, const char *text, int indent, int width)
 {
     const char *p = text;
 
@@ -1156,7 +1164,7 @@ void config_usage(FILE *out)
         else
             snprintf(def, sizeof def, "number of CPUs (%u here)", cpu_count());
         fprintf(out, "  %s\n", head);
-        wrap(out, st->help, 6, 78);
+        config_wrap(out, st->help, 6, 78);
         fprintf(out, "      env %s; default %s\n", st->env, def);
     }
     fprintf(out, "  -h, --help\n      show this help and exit\n");

@@ -127,6 +127,20 @@ int config_parse_size(const char *s, uint64_t *bytes);
 /* A plain decimal count ("0", "100000000": no sign, no suffix) -> value. Returns 0 or -1. */
 int config_parse_count(const char *s, uint64_t *v);
 
+/*
+ * "HOST:PORT" or "[IPV6]:PORT" (port 0..65535; 0 picks a free one): the host without brackets
+ * into host[0..hostlen), the port into *port. The one parser of a listen address (serve's
+ * --listen, the worker's). Returns 0, or -1 with "invalid ORIGIN \"V\": reason" in errbuf.
+ */
+int config_parse_hostport(const char *v, const char *origin, char *host, size_t hostlen,
+                          uint16_t *port, char *errbuf, size_t errlen);
+
+/* ms in the largest unit that divides it into buf: 2419200000 -> "28d", 5400000 -> "90m". */
+void config_fmt_duration(char *buf, size_t len, int64_t ms);
+
+/* Prints `text` word-wrapped at `width` columns, each line indented by `indent` (--help). */
+void config_wrap(FILE *out, const char *text, int indent, int width);
+
 /* Prints the --help text of `serve`. */
 void config_usage(FILE *out);
 

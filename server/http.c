@@ -91,9 +91,8 @@ struct req {
     int64_t now_ms;
     int64_t mono_ms;  /* arrival on CLOCK_MONOTONIC: a long-poll's deadline counts from it */
     int64_t start_ns; /* arrival, clk_mono_ns(): for ingestd_request_duration_seconds */
-    const char *path; /* MHD's url, or path_copy when a query had to be cut */
-    char *path_copy;
-    char *body; /* raw (maybe compressed) body, NUL-terminated */
+    const char *path; /* MHD's url: the path, unescaped, without the query */
+    char *body;       /* raw (maybe compressed) body, NUL-terminated */
     size_t len, cap;
     size_t reserved; /* bytes of h->body_budget this request holds (its buffer) */
     size_t discarded;
@@ -600,7 +599,6 @@ static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *u
                            const char *method)
 {
     struct req *r = calloc(1, sizeof *r);
-    const char *q;
 
     if (r == NULL)
         return NULL;
@@ -617,18 +615,9 @@ static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *u
     r->now_ms = clk_wall_ms();
     r->mono_ms = clk_mono_ms();
     r->start_ns = clk_mono_ns();
+    /* MHD splits the query off before it unescapes the path, so a '?' left here is a %3F of
+     * the path itself (a messageId holding one, GET /v1/events/{id}): kept. */
     r->path = url;
-    q = strchr(url, '?');
-    if (q != NULL) {
-        /* MHD normally splits the query off already; this is belt and braces. */
-        r->path_copy = strndup(url, (size_t)(q - url));
-        if (r->path_copy == NULL) {
-            pthread_mutex_destroy(&r->mu);
-            free(r);
-            return NULL;
-        }
-        r->path = r->path_copy;
-    }
     return r;
 }
 
@@ -1008,7 +997,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     free(r->body);
     free(r->q_head);
     budget_give(h, r);
-    free(r->path_copy);
     pthread_mutex_destroy(&r->mu);
     bool counted = r->counted;
     free(r);

@@ -1,7 +1,6 @@
 /* histogram: a lock-free Prometheus histogram (fixed bucket bounds, _bucket/_sum/_count). */
 #include "storage/histogram.h"
 
-#include <inttypes.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -79,25 +78,15 @@ uint64_t histogram_count(const histogram_t *h)
     return total;
 }
 
-void histogram_write(const histogram_t *h, FILE *f, const char *name, const char *labels)
+void histogram_write(const histogram_t *h, prom_t *p, const char *name, const char *labels)
 {
-    const char *sep = labels && *labels ? "," : "";
-    const char *lb = labels ? labels : "";
-    uint64_t cum = 0;
+    uint64_t counts[HISTOGRAM_MAX_BOUNDS + 1];
 
-    for (size_t i = 0; i <= h->n; i++) {
-        cum += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
-        if (i < h->n)
-            fprintf(f, "%s_bucket{%s%sle=\"%g\"} %" PRIu64 "\n", name, lb, sep, h->bounds[i], cum);
-        else
-            fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, lb, sep, cum);
-    }
-    double sum = atomic_load_explicit(&h->sum, memory_order_relaxed);
-    if (*lb) {
-        fprintf(f, "%s_sum{%s} %.17g\n%s_count{%s} %" PRIu64 "\n", name, lb, sum, name, lb, cum);
-    } else {
-        fprintf(f, "%s_sum %.17g\n%s_count %" PRIu64 "\n", name, sum, name, cum);
-    }
+    /* _count is the sum of the buckets read here, so it always equals the +Inf bucket. */
+    for (size_t i = 0; i <= h->n; i++)
+        counts[i] = atomic_load_explicit(&h->counts[i], memory_order_relaxed);
+    prom_histogram(p, name, labels, h->bounds, counts, h->n,
+                   atomic_load_explicit(&h->sum, memory_order_relaxed));
 }
 
 int histogram_quantile(const histogram_t *h, double q, double *out)

@@ -4,7 +4,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
+
+#include "common/prom.h"
 
 typedef struct histogram histogram_t;
 
@@ -39,14 +40,15 @@ void histogram_observe(histogram_t *h, double v);
 uint64_t histogram_count(const histogram_t *h);
 
 /*
- * Writes the samples of `name` as Prometheus text: name_bucket{LABELS,le=".."} lines
- * (cumulative, +Inf last), name_sum and name_count. `labels` is NULL or "" for none, else
- * label pairs without braces, e.g. `route="/v1/batch",code="2xx"` (the caller escapes them).
- * The # HELP / # TYPE lines are the caller's (one per name, however many label sets).
+ * Writes the samples of `name` (without p's prefix) through prom_histogram (common/prom.h):
+ * name_bucket{LABELS,le=".."} lines (cumulative, +Inf last), name_sum and name_count. `labels`
+ * is NULL or "" for none, else label pairs without braces, e.g. `route="/v1/batch",code="2xx"`
+ * (the caller escapes them, prom_label does). The # HELP / # TYPE lines are the caller's
+ * (prom_head, once per name, however many label sets).
  * Concurrent observations may land between the bucket reads: _count always equals the +Inf
  * bucket written, _sum may be one sample ahead or behind, as in Prometheus' own clients.
  */
-void histogram_write(const histogram_t *h, FILE *f, const char *name, const char *labels);
+void histogram_write(const histogram_t *h, prom_t *p, const char *name, const char *labels);
 
 /*
  * Estimates the q-quantile (0 <= q <= 1) of the samples from the bucket counts as Prometheus'

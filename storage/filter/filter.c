@@ -9,6 +9,7 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "common/errbuf.h"
 #include "storage/filter/internal.h"
 #include "storage/keyhash.h"
 
@@ -33,12 +34,10 @@ static const struct filter_ops *ops_of(filter_kind_t kind)
 
 int filter_fail(char *err, size_t errlen, const char *fmt, ...)
 {
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    errbuf_vprintf(err, errlen, fmt, ap);
+    va_end(ap);
     return FILTER_EINVAL;
 }
 

@@ -26,6 +26,53 @@ class Help(unittest.TestCase):
             with self.subTest(env=var):
                 self.assertIn(var, text)
 
+    # Every subcommand's --help comes from its table (server/options.c): each flag and variable.
+    SUBCOMMAND_FLAGS = {
+        ("check",): ["--data", "INGESTD_DATA"],
+        ("rebuild",): ["--data", "--window", "--max-keys", "INGESTD_WINDOW", "INGESTD_MAX_KEYS"],
+        ("backup",): ["--data", "--to"],
+        ("log", "cat"): ["--data", "--from", "--follow", "-f", "--group", "--stop-timeout",
+                         "--log"],
+        ("log", "groups"): ["--data", "--json"],
+        ("lookup",): ["--data", "--source"],
+        ("filter-bench",): ["--filter", "--bits", "--buckets", "--fingerprint-bits", "--stream",
+                            "--seed", "--runs", "--quiet"],
+        ("worker",): ["--kafka-brokers", "--raw-topic", "--out-topic", "--group", "--data",
+                      "--window", "--max-keys", "--young-keys", "--listen", "--admin-token",
+                      "--kafka-opt", "--transactional-id-prefix", "--max-batch",
+                      "--mirror-offsets", "--dynamic-membership", "--log-level",
+                      "INGESTD_KAFKA_BROKERS", "INGESTD_KAFKA_OPTS", "INGESTD_LISTEN"],
+    }
+
+    def test_every_subcommand_help_lists_its_flags(self):
+        for cmd, flags in self.SUBCOMMAND_FLAGS.items():
+            p = run_cli(list(cmd) + ["--help"])
+            self.assertEqual(p.returncode, 0, (cmd, p.stderr))
+            for flag in flags:
+                with self.subTest(cmd=cmd, flag=flag):
+                    self.assertIn(flag, p.stdout)
+
+    def test_subcommand_bad_values_exit_2(self):
+        d = tempfile.mkdtemp(prefix="ingestd-cli-")
+        try:
+            cases = [["rebuild", "--data", d, "--window", "soon"],
+                     ["rebuild", "--data", d, "--max-keys", "12x"],
+                     ["log", "cat", "--data", d, "--from", "x"],
+                     ["log", "cat", "--data", d, "--follow=yes"],
+                     ["lookup", "--data", d, "--source", "", "id"],
+                     ["worker", "--window", "10y"], ["worker", "--young-keys", "0"],
+                     ["worker", "--max-batch", "100001"], ["worker", "--bogus"],
+                     ["filter-bench", "--runs", "0"], ["filter-bench", "--seed"]]
+            for args in cases:
+                with self.subTest(args=args):
+                    p = run_cli(args)
+                    self.assertEqual(p.returncode, 2, p.stdout + p.stderr)
+                    err = p.stderr.strip()
+                    self.assertEqual(len(err.splitlines()), 1, err)
+                    self.assertTrue(err.startswith("ingestd "), err)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+
     def test_top_level_help(self):
         for args in (["--help"], ["help"]):
             with self.subTest(args=args):

@@ -107,8 +107,11 @@ class Lookup(ServerTestCase):
             self.assertOk(r, accepted=1)
             self.assertEqual(self.assertSeen(lookup(self.srv, mid), mid)["event"]["messageId"],
                              mid)
-        # A '?' (%3F) is cut off by the transport as a query (README): the CLI finds such ids.
+        # A '?' travels as %3F: part of the id, not the start of a query; the CLI finds it too.
         self.assertOk(self.srv.batch([track(mid="what?")], key="k1"), accepted=1)
+        self.assertSeen(lookup(self.srv, "what?"), "what?")
+        self.assertUnseen(lookup(self.srv, "what"), "what")
+        self.assertSeen(lookup(self.srv, "what?", source="default"), "what?")
         rc, lines, err = cli(self.srv.data_dir, "what?")
         self.assertEqual((rc, lines[0]["event"]["messageId"]), (0, "what?"), err)
 

@@ -12,6 +12,7 @@
 #include "cluster/cluster.h"
 #include "cluster/partition.h"
 #include "cluster/producer.h"
+#include "common/clock.h"
 
 /*
  * kcat_lite produce --brokers B --topic T [--partitions-before N --repartition-at MS]
@@ -27,13 +28,6 @@
  *    "value":V}   (T: the record's timestamp in ms, -1 when it has none)
  *   (V is the record's value, itself JSON). Exit 0, or 1 when MS passed first.
  */
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void json_str(FILE *f, const char *s, size_t n)
 {
@@ -148,13 +142,13 @@ static int consume(const char *brokers, const char *topic, int max_ms)
     int rc = 1;
     const struct rd_kafka_metadata *md = NULL;
     rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-    int64_t end = mono_ms() + max_ms;
+    int64_t end = clk_mono_ms() + max_ms;
     while (rd_kafka_metadata(rk, 0, rkt, &md, 5000) != 0 || md->topic_cnt != 1 ||
            md->topics[0].partition_cnt == 0) {
         if (md != NULL)
             rd_kafka_metadata_destroy(md);
         md = NULL;
-        if (mono_ms() > end) {
+        if (clk_mono_ms() > end) {
             fprintf(stderr, "kcat_lite: no metadata for %s\n", topic);
             rd_kafka_topic_destroy(rkt);
             rd_kafka_destroy(rk);
@@ -172,7 +166,7 @@ static int consume(const char *brokers, const char *topic, int max_ms)
     bool *eof = calloc((size_t)nparts, sizeof *eof);
     int neof = 0;
     while (neof < nparts) {
-        if (mono_ms() > end) {
+        if (clk_mono_ms() > end) {
             fprintf(stderr, "kcat_lite: timed out with %d of %d partitions at their end\n", neof,
                     nparts);
             goto out;

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 int tu_tempdir(char *buf, size_t len, const char *tag)
 {
     const char *base = getenv("TMPDIR");
@@ -151,21 +153,14 @@ int tu_copy_file(const char *from, const char *to)
     return rc;
 }
 
-static int64_t clock_ms(clockid_t clk)
-{
-    struct timespec ts;
-    clock_gettime(clk, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t tu_now_ms(void)
 {
-    return clock_ms(CLOCK_REALTIME);
+    return clk_wall_ms();
 }
 
 int64_t tu_monotonic_ms(void)
 {
-    return clock_ms(CLOCK_MONOTONIC);
+    return clk_mono_ms();
 }
 
 void tu_waiter_init(tu_waiter_t *w)

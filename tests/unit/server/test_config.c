@@ -764,6 +764,30 @@ static void test_role_edge(void **state)
 }
 
 /* The values of --kafka-opt may be passwords: the start-up log shows names only. */
+/* The one HOST:PORT parser, which serve's --listen and the worker's both go through. */
+static void test_hostport(void **state)
+{
+    (void)state;
+    char host[16], e[128];
+    uint16_t port = 1;
+    assert_int_equal(
+        config_parse_hostport("127.0.0.1:0", "--listen", host, sizeof host, &port, e, sizeof e), 0);
+    assert_string_equal(host, "127.0.0.1");
+    assert_int_equal(port, 0);
+    assert_int_equal(
+        config_parse_hostport("[::1]:8081", "--listen", host, sizeof host, &port, e, sizeof e), 0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 8081);
+    static const char *const bad[] = {
+        "nohostport", "127.0.0.1:99999", "127.0.0.1:port", ":80",
+        "::1:80",     "[::1]80",         "[1:2:3]:80",     "a-host-name-that-is-too-long:80"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(
+            config_parse_hostport(bad[i], "--listen", host, sizeof host, &port, e, sizeof e), -1);
+        assert_non_null(strstr(e, "--listen"));
+    }
+}
+
 static void test_config_log_hides_kafka_opts(void **state)
 {
     (void)state;
@@ -787,6 +811,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_role_edge),
         cmocka_unit_test(test_config_log_hides_kafka_opts),
+        cmocka_unit_test(test_hostport),
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_window_floor),
         cmocka_unit_test(test_every_flag_separate_value),

@@ -17,12 +17,11 @@
 /* The Prometheus text of h as one malloc'd string. */
 static char *text(const histogram_t *h, const char *labels)
 {
-    char *buf = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&buf, &len);
-    assert_non_null(f);
-    histogram_write(h, f, "x", labels);
-    assert_int_equal(fclose(f), 0);
+    prom_t *p = prom_new(NULL);
+    assert_non_null(p);
+    histogram_write(h, p, "x", labels);
+    char *buf = prom_take(p, NULL);
+    assert_non_null(buf);
     return buf;
 }
 
@@ -124,8 +123,6 @@ static void test_reqhist(void **state)
     (void)state;
     const char *paths[] = {"/a", "/b"};
     reqhist_t *rh = NULL;
-    char *buf = NULL;
-    size_t len = 0;
     assert_int_equal(reqhist_new(paths, 2, &rh), 0);
     reqhist_observe(rh, 1, 200, 0.002);
     reqhist_observe(rh, 1, 503, 0.002);
@@ -133,9 +130,10 @@ static void test_reqhist(void **state)
     reqhist_observe(rh, 7, 404, 0.001);
     reqhist_observe(rh, 0, 0, 0.001);   /* no status class: not counted */
     reqhist_observe(rh, 0, 600, 0.001); /* likewise */
-    FILE *f = open_memstream(&buf, &len);
-    reqhist_write(rh, f);
-    fclose(f);
+    prom_t *p = prom_new("ingestd_");
+    reqhist_write(rh, p);
+    char *buf = prom_take(p, NULL);
+    assert_non_null(buf);
     assert_non_null(strstr(buf, "# TYPE ingestd_request_duration_seconds histogram\n"));
     assert_non_null(
         strstr(buf, "ingestd_request_duration_seconds_count{route=\"/b\",status=\"2xx\"} 1\n"));

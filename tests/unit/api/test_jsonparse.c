@@ -1,5 +1,5 @@
 /*
- * test_api_jsonparse: the fast parser must never disagree with jansson. Whatever jsonparse()
+ * api/test_jsonparse: the fast parser must never disagree with jansson. Whatever jsonparse()
  * accepts, json_loadb() accepts too, with the same tree in the same member order; whatever
  * json_loadb() rejects, jsonparse() rejects (returns NULL). Checked on hand-picked edge cases
  * and on seeded random mutations of valid documents.

@@ -1,4 +1,4 @@
-/* test_common_prom.c: the Prometheus text writer (common/prom.c), byte for byte. */
+/* common/test_prom.c: the Prometheus text writer (common/prom.c), byte for byte. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -105,6 +105,24 @@ static void test_values(void **state)
     free(t);
 }
 
+/* Bounds as Prometheus' clients spell le: fewest digits, an exponent past six of them. */
+static void test_bounds_as_le(void **state)
+{
+    (void)state;
+    static const double b[] = {0.005, 1, 86400, 2419200, 0.1 + 0.2};
+    static const uint64_t c[] = {0, 0, 0, 0, 0, 0};
+    prom_t *p = prom_new(NULL);
+    prom_histogram(p, "h", NULL, b, c, 5, 0);
+    char *t = prom_take(p, NULL);
+    assert_non_null(t);
+    assert_non_null(strstr(t, "h_bucket{le=\"0.005\"} 0\n"));
+    assert_non_null(strstr(t, "h_bucket{le=\"1\"} 0\n"));
+    assert_non_null(strstr(t, "h_bucket{le=\"86400\"} 0\n"));
+    assert_non_null(strstr(t, "h_bucket{le=\"2.4192e+06\"} 0\n"));
+    assert_non_null(strstr(t, "h_bucket{le=\"0.30000000000000004\"} 0\n"));
+    free(t);
+}
+
 static void test_help_escaped(void **state)
 {
     (void)state;
@@ -149,6 +167,21 @@ static void test_grows(void **state)
     free(t);
 }
 
+/* Another writer's text goes in as it is, between this writer's own lines. */
+static void test_text(void **state)
+{
+    (void)state;
+    prom_t *p = prom_new("x_");
+    prom_gauge(p, "a", "A.", 1);
+    prom_text(p, "y_b 2\n");
+    prom_text(p, NULL);
+    prom_sample_u64(p, "c", NULL, 3);
+    char *t = prom_take(p, NULL);
+    assert_string_equal(t, "# HELP x_a A.\n# TYPE x_a gauge\nx_a 1\ny_b 2\nx_c 3\n");
+    free(t);
+    prom_text(NULL, "z"); /* no-op */
+}
+
 static void test_empty_and_null(void **state)
 {
     (void)state;
@@ -169,9 +202,11 @@ int main(void)
         cmocka_unit_test(test_histogram_exact_text),
         cmocka_unit_test(test_labelled_counter_exact_text),
         cmocka_unit_test(test_values),
+        cmocka_unit_test(test_bounds_as_le),
         cmocka_unit_test(test_help_escaped),
         cmocka_unit_test(test_label_escape_and_overflow),
         cmocka_unit_test(test_grows),
+        cmocka_unit_test(test_text),
         cmocka_unit_test(test_empty_and_null),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,4 +1,4 @@
-/* test_api_reject.c: every rejection sentence maps to one reason of the fixed set. */
+/* api/test_reject.c: every rejection sentence maps to one reason of the fixed set. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* test_common_errbuf.c: errbuf_printf formats, truncates, and is a no-op without a buffer. */
+/* common/test_errbuf.c: errbuf_printf formats, truncates, and is a no-op without a buffer. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,4 +1,4 @@
-/* test_cluster_partition.c: raw-topic routing (murmur2, repartition cut-over) and the key format.
+/* cluster/test_partition.c: raw-topic routing (murmur2, repartition cut-over) and the key format.
  */
 #include <setjmp.h>
 #include <stdarg.h>

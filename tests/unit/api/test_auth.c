@@ -101,6 +101,26 @@ static void test_basic(void **state)
     basic("Basic AGs=", AUTH_MALFORMED, NULL); /* "\0k": NUL inside credentials */
 }
 
+/* Bearer: the token borrowed from the header, blanks around it dropped; other schemes are none. */
+static void test_bearer(void **state)
+{
+    (void)state;
+    const char *tok = NULL;
+    size_t len = 0;
+    assert_int_equal(auth_bearer_token("Bearer  s3cret \t", &tok, &len), AUTH_OK);
+    assert_int_equal(len, 6);
+    assert_memory_equal(tok, "s3cret", 6);
+    assert_int_equal(auth_bearer_token("bearer\tx", &tok, &len), AUTH_OK);
+    assert_int_equal(len, 1);
+    assert_int_equal(auth_bearer_token("Bearer ", &tok, &len), AUTH_OK);
+    assert_int_equal(len, 0);
+    assert_int_equal(auth_bearer_token("Bearerx", &tok, &len), AUTH_NONE);
+    assert_null(tok);
+    assert_int_equal(auth_bearer_token("Basic eDo=", &tok, &len), AUTH_NONE);
+    assert_int_equal(auth_bearer_token(NULL, &tok, &len), AUTH_NONE);
+    assert_null(tok);
+}
+
 static void test_lookup(void **state)
 {
     (void)state;
@@ -373,6 +393,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_base64),
         cmocka_unit_test(test_basic),
+        cmocka_unit_test(test_bearer),
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_equal),
         cmocka_unit_test(test_keys_file_ok),

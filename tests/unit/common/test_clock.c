@@ -1,4 +1,4 @@
-/* test_common_clock.c: the clocks of common/clock.c agree with the system and with each other. */
+/* common/test_clock.c: the clocks of common/clock.c agree with the system and with each other. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

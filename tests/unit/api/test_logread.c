@@ -21,6 +21,7 @@
 
 #include "api/api.h"
 #include "api/internal.h"
+#include "common/clock.h"
 #include "storage/groups.h"
 #include "storage/log.h"
 #include "testutil.h"
@@ -229,7 +230,7 @@ static api_req_t log_req(struct params *p, const char *auth, int64_t arrived)
                        .path = "/v1/log",
                        .authorization = auth,
                        .now_ms = tu_now_ms(),
-                       .arrived_mono_ms = arrived ? arrived : api_monotonic_ms(),
+                       .arrived_mono_ms = arrived ? arrived : clk_mono_ms(),
                        .param = get_param,
                        .transport = p};
 }
@@ -631,7 +632,7 @@ static void test_long_poll_deadline(void **state)
     tu_waiter_wait(&w.w); /* the writer wakes at the deadline: a condvar wait, no sleep */
     assert_int_equal(w.resp.status, API_RETRY_STATUS);
     tu_waiter_destroy(&w.w);
-    assert_true(api_monotonic_ms() >= req.arrived_mono_ms + 30);
+    assert_true(clk_mono_ms() >= req.arrived_mono_ms + 30);
 
     memset(&resp, 0, sizeof(resp));
     assert_int_equal(api_handle(f->api, &req, &resp, on_done, NULL), API_DONE);
@@ -644,7 +645,7 @@ static void test_long_poll_deadline(void **state)
 
     /* A request that arrived longer ago than its wait answers at once, never parks again. */
     struct params p2 = {{"from", "wait"}, {"1", "60000"}};
-    req = log_req(&p2, BEARER, api_monotonic_ms() - 61000);
+    req = log_req(&p2, BEARER, clk_mono_ms() - 61000);
     memset(&resp, 0, sizeof(resp));
     assert_int_equal(api_handle(f->api, &req, &resp, on_done, NULL), API_DONE);
     assert_int_equal(resp.status, 200);
