@@ -339,6 +339,19 @@ int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], boo
     return GEN_OK;
 }
 
+/*
+ * Before keys[i] is tested: the filter blocks, in every generation of v, of the key
+ * PREFETCH_AHEAD further on (and at i = 0 of the first ones), so the cache misses of the keys
+ * ahead overlap the tests of the current one.
+ */
+static void prefetch_ahead(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_LEN], size_t n,
+                           size_t i)
+{
+    for (size_t k = i == 0 ? 0 : i + PREFETCH_AHEAD; k < n && k <= i + PREFETCH_AHEAD; k++)
+        for (size_t j = 0; j < v->n; j++)
+            gen_prefetch(v->slots[j]->g, keys[k]);
+}
+
 int genset_view_find_after(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], uint64_t after,
                            bool *found, gen_entry_t *e)
 {
@@ -354,13 +367,8 @@ int genset_view_find_after(const genset_view_t *v, const uint8_t key[KEYHASH_LEN
 uint64_t genset_view_probe_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_LEN],
                                 size_t n, bool *maybe)
 {
-    for (size_t i = 0; i < n && i < PREFETCH_AHEAD; i++)
-        for (size_t j = 0; j < v->n; j++)
-            gen_prefetch(v->slots[j]->g, keys[i]);
     for (size_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n)
-            for (size_t j = 0; j < v->n; j++)
-                gen_prefetch(v->slots[j]->g, keys[i + PREFETCH_AHEAD]);
+        prefetch_ahead(v, keys, n, i);
         maybe[i] = false;
         for (size_t j = v->n; j-- > 0 && !maybe[i];)
             maybe[i] = gen_may_contain(v->slots[j]->g, keys[i]);
@@ -371,13 +379,8 @@ uint64_t genset_view_probe_many(const genset_view_t *v, const uint8_t (*keys)[KE
 int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_LEN], size_t n,
                           bool *found, gen_entry_t *e)
 {
-    for (size_t i = 0; i < n && i < PREFETCH_AHEAD; i++)
-        for (size_t j = 0; j < v->n; j++)
-            gen_prefetch(v->slots[j]->g, keys[i]);
     for (size_t i = 0; i < n; i++) {
-        if (i + PREFETCH_AHEAD < n)
-            for (size_t j = 0; j < v->n; j++)
-                gen_prefetch(v->slots[j]->g, keys[i + PREFETCH_AHEAD]);
+        prefetch_ahead(v, keys, n, i);
         int rc = genset_view_find(v, keys[i], &found[i], e ? &e[i] : NULL);
         if (rc != GEN_OK)
             return rc;
