@@ -119,6 +119,35 @@ void keyhash(const uint8_t secret[KEYHASH_SECRET_LEN], const char *source, size_
     sip_update(&s, source, source_len);
     sip_update(&s, message_id, message_id_len);
     sip_final(&s, out);
+    keyhash_set_source(out, keyhash_source_tag(secret, source, source_len));
+}
+
+uint32_t keyhash_source_tag(const uint8_t secret[KEYHASH_SECRET_LEN], const char *source,
+                            size_t source_len)
+{
+    static const uint8_t domain[4] = {0xff, 0xff, 0xff, 0xff};
+    uint8_t h[16];
+    sip_t s;
+    sip_init(&s, secret);
+    sip_update(&s, domain, sizeof(domain));
+    sip_update(&s, source, source_len);
+    sip_final(&s, h);
+    return (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
+}
+
+uint32_t keyhash_source(const uint8_t key[KEYHASH_LEN])
+{
+    const uint8_t *t = key + KEYHASH_TAG_AT;
+    return (uint32_t)t[0] << 24 | (uint32_t)t[1] << 16 | (uint32_t)t[2] << 8 | t[3];
+}
+
+void keyhash_set_source(uint8_t key[KEYHASH_LEN], uint32_t tag)
+{
+    uint8_t *t = key + KEYHASH_TAG_AT;
+    t[0] = (uint8_t)(tag >> 24);
+    t[1] = (uint8_t)(tag >> 16);
+    t[2] = (uint8_t)(tag >> 8);
+    t[3] = (uint8_t)tag;
 }
 
 int keyhash_random(void *out, size_t len)

@@ -62,6 +62,7 @@ static void test_keyhash_matches_flat_encoding(void **state)
     memcpy(flat + 4 + sl, mid, ml);
     keyhash(secret, src, sl, mid, ml, a);
     keyhash_siphash128(secret, flat, 4 + sl + ml, b);
+    keyhash_set_source(b, keyhash_source_tag(secret, src, sl));
     assert_memory_equal(a, b, 16);
 }
 
@@ -81,6 +82,7 @@ static void test_incremental_boundaries(void **state)
         memcpy(flat + 4, buf, sizeof(buf));
         keyhash(secret, buf, sl, buf + sl, ml, a);
         keyhash_siphash128(secret, flat, 4 + sizeof(buf), b);
+        keyhash_set_source(b, keyhash_source_tag(secret, buf, sl));
         assert_memory_equal(a, b, 16);
     }
 }
@@ -129,6 +131,30 @@ static void test_keyhash_deterministic(void **state)
     assert_memory_not_equal(a, c, 16);
 }
 
+/* Every key of a source carries that source's tag, and only there: the rest is the hash. */
+static void test_keys_carry_their_source(void **state)
+{
+    (void)state;
+    uint8_t secret[16], a[16], b[16], c[16];
+    seq_key(secret);
+    hash(secret, "web", "m-1", a);
+    hash(secret, "web", "m-2", b);
+    hash(secret, "ios", "m-1", c);
+    uint32_t web = keyhash_source_tag(secret, "web", 3), ios = keyhash_source_tag(secret, "ios", 3);
+    assert_int_not_equal(web, ios);
+    assert_int_equal(keyhash_source(a), web);
+    assert_int_equal(keyhash_source(b), web);
+    assert_int_equal(keyhash_source(c), ios);
+    assert_memory_not_equal(a, b, KEYHASH_TAG_AT); /* the hash's bytes still differ */
+    /* Retagging is idempotent: a tagged key stays itself. */
+    memcpy(c, a, 16);
+    keyhash_set_source(c, web);
+    assert_memory_equal(a, c, 16);
+    /* The tag is keyed like the hash: another data dir's secret gives another tag. */
+    secret[0] ^= 1;
+    assert_int_not_equal(keyhash_source_tag(secret, "web", 3), web);
+}
+
 static void test_random_fills(void **state)
 {
     (void)state;
@@ -155,6 +181,7 @@ int main(void)
         cmocka_unit_test(test_keyhash_separates_fields),
         cmocka_unit_test(test_keyhash_secret_matters),
         cmocka_unit_test(test_keyhash_deterministic),
+        cmocka_unit_test(test_keys_carry_their_source),
         cmocka_unit_test(test_random_fills),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
