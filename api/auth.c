@@ -488,6 +488,11 @@ size_t auth_keyset_size(const auth_keyset_t *ks)
     return ks->n;
 }
 
+const api_write_key_t *auth_keyset_at(const auth_keyset_t *ks, size_t i)
+{
+    return &ks->keys[i];
+}
+
 const api_write_key_t *auth_keyset_find(auth_keyset_t *ks, const char *key, size_t keylen,
                                         ratelimit_t **limit)
 {

@@ -116,6 +116,9 @@ void auth_keyset_release(auth_keyset_t *ks);
 /* Number of keys. */
 size_t auth_keyset_size(const auth_keyset_t *ks);
 
+/* The i-th key (i < auth_keyset_size), borrowed like auth_keyset_find's. */
+const api_write_key_t *auth_keyset_at(const auth_keyset_t *ks, size_t i);
+
 /*
  * auth_lookup over the set (constant time in the same sense). Returns the key
  * (borrowed: valid while the caller holds its reference) and, when rate

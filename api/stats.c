@@ -154,6 +154,111 @@ static json_t *dedupe_json(const api_t *api, const commit_stats_t *s, int64_t no
     return dd;
 }
 
+/* One source of the window, named. */
+typedef struct {
+    commit_source_t s;
+    char name[64]; /* its source name, or "tag:XXXXXXXX" when no write key names it now */
+} named_source_t;
+
+/*
+ * The window's sources (commit_sources) with their names, found by the tag
+ * each write key's source has: malloc'ed (caller frees), *n of them; NULL
+ * with *n 0 when there are none or no memory.
+ */
+static named_source_t *named_sources(api_t *api, size_t *n)
+{
+    *n = 0;
+    size_t have = commit_sources(api->commit, NULL, 0);
+    named_source_t *out = have ? calloc(have, sizeof(*out)) : NULL;
+    commit_source_t *raw = have ? calloc(have, sizeof(*raw)) : NULL;
+    auth_keyset_t *ks = out && raw ? api_keys_get(api) : NULL;
+    if (ks) {
+        size_t got = commit_sources(api->commit, raw, have); /* fewer only if storage reopened */
+        if (got < have)
+            have = got;
+        const uint8_t *secret = commit_secret(api->commit);
+        for (size_t i = 0; i < have; i++) {
+            out[i].s = raw[i];
+            snprintf(out[i].name, sizeof(out[i].name), "tag:%08" PRIx32, raw[i].tag);
+            for (size_t k = 0; k < auth_keyset_size(ks); k++) {
+                const char *src = auth_keyset_at(ks, k)->source;
+                if (keyhash_source_tag(secret, src, strlen(src)) == raw[i].tag) {
+                    snprintf(out[i].name, sizeof(out[i].name), "%s", src);
+                    break;
+                }
+            }
+        }
+        *n = have;
+        auth_keyset_release(ks);
+    }
+    free(raw);
+    if (*n == 0) {
+        free(out);
+        out = NULL;
+    }
+    return out;
+}
+
+/* The seconds since a source last forgot a key (its effective window); -1: it never did. */
+static int64_t source_window_s(const commit_source_t *s, int64_t now_ms)
+{
+    return s->forgot_ms > 0 ? (now_ms - s->forgot_ms) / 1000 : -1;
+}
+
+/* /stats `dedupe.sources`: each source's part of the window and what it forgot. */
+static json_t *sources_json(api_t *api, int64_t now_ms)
+{
+    size_t n;
+    named_source_t *ns = named_sources(api, &n);
+    json_t *arr = json_array();
+    for (size_t i = 0; arr && i < n; i++) {
+        int64_t w = source_window_s(&ns[i].s, now_ms);
+        json_array_append_new(
+            arr, json_pack("{s:s, s:I, s:I, s:I, s:o}", "source", ns[i].name, "keys",
+                           (json_int_t)ns[i].s.keys, "evicted_age", (json_int_t)ns[i].s.evicted_age,
+                           "evicted_size", (json_int_t)ns[i].s.evicted_size,
+                           "effective_window_seconds", w >= 0 ? json_integer(w) : json_null()));
+    }
+    free(ns);
+    return arr;
+}
+
+/* The per-source series of /metrics. */
+static void metrics_sources(prom_t *p, api_t *api, int64_t now_ms)
+{
+    size_t n;
+    named_source_t *ns = named_sources(api, &n);
+    char lab[256], lab2[300];
+    prom_head(p, "dedupe_source_keys", PROM_GAUGE,
+              "Keys of a source in the window's young part (all of them when it never seals).");
+    for (size_t i = 0; i < n; i++) {
+        lab[0] = '\0';
+        if (prom_label(lab, sizeof(lab), "source", ns[i].name) == 0)
+            prom_sample_u64(p, "dedupe_source_keys", lab, ns[i].s.keys);
+    }
+    prom_head(p, "dedupe_source_evicted_total", PROM_COUNTER,
+              "Keys of a source evicted from the window, by reason.");
+    for (size_t i = 0; i < n; i++) {
+        lab[0] = '\0';
+        if (prom_label(lab, sizeof(lab), "source", ns[i].name) != 0)
+            continue;
+        snprintf(lab2, sizeof(lab2), "%s,reason=\"age\"", lab);
+        prom_sample_u64(p, "dedupe_source_evicted_total", lab2, ns[i].s.evicted_age);
+        snprintf(lab2, sizeof(lab2), "%s,reason=\"size\"", lab);
+        prom_sample_u64(p, "dedupe_source_evicted_total", lab2, ns[i].s.evicted_size);
+    }
+    prom_head(p, "dedupe_source_effective_window_seconds", PROM_GAUGE,
+              "Seconds since a source's newest evicted key was received: every later key of it "
+              "is in the window (absent while it has forgotten none).");
+    for (size_t i = 0; i < n; i++) {
+        int64_t w = source_window_s(&ns[i].s, now_ms);
+        lab[0] = '\0';
+        if (w >= 0 && prom_label(lab, sizeof(lab), "source", ns[i].name) == 0)
+            prom_sample_i64(p, "dedupe_source_effective_window_seconds", lab, w);
+    }
+    free(ns);
+}
+
 /* /stats `log`: its offsets, size and retention. */
 static json_t *log_json(const commit_stats_t *s)
 {
@@ -269,6 +374,11 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
     if (!j) {
         api_error(resp, 503, "out of memory, retry later");
         return;
+    }
+    if (!s.memory_store) {
+        json_t *dd = json_object_get(j, "dedupe");
+        json_object_set_new(dd, "sources", sources_json(api, now_ms));
+        json_object_set_new(dd, "carried", json_integer((json_int_t)s.carried));
     }
     add_limits(api, &s, j);
     api_reject_stats(api, j);
@@ -475,6 +585,8 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
     api_reject_metrics(api, p);
     metric_requests(p, api);
     metrics_dedupe(p, api, &s, now_ms);
+    if (!s.memory_store)
+        metrics_sources(p, api, now_ms);
     metrics_commit(p, api, &s);
     metrics_durability(p, &s);
     metrics_log(p, &s);

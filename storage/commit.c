@@ -38,6 +38,27 @@ void commit_notify(commit_t *c, int level, const char *fmt, ...)
     c->opts.notify(c->opts.notify_arg, level, msg);
 }
 
+/* Under mu: c->sources into src_copy (kept as it was when out of memory). */
+static void copy_sources(commit_t *c)
+{
+    size_t n = srcmap_count(c->sources);
+    if (n > c->src_copy_cap) {
+        commit_source_t *p = realloc(c->src_copy, n * sizeof(*p));
+        if (!p)
+            return;
+        c->src_copy = p;
+        c->src_copy_cap = n;
+    }
+    const srcmap_entry_t *e = srcmap_entries(c->sources);
+    for (size_t i = 0; i < n; i++)
+        c->src_copy[i] = (commit_source_t){.tag = e[i].tag,
+                                           .keys = e[i].keys,
+                                           .evicted_age = e[i].evicted_age,
+                                           .evicted_size = e[i].evicted_size,
+                                           .forgot_ms = e[i].forgot_ms};
+    c->src_copy_n = n;
+}
+
 void commit_refresh_stats(commit_t *c)
 {
     log_info_t li = {0};
@@ -67,7 +88,19 @@ void commit_refresh_stats(commit_t *c)
         c->stats.truncated_at_open = li.truncated_bytes;
     }
     c->stats.storage_failed = c->failed;
+    c->stats.carried = c->carried;
+    if (c->reader)
+        copy_sources(c);
     pthread_mutex_unlock(&c->mu);
+}
+
+size_t commit_sources(commit_t *c, commit_source_t *out, size_t max)
+{
+    pthread_mutex_lock(&c->mu);
+    size_t n = c->src_copy_n;
+    memcpy(out, c->src_copy, (n < max ? n : max) * sizeof(*out));
+    pthread_mutex_unlock(&c->mu);
+    return n;
 }
 
 /*
@@ -131,6 +164,7 @@ static commit_t *open_alloc(const commit_options_t *opts)
     c->data_dir = strdup(opts->data_dir);
     c->log_dir = c->data_dir ? fsutil_join(c->data_dir, "log") : NULL;
     c->opts.data_dir = c->data_dir;
+    c->sources = srcmap_new(opts->max_keys);
     return c;
 }
 
@@ -177,7 +211,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     }
     if (!(c = open_alloc(opts)))
         return COMMIT_NOMEM;
-    if (!c->data_dir || !c->log_dir) {
+    if (!c->data_dir || !c->log_dir || !c->sources) {
         rc = COMMIT_NOMEM;
         goto fail;
     }
@@ -289,6 +323,8 @@ void commit_close(commit_t *c)
     free(c->look_found);
     free(c->look_first);
     free(c->look_gen);
+    srcmap_free(c->sources);
+    free(c->src_copy);
     free(c->data_dir);
     free(c->log_dir);
     free(c);

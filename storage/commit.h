@@ -140,8 +140,10 @@ typedef struct commit_stats {
     double checkpoint_ms_last, checkpoint_ms_max, checkpoint_ms_total; /* in the background */
     uint64_t map_grows;                 /* map doublings: ahead of need, or after MDB_MAP_FULL */
     uint64_t evicted_age, evicted_size; /* keys aged out, by reason */
-    uint64_t keys;                      /* keys in the window */
-    int64_t oldest_received_ms;         /* 0 when empty */
+    uint64_t carried; /* keys of a source within its budget moved to the young end while another
+                         source was over its own (docs/window.md) */
+    uint64_t keys;    /* keys in the window */
+    int64_t oldest_received_ms; /* 0 when empty */
     uint64_t log_first_offset, log_next_offset, log_bytes, log_segments;
     uint64_t store_map_size, store_used_bytes;
     /* Sealed generations (docs/window.md): files, their keys (part of `keys`), bytes on disk
@@ -279,6 +281,27 @@ int commit_lookup(commit_t *c, const uint8_t key[KEYHASH_LEN], commit_lookup_t *
 
 /* Snapshot of the counters; thread-safe and cheap (no LMDB access). */
 void commit_get_stats(commit_t *c, commit_stats_t *out);
+
+/*
+ * One source's part of the window. Every key carries its source's tag
+ * (keyhash_source), and --max-keys (max_keys) is each source's budget: one
+ * source's new keys age out only its own (docs/window.md, "Per-source
+ * budgets").
+ */
+typedef struct commit_source {
+    uint32_t tag;                       /* keyhash_source_tag of its name */
+    uint64_t keys;                      /* its keys in the window's young part (pending and the
+                                           young LMDB store): all of them when the window never
+                                           seals (max_keys at or under young_keys) */
+    uint64_t evicted_age, evicted_size; /* its keys that left the young part since the start */
+    int64_t forgot_ms;                  /* the newest receivedAt among those (0: none): every key
+                                           of it received later is still in the window */
+} commit_source_t;
+
+/* Copies up to `max` sources (in the order they were first seen) into `out`, as of the last
+ * batch; returns how many there are (call again with more room when that is more than max).
+ * 0 in memory-filter mode. Thread-safe. */
+size_t commit_sources(commit_t *c, commit_source_t *out, size_t max);
 
 /*
  * Stops accepting, commits everything already queued, answers every waiting

@@ -336,12 +336,16 @@ static void ckpt_finish(commit_t *c)
             status = STORE_CORRUPT;
         if (status == STORE_OK) {
             c->snap_end = si.next_seq;
-            if (sealed > 0)
-                ckpt_count_live(c);
-            commit_refresh_stats(c); /* a seal or a drop changes the window while idle too */
             c->spare = c->flight;
             c->flight = NULL;
-            return;
+            /* A seal emptied the young store: what is left of the window's young part is cur. */
+            if (sealed > 0) {
+                ckpt_count_live(c);
+                status = commit_view_count_sources(c);
+            }
+            commit_refresh_stats(c); /* a seal or a drop changes the window while idle too */
+            if (status == STORE_OK)
+                return;
         }
     }
     commit_notify(c, 1, "LMDB checkpoint failed: %s (%s); re-establishing storage from the log",

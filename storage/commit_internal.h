@@ -20,6 +20,7 @@
 #include "storage/genset.h"
 #include "storage/log.h"
 #include "storage/pending.h"
+#include "storage/srcmap.h"
 #include "storage/store.h"
 
 #define DEFAULT_MAX_BATCH 50000
@@ -100,8 +101,10 @@ struct commit {
     _Atomic uint64_t queue_bytes;
     uint64_t busy_requests, busy_events; /* under mu */
     bool closing;
-    commit_stats_t stats; /* under mu */
-    watch_t *watches;     /* under mu */
+    commit_stats_t stats;      /* under mu */
+    commit_source_t *src_copy; /* under mu: c->sources as of the last commit_refresh_stats */
+    size_t src_copy_n, src_copy_cap;
+    watch_t *watches; /* under mu */
 
     /* Under mu: commit_lookup's questions, answered between batches; lookup_cv: answered. */
     lookup_req_t *lookups;
@@ -139,6 +142,11 @@ struct commit {
     int64_t cur_since_ms; /* monotonic time of the last hand-over (or open) */
     uint64_t snap_end, next_seq, floor, live;
     uint64_t handed_floor; /* the floor the last hand-over carried */
+    /* [floor, next_seq)'s keys by source (per-source budgets, window_judge_source), and what
+     * left by source. Writer-only; the replay keeps it too, while the writer is not running.
+     * Lives as long as c, so its eviction counts outlast a re-establishing of storage. */
+    srcmap_t *sources;
+    uint64_t carried;      /* keys carried to the young end (WINDOW_CARRY) */
     uint64_t seen_commits; /* job.commits when the snapshot last moved on */
     /* Writer-only scratch of one batch's lookups (commit_view.c), grown as needed: per event,
      * what the snapshot and the generations say (and of a key in the window, its copy); the
@@ -293,6 +301,9 @@ int commit_memory_init(commit_t *c, const char *spec, char *errbuf, size_t errle
 
 /* The view of a freshly opened (and replayed) store: its snapshot, nothing pending. */
 int commit_view_open(commit_t *c, char *errbuf, size_t errlen);
+/* Counts [floor, next_seq)'s keys by source into c->sources again (after a seal emptied the
+ * young store). A store status. */
+int commit_view_count_sources(commit_t *c);
 /* Lets commit_prepare probe the open set (after open), or stops it and waits for the probes
  * under way (before the set closes). */
 void commit_view_share_gens(commit_t *c, bool share);

@@ -55,10 +55,13 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
             store_abort(c->store);
             return STORE_ERROR;
         }
-        rc = store_upsert(c->store, rec.key, rec.received_ms, rec.offset);
+        bool replaced = false; /* the key's older entry made way: the source's count stays */
+        rc = store_upsert(c->store, rec.key, rec.received_ms, rec.offset, &replaced);
+        if (rc == STORE_OK && !replaced && srcmap_add(c->sources, rec.key) != 0)
+            rc = STORE_NOMEM;
         if (rc == STORE_OK)
-            rc =
-                store_evict_pass(c->store, window_replay_record(&wp, rec.received_ms), &age, &size);
+            rc = store_evict_sources(c->store, window_replay_record(&wp, rec.received_ms),
+                                     c->sources, &age, &size);
         (*pos)++;
     }
     if (rc == STORE_OK)
@@ -74,7 +77,7 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
  * without checkpoints), seals the young store whenever it holds twice its
  * share, so it never grows with the window; then the window's rule.
  */
-static int recover_seal(commit_t *c)
+static int recover_seal(commit_t *c, bool *sealed_some)
 {
     uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS, sealed;
     store_info_t si;
@@ -86,6 +89,7 @@ static int recover_seal(commit_t *c)
     rc = seal_young(c->store, c->gens, 0, &sealed);
     if (rc == STORE_BUSY)
         return STORE_OK; /* a checkpoint cut short, not yet whole again: a later chunk seals */
+    *sealed_some = rc == STORE_OK && sealed > 0;
     genset_policy_t p = commit_view_gen_policy(c);
     seal_result_t sr;
     if (rc == STORE_OK)
@@ -159,11 +163,16 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
     }
     uint64_t pos = si.applied;
     int tries = 0;
+    bool recount = true; /* the per-source counts the replay's size bound keeps */
     while (pos < li.next_offset) {
         uint64_t start = pos;
         if (!r && (lrc = log_reader_open(logdir, pos, &r)) != LOG_OK)
             break;
+        if (recount && (rc = store_count_sources(c->store, c->sources)) != STORE_OK)
+            break;
+        recount = false;
         rc = recover_replay_chunk(c, r, li.next_offset, &pos, &lrc);
+        recount = rc != STORE_OK; /* an aborted chunk counted keys it did not keep */
         if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
             (*grows)++;
             log_reader_close(r); /* redo the chunk from its start */
@@ -172,7 +181,7 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
             continue;
         }
         if (rc == STORE_OK)
-            rc = recover_seal(c);
+            rc = recover_seal(c, &recount);
         if (rc != STORE_OK)
             break;
         *replayed += pos - start;

@@ -58,11 +58,43 @@ int commit_view_open(commit_t *c, char *errbuf, size_t errlen)
     }
     c->cur_since_ms = clk_mono_ms();
     c->ckpt_store_bytes = si.used_bytes; /* the checkpointer is idle while the view opens */
+    if ((rc = commit_view_count_sources(c)) != STORE_OK) {
+        errbuf_printf(errbuf, errlen, "counting the window's keys by source: %s",
+                      store_strerror(rc));
+        return -1;
+    }
     pthread_mutex_lock(&c->mu);
     c->stats.store_map_size = si.map_size;
     c->stats.store_used_bytes = si.used_bytes;
     pthread_mutex_unlock(&c->mu);
     return 0;
+}
+
+static int count_one(void *arg, const store_entry_t *e)
+{
+    return srcmap_add(arg, e->key) == 0 ? STORE_OK : STORE_NOMEM;
+}
+
+/* Pending items from sequence `from` on: counted by source. */
+static int count_pending(srcmap_t *m, const pending_t *p, uint64_t from)
+{
+    const store_entry_t *it = pending_items(p);
+    for (size_t i = 0, n = pending_count(p); i < n; i++)
+        if (it[i].seq >= from && srcmap_add(m, it[i].key) != 0)
+            return STORE_NOMEM;
+    return STORE_OK;
+}
+
+int commit_view_count_sources(commit_t *c)
+{
+    srcmap_zero_keys(c->sources);
+    int rc = store_reader_each(c->reader, c->floor, c->snap_end, count_one, c->sources);
+    uint64_t from = c->floor > c->snap_end ? c->floor : c->snap_end;
+    if (rc == STORE_OK && c->flight)
+        rc = count_pending(c->sources, c->flight, from);
+    if (rc == STORE_OK && c->cur)
+        rc = count_pending(c->sources, c->cur, from);
+    return rc;
 }
 
 /* What the snapshot and the generations say of one event's key (look_state). */
@@ -323,8 +355,10 @@ int commit_view_oldest(commit_t *c, store_entry_t *e, bool *found)
 }
 
 /*
- * Ages keys out of the view, oldest first, as window_judge says. Only the
- * floor moves; the checkpointer deletes them.
+ * Ages keys out of the view, oldest first, as window_judge_source says. Only
+ * the floor moves; the checkpointer deletes them. A carried key is added to
+ * the pending generation again with its receivedAt and offset (it is not
+ * logged again: its record is where it was).
  */
 static int view_evict(commit_t *c, const window_pass_t *p, uint64_t *evicted_age,
                       uint64_t *evicted_size)
@@ -337,11 +371,22 @@ static int view_evict(commit_t *c, const window_pass_t *p, uint64_t *evicted_age
             return rc;
         if (!found)
             break;
-        int why = window_judge(p, e.received_ms, c->live);
+        int why = window_judge_source(p, e.received_ms, srcmap_keys_of(c->sources, e.key),
+                                      srcmap_over(c->sources));
         if (why == WINDOW_KEEP)
             break;
+        if (why == WINDOW_CARRY) {
+            uint64_t seq;
+            if (pending_add(c->cur, e.key, e.received_ms, e.offset, &seq) != 0)
+                return STORE_NOMEM;
+            c->next_seq = seq + 1;
+            c->floor = e.seq + 1;
+            c->carried++;
+            continue;
+        }
         c->floor = e.seq + 1;
         c->live--;
+        srcmap_evicted(c->sources, e.key, e.received_ms, why);
         (*(why == WINDOW_AGE ? evicted_age : evicted_size))++;
     }
     return STORE_OK;
@@ -383,7 +428,8 @@ int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_ou
                 bo->duplicates++;
                 continue;
             }
-            if (pending_add(c->cur, ev->key, ev->received_ms, off, &seq) != 0) {
+            if (srcmap_add(c->sources, ev->key) != 0 ||
+                pending_add(c->cur, ev->key, ev->received_ms, off, &seq) != 0) {
                 rc = STORE_NOMEM;
                 break;
             }

@@ -41,6 +41,7 @@ struct store {
     uint32_t *order; /* sort space of key_order */
     size_t order_cap;
     store_entry_t *gone; /* evict_front's round of entries */
+    bool *gone_carry;    /* and which of them are carried (WINDOW_CARRY) */
     size_t gone_cap;
 };
 
@@ -268,6 +269,7 @@ void store_close(store_t *st)
         mdb_env_close(st->env);
     free(st->order);
     free(st->gone);
+    free(st->gone_carry);
     free(st);
 }
 
@@ -510,10 +512,13 @@ int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
 }
 
 int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
-                 uint64_t log_offset)
+                 uint64_t log_offset, bool *replaced)
 {
-    bool found;
-    return put_one(st, key, received_ms, log_offset, true, &found);
+    bool found = false;
+    int rc = put_one(st, key, received_ms, log_offset, true, &found);
+    if (replaced)
+        *replaced = found;
+    return rc;
 }
 
 /*
@@ -725,7 +730,9 @@ static int evict_keys(store_t *st, const store_entry_t *gone, size_t n, uint64_t
  * Evicts from the oldest end of `seq` while `more` says so, at most max_steps
  * entries. In rounds of at most EVICT_ROUND: read the entries, delete their
  * keys in key order (as store_put_entries puts them, for the same reason),
- * then cut the entries off the front (store_cut_front).
+ * then cut the entries off the front (store_cut_front). An entry `more`
+ * calls WINDOW_CARRY leaves the front the same way and is then put again at
+ * the next sequence, with its receivedAt and offset: it stays in the window.
  */
 static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const void *arg,
                        uint64_t *evicted_age, uint64_t *evicted_size)
@@ -743,13 +750,18 @@ static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const v
     bool more_left = true;
     for (size_t steps = 0; rc == STORE_OK && more_left && steps < max_steps;) {
         size_t want = max_steps - steps < EVICT_ROUND ? max_steps - steps : EVICT_ROUND, n = 0;
+        size_t carried = 0; /* the round's carried entries, moved to the end of gone[0..n) */
         if (want > st->gone_cap) {
             store_entry_t *g = realloc(st->gone, want * sizeof(*g));
-            if (!g) {
+            if (g)
+                st->gone = g;
+            bool *gc = realloc(st->gone_carry, want * sizeof(*gc));
+            if (gc)
+                st->gone_carry = gc;
+            if (!g || !gc) {
                 rc = STORE_NOMEM;
                 break;
             }
-            st->gone = g;
             st->gone_cap = want;
         }
         int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
@@ -757,11 +769,15 @@ static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const v
             store_entry_t *r = &st->gone[n];
             if ((rc = seq_decode(st, &k, &v, r)))
                 break;
-            /* Each entry ahead of this one takes its key with it. */
-            int why = more(arg, r, count - n);
+            /* Each entry ahead of this one takes its key with it (a carried one comes back). */
+            int why = more(arg, r, count - (n - carried));
             if (why == WINDOW_KEEP)
                 break;
-            (*(why == WINDOW_AGE ? evicted_age : evicted_size))++;
+            st->gone_carry[n] = why == WINDOW_CARRY;
+            if (why == WINDOW_CARRY)
+                carried++;
+            else
+                (*(why == WINDOW_AGE ? evicted_age : evicted_size))++;
             n++;
         }
         if (rc == STORE_OK && mrc && mrc != MDB_NOTFOUND)
@@ -772,6 +788,13 @@ static int evict_front(store_t *st, size_t max_steps, evict_pred_t more, const v
         uint64_t cut = 0; /* the n entries read are exactly those below the last one's successor */
         if (rc == STORE_OK && n > 0)
             rc = store_cut_front(st, st->gone[n - 1].seq + 1, &cut);
+        for (size_t i = 0; rc == STORE_OK && carried > 0 && i < n; i++) {
+            const store_entry_t *r = &st->gone[i];
+            bool dup = false;
+            if (st->gone_carry[i] &&
+                (rc = put_one(st, r->key, r->received_ms, r->offset, false, &dup)) == STORE_OK)
+                count += !dup;
+        }
         steps += n;
     }
     mdb_cursor_close(cur);
@@ -794,6 +817,66 @@ int store_evict(store_t *st, int64_t older_than_ms, uint64_t max_keys, size_t ma
 int store_evict_pass(store_t *st, window_pass_t pass, uint64_t *evicted_age, uint64_t *evicted_size)
 {
     return evict_front(st, pass.max_steps, past_window, &pass, evicted_age, evicted_size);
+}
+
+/* store_evict_sources' pass: the rule per source, its counts kept as keys leave. */
+typedef struct {
+    window_pass_t pass;
+    srcmap_t *sources;
+} source_pass_t;
+
+static int past_source_window(const void *arg, const store_entry_t *r, uint64_t keys_left)
+{
+    const source_pass_t *sp = arg;
+    (void)keys_left;
+    int why = window_judge_source(&sp->pass, r->received_ms, srcmap_keys_of(sp->sources, r->key),
+                                  srcmap_over(sp->sources));
+    if (why == WINDOW_AGE || why == WINDOW_SIZE)
+        srcmap_evicted(sp->sources, r->key, r->received_ms, why);
+    return why;
+}
+
+int store_evict_sources(store_t *st, window_pass_t pass, srcmap_t *sources, uint64_t *evicted_age,
+                        uint64_t *evicted_size)
+{
+    source_pass_t sp = {.pass = pass, .sources = sources};
+    return evict_front(st, pass.max_steps, past_source_window, &sp, evicted_age, evicted_size);
+}
+
+int store_count_sources(store_t *st, srcmap_t *sources)
+{
+    MDB_txn *txn = st->txn;
+    MDB_cursor *cur = NULL;
+    MDB_val k, v;
+    int rc;
+
+    srcmap_zero_keys(sources);
+    if (!txn && (rc = begin_read(st, &txn)))
+        return rc;
+    /* The `keys` entries, as the size bound counts keys (a checkpoint cut short leaves keys
+     * whose sequence entries are not written yet: the replay puts those again). */
+    if ((rc = xlate(st, mdb_cursor_open(txn, st->keys, &cur))) == STORE_OK) {
+        int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
+        for (; mrc == 0; mrc = mdb_cursor_get(cur, &k, &v, MDB_NEXT)) {
+            uint8_t key[KEYHASH_LEN];
+            if (k.mv_size != KEY_PREFIX || v.mv_size != KEY_VALUE) {
+                rc = STORE_CORRUPT;
+                break;
+            }
+            memcpy(key, k.mv_data, KEY_PREFIX);
+            memcpy(key + KEY_PREFIX, v.mv_data, KEY_SUFFIX);
+            if (srcmap_add(sources, key) != 0) {
+                rc = STORE_NOMEM;
+                break;
+            }
+        }
+        if (rc == STORE_OK && mrc && mrc != MDB_NOTFOUND)
+            rc = xlate(st, mrc);
+        mdb_cursor_close(cur);
+    }
+    if (txn != st->txn)
+        mdb_txn_abort(txn);
+    return rc;
 }
 
 static int below_seq(const void *arg, const store_entry_t *r, uint64_t keys_left)
@@ -1123,6 +1206,26 @@ int store_reader_first_from(store_reader_t *r, uint64_t from, bool *found, store
         return STORE_OK;
     }
     return STORE_OK;
+}
+
+int store_reader_each(store_reader_t *r, uint64_t from, uint64_t below, store_entry_fn fn,
+                      void *arg)
+{
+    store_entry_t e;
+    bool found = false;
+    int rc = store_reader_first_from(r, from, &found, &e);
+    while (rc == STORE_OK && found && e.seq < below) {
+        if ((rc = fn(arg, &e)) != STORE_OK)
+            break;
+        MDB_val k, v;
+        int mrc = mdb_cursor_get(r->scur, &k, &v, MDB_NEXT);
+        if (mrc == MDB_NOTFOUND)
+            break;
+        if (mrc)
+            return xlate(r->st, mrc);
+        rc = seq_decode(r->st, &k, &v, &e);
+    }
+    return rc;
 }
 
 int store_reader_entry(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "storage/keyhash.h"
+#include "storage/srcmap.h"
 #include "storage/window.h"
 
 /*
@@ -112,7 +113,7 @@ int store_insert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
  * re-accepted after it aged out is remembered from its latest receivedAt.
  */
 int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
-                 uint64_t log_offset);
+                 uint64_t log_offset, bool *replaced /* may be NULL: the key was present */);
 
 /*
  * Like store_contains, and when `key` is present also the log offset stored
@@ -194,6 +195,21 @@ typedef struct store_entry {
     int64_t received_ms;
     uint64_t offset;
 } store_entry_t;
+
+/*
+ * store_evict_pass with the size bound per source (window_judge_source):
+ * pass.max_keys is each source's budget, `sources` the store's keys counted
+ * by source (store_count_sources), kept up to date here as keys leave. A key
+ * of a source within its budget, met while another source is over, is
+ * carried: put again at the next sequence with its receivedAt and offset.
+ * Carried keys count as steps. Inside the open write transaction.
+ */
+int store_evict_sources(store_t *st, window_pass_t pass, srcmap_t *sources, uint64_t *evicted_age,
+                        uint64_t *evicted_size);
+
+/* Counts the store's keys by source into `sources` (whose keys it zeroes first). In the open
+ * write transaction, or a read transaction of its own. */
+int store_count_sources(store_t *st, srcmap_t *sources);
 
 /*
  * store_upsert at the exact sequence `seq`, which must be the one the open
@@ -290,6 +306,11 @@ int store_reader_find(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *p
                       uint64_t *seq);
 /* The first sequence entry at or after `from` in the snapshot: *found, and *e when found. */
 int store_reader_first_from(store_reader_t *r, uint64_t from, bool *found, store_entry_t *e);
+/* Calls fn on every sequence entry of the snapshot in [from, below), in order; a status other
+ * than STORE_OK from fn stops the walk and is returned. */
+typedef int (*store_entry_fn)(void *arg, const store_entry_t *e);
+int store_reader_each(store_reader_t *r, uint64_t from, uint64_t below, store_entry_fn fn,
+                      void *arg);
 /* store_get_info of the snapshot. */
 int store_reader_info(store_reader_t *r, store_info_t *info);
 /* *present when `key` is in the snapshot, with its whole sequence entry in *e (lookups). */

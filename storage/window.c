@@ -10,6 +10,13 @@ int window_judge(const window_pass_t *p, int64_t received_ms, uint64_t keys)
     return WINDOW_KEEP;
 }
 
+int window_judge_source(const window_pass_t *p, int64_t received_ms, uint64_t source_keys,
+                        size_t over)
+{
+    int why = window_judge(p, received_ms, source_keys);
+    return why == WINDOW_KEEP && p->max_keys > 0 && over > 0 ? WINDOW_CARRY : why;
+}
+
 static size_t batch_steps(size_t nevents)
 {
     return nevents * 2 > WINDOW_MIN_STEPS ? nevents * 2 : WINDOW_MIN_STEPS;

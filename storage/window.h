@@ -22,9 +22,10 @@ typedef struct window_pass {
 } window_pass_t;
 
 enum window_verdict {
-    WINDOW_KEEP = 0, /* the key stays, and so does every younger one: the pass ends */
-    WINDOW_AGE = 1,  /* the key leaves: it is older than the window */
-    WINDOW_SIZE = 2, /* the key leaves: the window holds more keys than its bound */
+    WINDOW_KEEP = 0,  /* the key stays, and so does every younger one: the pass ends */
+    WINDOW_AGE = 1,   /* the key leaves: it is older than the window */
+    WINDOW_SIZE = 2,  /* the key leaves: the window holds more keys than its bound */
+    WINDOW_CARRY = 3, /* the key stays but moves to the young end (window_judge_source) */
 };
 
 /*
@@ -34,6 +35,19 @@ enum window_verdict {
  * keys > p->max_keys, else WINDOW_KEEP. Pure; p->max_steps is the caller's.
  */
 int window_judge(const window_pass_t *p, int64_t received_ms, uint64_t keys);
+
+/*
+ * The rule with the size bound per source (docs/window.md, "Per-source
+ * budgets"): p->max_keys is each source's budget, `source_keys` the keys of
+ * the judged key's own source, `over` how many sources hold more than it.
+ * As window_judge on the source's keys; but a key it would keep while some
+ * other source is over its budget is WINDOW_CARRY: it stays in the window,
+ * put again at the young end with its receivedAt and log offset, so the
+ * pass goes on to the over-budget source's keys behind it. One source's
+ * flood thus ages out only its own keys. Pure.
+ */
+int window_judge_source(const window_pass_t *p, int64_t received_ms, uint64_t source_keys,
+                        size_t over);
 
 /*
  * The two passes around a batch of `nevents` new keys judged at `now_ms`

@@ -192,5 +192,52 @@ class MaxKeys(unittest.TestCase):
             self.assertEqual(n, 1, "rate-limited to one warning a minute")
 
 
+class SourceBudgets(unittest.TestCase):
+    """The issue's report: with --max-keys 100, one source sent 150 new ids and another
+    source's retry of an id it had sent just before was accepted a second time. Each
+    source now has its own budget: the flood ages out only its own keys."""
+
+    def test_flood_does_not_shorten_another_sources_window(self):
+        with Server(keys=("calm-key:calm", "flood-key:flood"),
+                    args=("--max-keys", "100")) as srv:
+            calm = [track(mid=new_id("calm")) for _ in range(5)]
+            self.assertEqual(srv.batch(calm, key="calm-key").json["accepted"], 5)
+            flood = [track(mid=new_id("flood")) for _ in range(150)]
+            for i in range(0, 150, 50):
+                r = srv.batch(flood[i:i + 50], key="flood-key")
+                self.assertEqual((r.status, r.json["accepted"]), (200, 50), r)
+            r = srv.batch(calm, key="calm-key")
+            self.assertEqual((r.json["accepted"], r.json["duplicates"]), (0, 5), r)
+            # The flood's own oldest 50 are gone, its newest 100 remembered.
+            r = srv.batch(flood[100:], key="flood-key")
+            self.assertEqual(r.json["duplicates"], 50, r)
+            r = srv.batch(flood[:10], key="flood-key")
+            self.assertEqual(r.json["accepted"], 10, r)
+
+            st = srv.stats()["dedupe"]
+            by = {s["source"]: s for s in st["sources"]}
+            self.assertEqual(by["calm"]["keys"], 5, st)
+            self.assertEqual(by["calm"]["evicted_size"], 0, st)
+            self.assertIsNone(by["calm"]["effective_window_seconds"], st)
+            self.assertEqual(by["flood"]["keys"], 100, st)
+            self.assertEqual(by["flood"]["evicted_size"], 60, st)
+            self.assertGreaterEqual(by["flood"]["effective_window_seconds"], 0, st)
+            self.assertGreater(st["carried"], 0, st)
+            samples, _, types = parse_metrics(srv.metrics().body.decode())
+            self.assertEqual(samples["ingestd_dedupe_source_keys"]['{source="calm"}'], 5)
+            self.assertEqual(samples["ingestd_dedupe_source_keys"]['{source="flood"}'], 100)
+            ev = samples["ingestd_dedupe_source_evicted_total"]
+            self.assertEqual(ev['{source="flood",reason="size"}'], 60, ev)
+            self.assertEqual(ev['{source="calm",reason="size"}'], 0, ev)
+            self.assertIn('{source="flood"}',
+                          samples["ingestd_dedupe_source_effective_window_seconds"])
+            self.assertEqual(types["ingestd_dedupe_source_evicted_total"], "counter")
+
+            # After a restart (the window is read back from the store) the same holds.
+            srv.restart()
+            r = srv.batch(calm, key="calm-key")
+            self.assertEqual(r.json["duplicates"], 5, r)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -30,8 +30,11 @@
 /* fx->dir = base/data: the data dir (commit_open creates it); teardown removes base. */
 typedef tu_fixture_t fx_t;
 
+static const char *req_source;
+
 static int setup(void **state)
 {
+    req_source = SOURCE; /* a failed test may have left another */
     return tu_fixture_setup(state, "commit", "data");
 }
 
@@ -127,6 +130,8 @@ typedef struct {
     char (*payload)[96];
 } req_t;
 
+/* The source req_init's events come from (per-source budgets; setup resets it). */
+
 static void req_init(req_t *r, const uint8_t *secret, const unsigned *ids, size_t n,
                      int64_t received_ms, tu_waiter_t *w)
 {
@@ -138,7 +143,7 @@ static void req_init(req_t *r, const uint8_t *secret, const unsigned *ids, size_
     for (size_t i = 0; i < n; i++) {
         char mid[32];
         int ml = snprintf(mid, sizeof(mid), "m-%u", ids[i]);
-        keyhash(secret, SOURCE, strlen(SOURCE), mid, (size_t)ml, r->ev[i].key);
+        keyhash(secret, req_source, strlen(req_source), mid, (size_t)ml, r->ev[i].key);
         int pl = fmt_payload(r->payload[i], sizeof(r->payload[i]), ids[i]);
         r->ev[i].data = r->payload[i];
         r->ev[i].len = (uint32_t)pl;
@@ -539,6 +544,80 @@ static void test_duplicates_across_generations_prepared(void **state)
     prepare_submits = true;
     test_duplicates_across_generations(state);
     prepare_submits = false;
+}
+
+/* submit_range from `source`. */
+static void submit_from(commit_t *c, const char *source, unsigned first, unsigned n,
+                        int64_t received_ms, int want)
+{
+    req_source = source;
+    submit_range(c, first, n, received_ms, want);
+    req_source = SOURCE;
+}
+
+/* The entry of `source` in commit_sources (it must be there). */
+static commit_source_t source_stats(commit_t *c, const char *source)
+{
+    commit_source_t out[8];
+    uint32_t tag = keyhash_source_tag(commit_secret(c), source, strlen(source));
+    size_t n = commit_sources(c, out, 8);
+    for (size_t i = 0; i < n && i < 8; i++)
+        if (out[i].tag == tag)
+            return out[i];
+    fail_msg("no stats for source %s", source);
+    return out[0];
+}
+
+/*
+ * --max-keys is each source's budget: one source's flood ages out only its own keys, however
+ * its keys and another's interleave, while serving, after a restart, and after the store was
+ * rebuilt from the log (the replay's own eviction carries the other's keys the same way).
+ */
+static void test_budget_per_source(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    o.max_keys = 100;
+    int64_t now = tu_now_ms();
+    commit_t *c = open_commit(&o);
+
+    submit_from(c, "calm", 0, 5, now, COMMIT_ACCEPTED);
+    submit_from(c, "flood", 1000, 60, now, COMMIT_ACCEPTED);
+    submit_from(c, "calm", 5, 5, now, COMMIT_ACCEPTED);
+    submit_from(c, "flood", 1060, 90, now, COMMIT_ACCEPTED); /* 150: 50 over its budget */
+    submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);    /* the retry */
+    submit_from(c, "flood", 1100, 50, now, COMMIT_DUPLICATE);
+    submit_from(c, "flood", 1000, 10, now, COMMIT_ACCEPTED); /* its own oldest went */
+    commit_source_t calm = source_stats(c, "calm"), flood = source_stats(c, "flood");
+    assert_int_equal(calm.keys, 10);
+    assert_int_equal(calm.evicted_size, 0);
+    assert_int_equal(calm.forgot_ms, 0);
+    assert_int_equal(flood.keys, 100);
+    assert_int_equal(flood.evicted_size, 60);
+    assert_int_equal(flood.forgot_ms, now);
+    commit_stats_t s;
+    commit_get_stats(c, &s);
+    assert_int_equal(s.keys, 110);
+    assert_true(s.carried > 0);
+    /* Both sources are within budget: the next one in flood's place ages out nothing else. */
+    submit_from(c, "calm", 10, 90, now, COMMIT_ACCEPTED);
+    assert_int_equal(source_stats(c, "calm").evicted_size, 0);
+    commit_close(c);
+
+    c = open_commit(&o);
+    submit_from(c, "calm", 0, 100, now, COMMIT_DUPLICATE);
+    assert_int_equal(source_stats(c, "calm").keys, 100);
+    assert_int_equal(source_stats(c, "flood").keys, 100);
+    commit_close(c);
+
+    /* Rebuilt from the log: 310 records replayed through a window of 100 keys per source. */
+    assert_int_equal(admin_rebuild(fx->dir, o.window_ms, o.max_keys, NULL, NULL, NULL), ADMIN_OK);
+    c = open_commit(&o);
+    submit_from(c, "calm", 0, 100, now, COMMIT_DUPLICATE);
+    submit_from(c, "flood", 1060, 90, now, COMMIT_DUPLICATE); /* its newest 100 */
+    submit_from(c, "flood", 1000, 10, now, COMMIT_DUPLICATE);
+    assert_int_equal(source_stats(c, "flood").keys, 100);
+    commit_close(c);
 }
 
 static void test_close_answers_queued(void **state)
@@ -1981,6 +2060,7 @@ int main(void)
         T(test_duplicate_within_request),
         T(test_duplicates_across_generations),
         T(test_duplicates_across_generations_prepared),
+        T(test_budget_per_source),
         T(test_close_answers_queued),
         T(test_lock),
         T(test_invalid),

@@ -929,7 +929,7 @@ static void test_checkpoint_in_parts_cut_short(void **state)
     /* The replay: the same records, in log order, numbered from next_seq. */
     assert_int_equal(store_begin(st), STORE_OK);
     for (uint64_t j = 0; j < N; j++)
-        assert_int_equal(store_upsert(st, e[j].key, e[j].received_ms, e[j].offset), STORE_OK);
+        assert_int_equal(store_upsert(st, e[j].key, e[j].received_ms, e[j].offset, NULL), STORE_OK);
     assert_int_equal(store_commit(st), STORE_OK);
     n = (scan_tally_t){.info = &si};
     assert_int_equal(store_scan(st, &si, tally_seq, tally_key, &n), STORE_OK);
