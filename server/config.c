@@ -74,8 +74,9 @@ static const struct setting settings[] = {
      "de-duplication window by age: 90s, 15m, 24h, 28d (1s..365d)"},
     {"max-keys", "INGESTD_MAX_KEYS", OPTS_DEFAULT_MAX_KEYS, K_COUNT, 0, OPTS_MAX_KEYS_MAX,
      FIELD(max_keys), "N",
-     "de-duplication window by size: at least N keys kept (up to the young store's size, "
-     "exactly N; above it, whole generations go: up to one more is kept); 0: no size bound"},
+     "de-duplication window by size, per source: at least N keys of each source kept (up to "
+     "the young store's size, exactly N; above it, whole generations go: up to one more is "
+     "kept); 0: no size bound"},
     {"young-keys", "INGESTD_YOUNG_KEYS", OPTS_DEFAULT_YOUNG_KEYS, K_COUNT, 1, OPTS_YOUNG_KEYS_MAX,
      FIELD(young_keys), "N",
      "keys the young LMDB store holds before they are sealed into a generation file "
