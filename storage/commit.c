@@ -38,25 +38,61 @@ void commit_notify(commit_t *c, int level, const char *fmt, ...)
     c->opts.notify(c->opts.notify_arg, level, msg);
 }
 
-/* Under mu: c->sources into src_copy (kept as it was when out of memory). */
+/* Room for n sources in src_copy; false when out of memory (it stays as it was). Under mu. */
+static bool src_copy_room(commit_t *c, size_t n)
+{
+    if (n <= c->src_copy_cap)
+        return true;
+    commit_source_t *p = realloc(c->src_copy, n * sizeof(*p));
+    if (!p)
+        return false;
+    c->src_copy = p;
+    c->src_copy_cap = n;
+    return true;
+}
+
+/* The copy's entry of `tag`, added when new (room is there). Under mu. */
+static commit_source_t *src_copy_get(commit_t *c, uint32_t tag)
+{
+    for (size_t i = 0; i < c->src_copy_n; i++)
+        if (c->src_copy[i].tag == tag)
+            return &c->src_copy[i];
+    commit_source_t *s = &c->src_copy[c->src_copy_n++];
+    *s = (commit_source_t){.tag = tag};
+    return s;
+}
+
+/*
+ * Under mu: each source's part of the window into src_copy: its young part
+ * (c->sources), plus what the sealed generations keep of it and the newest
+ * key they cut (genset_set_budget).
+ */
 static void copy_sources(commit_t *c)
 {
-    size_t n = srcmap_count(c->sources);
-    if (n > c->src_copy_cap) {
-        commit_source_t *p = realloc(c->src_copy, n * sizeof(*p));
-        if (!p)
-            return;
-        c->src_copy = p;
-        c->src_copy_cap = n;
-    }
+    const genset_source_t *g = NULL;
+    size_t ny = srcmap_count(c->sources), ng = c->gview ? genset_view_sources(c->gview, &g) : 0;
+    if (!src_copy_room(c, ny + ng))
+        return;
     const srcmap_entry_t *e = srcmap_entries(c->sources);
-    for (size_t i = 0; i < n; i++)
-        c->src_copy[i] = (commit_source_t){.tag = e[i].tag,
-                                           .keys = e[i].keys,
-                                           .evicted_age = e[i].evicted_age,
-                                           .evicted_size = e[i].evicted_size,
-                                           .forgot_ms = e[i].forgot_ms};
-    c->src_copy_n = n;
+    c->src_copy_n = 0;
+    for (size_t i = 0; i < ny; i++)
+        c->src_copy[c->src_copy_n++] = (commit_source_t){.tag = e[i].tag,
+                                                         .keys = e[i].keys,
+                                                         .evicted_age = e[i].evicted_age,
+                                                         .evicted_size = e[i].evicted_size,
+                                                         .forgot_ms = e[i].forgot_ms};
+    for (size_t i = 0; i < ng; i++) {
+        commit_source_t *s = src_copy_get(c, g[i].tag);
+        s->keys += g[i].keys;
+        if (g[i].forgot_ms > s->forgot_ms)
+            s->forgot_ms = g[i].forgot_ms;
+    }
+    /* Kept in the young part's map too: it outlives the set (a re-establishing of storage). */
+    for (size_t i = 0; i < ng; i++) {
+        srcmap_entry_t *m = g[i].forgot_ms ? srcmap_get(c->sources, g[i].tag) : NULL;
+        if (m && g[i].forgot_ms > m->forgot_ms)
+            m->forgot_ms = g[i].forgot_ms;
+    }
 }
 
 void commit_refresh_stats(commit_t *c)

@@ -290,12 +290,12 @@ void commit_get_stats(commit_t *c, commit_stats_t *out);
  */
 typedef struct commit_source {
     uint32_t tag;                       /* keyhash_source_tag of its name */
-    uint64_t keys;                      /* its keys in the window's young part (pending and the
-                                           young LMDB store): all of them when the window never
-                                           seals (max_keys at or under young_keys) */
-    uint64_t evicted_age, evicted_size; /* its keys that left the young part since the start */
-    int64_t forgot_ms;                  /* the newest receivedAt among those (0: none): every key
-                                           of it received later is still in the window */
+    uint64_t keys;                      /* its keys in the window (young part and generations) */
+    uint64_t evicted_age, evicted_size; /* its keys that left the young part, key by key, since
+                                           the start (generations go whole, uncounted here) */
+    int64_t forgot_ms;                  /* the newest receivedAt among the keys it left, young or
+                                           cut in a generation (0: none): every key of it
+                                           received later is still in the window */
 } commit_source_t;
 
 /* Copies up to `max` sources (in the order they were first seen) into `out`, as of the last

@@ -301,6 +301,8 @@ static int recover_open_gens(commit_t *c, const char *storedir, char *errbuf, si
     char *dir = fsutil_join(storedir, "gens");
     int grc = dir ? genset_open(dir, 0, &c->gens) : GEN_NOMEM;
     free(dir);
+    if (grc == GEN_OK)
+        grc = genset_set_budget(c->gens, c->opts.max_keys); /* --max-keys is per source */
     if (grc != GEN_OK) {
         errbuf_printf(errbuf, errlen,
                       "opening the sealed generations in %s/gens: %s (run `ingestd "

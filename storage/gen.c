@@ -23,7 +23,8 @@
  */
 
 #define MAGIC         "INGDGEN1"
-#define VERSION       1u
+#define VERSION       2u /* 2: the per-source table */
+#define SOURCE_BYTES  24 /* u32 tag, u32 zero, u64 keys, u64 newest receivedAt */
 #define BLOCK_BYTES   64
 #define ITER_PAGES    64 /* pages read at once by an iterator: 256 KiB */
 #define FOOTER_CRC_AT (GEN_FOOTER_BYTES - 4)
@@ -38,6 +39,8 @@ struct gen {
     uint8_t *filter; /* blocks * BLOCK_BYTES */
     uint64_t *fences;
     uint32_t crc_records;
+    gen_source_t *sources; /* by tag, ascending */
+    size_t nsources;
 };
 
 struct gen_writer {
@@ -55,6 +58,7 @@ struct gen_writer {
     uint8_t last[KEYHASH_LEN];
     int64_t min_rx, max_rx;
     uint64_t min_off, max_off;
+    srcmap_t *sources; /* the keys by source: the file's per-source table */
     bool failed;
 };
 
@@ -251,7 +255,8 @@ int gen_writer_open(const char *dir, gen_id_t id, uint64_t max_keys, unsigned bi
     w->filter = calloc(w->blocks, BLOCK_BYTES);
     w->fences = malloc(((max_keys + GEN_PAGE_RECORDS - 1) / GEN_PAGE_RECORDS + 1) * 8);
     w->crc_records = crc32(0L, Z_NULL, 0);
-    if (!w->dir || !w->path || !w->tmp || !w->filter || !w->fences) {
+    w->sources = srcmap_new(0);
+    if (!w->dir || !w->path || !w->tmp || !w->filter || !w->fences || !w->sources) {
         gen_writer_abort(w);
         return GEN_NOMEM;
     }
@@ -298,6 +303,10 @@ int gen_writer_add(gen_writer_t *w, const gen_entry_t *e)
         w->failed = true;
         return GEN_INVALID;
     }
+    if (srcmap_add_received(w->sources, e->key, e->received_ms) != 0) {
+        w->failed = true;
+        return GEN_NOMEM;
+    }
     track_extents(w, e);
     encode_record(w->page + w->in_page * GEN_RECORD_BYTES, e);
     bloom_add(w->filter, w->blocks, w->k, e->key);
@@ -314,7 +323,7 @@ int gen_writer_add(gen_writer_t *w, const gen_entry_t *e)
 }
 
 static void encode_footer(const gen_writer_t *w, uint8_t *f, uint32_t crc_filter,
-                          uint32_t crc_fences)
+                          uint32_t crc_fences, uint32_t crc_sources)
 {
     memset(f, 0, GEN_FOOTER_BYTES);
     memcpy(f, MAGIC, 8);
@@ -333,28 +342,69 @@ static void encode_footer(const gen_writer_t *w, uint8_t *f, uint32_t crc_filter
     put_le(f + 88, crc_fences, 4);
     put_le(f + 92, w->k, 4);
     put_le(f + 96, w->id.end, 8);
+    put_le(f + 104, srcmap_count(w->sources), 8);
+    put_le(f + 112, crc_sources, 4);
     put_le(f + FOOTER_CRC_AT, crc32(0L, f, FOOTER_CRC_AT), 4);
 }
 
-/* Filter, fences (little-endian) and footer after the records. */
+static int tag_cmp(const void *a, const void *b)
+{
+    uint32_t x = ((const gen_source_t *)a)->tag, y = ((const gen_source_t *)b)->tag;
+    return x < y ? -1 : x > y;
+}
+
+/* The per-source table, by tag: n SOURCE_BYTES records (malloc'ed; caller frees). */
+static uint8_t *encode_sources(const srcmap_t *m, size_t *len)
+{
+    size_t n = srcmap_count(m);
+    const srcmap_entry_t *e = srcmap_entries(m);
+    gen_source_t *t = calloc(n ? n : 1, sizeof(*t));
+    uint8_t *out = calloc(n ? n : 1, SOURCE_BYTES);
+    if (!t || !out) {
+        free(t);
+        free(out);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        t[i] = (gen_source_t){.tag = e[i].tag, .keys = e[i].keys, .newest_ms = e[i].newest_ms};
+    qsort(t, n, sizeof(*t), tag_cmp);
+    for (size_t i = 0; i < n; i++) {
+        put_le(out + i * SOURCE_BYTES, t[i].tag, 4);
+        put_le(out + i * SOURCE_BYTES + 8, t[i].keys, 8);
+        put_le(out + i * SOURCE_BYTES + 16, (uint64_t)t[i].newest_ms, 8);
+    }
+    free(t);
+    *len = n * SOURCE_BYTES;
+    return out;
+}
+
+/* Filter, fences (little-endian), the per-source table and footer after the records. */
 static int write_tail(gen_writer_t *w)
 {
-    size_t fence_bytes = w->pages * 8;
+    size_t fence_bytes = w->pages * 8, source_bytes = 0;
     uint8_t *fences = malloc(fence_bytes ? fence_bytes : 1);
-    if (!fences)
+    uint8_t *sources = encode_sources(w->sources, &source_bytes);
+    if (!fences || !sources) {
+        free(fences);
+        free(sources);
         return GEN_NOMEM;
+    }
     for (uint64_t i = 0; i < w->pages; i++)
         put_le(fences + i * 8, w->fences[i], 8);
     uint32_t crc_filter = (uint32_t)crc32(0L, w->filter, (uInt)(w->blocks * BLOCK_BYTES));
     uint32_t crc_fences = (uint32_t)crc32(0L, fences, (uInt)fence_bytes);
+    uint32_t crc_sources = (uint32_t)crc32(0L, sources, (uInt)source_bytes);
     uint8_t footer[GEN_FOOTER_BYTES];
-    encode_footer(w, footer, crc_filter, crc_fences);
+    encode_footer(w, footer, crc_filter, crc_fences, crc_sources);
     int rc = write_all(w->fd, w->filter, w->blocks * BLOCK_BYTES);
     if (rc == GEN_OK)
         rc = write_all(w->fd, fences, fence_bytes);
     if (rc == GEN_OK)
+        rc = write_all(w->fd, sources, source_bytes);
+    if (rc == GEN_OK)
         rc = write_all(w->fd, footer, sizeof(footer));
     free(fences);
+    free(sources);
     return rc;
 }
 
@@ -401,6 +451,7 @@ void gen_writer_abort(gen_writer_t *w)
     free(w->tmp);
     free(w->filter);
     free(w->fences);
+    srcmap_free(w->sources);
     free(w);
 }
 
@@ -426,7 +477,7 @@ static int read_exact(int fd, void *buf, size_t len, uint64_t at)
 
 /* Checks the footer and fills the sizes; `file_bytes` must match what it describes. */
 static int decode_footer(gen_t *g, const uint8_t *f, uint64_t file_bytes, uint32_t *crc_filter,
-                         uint32_t *crc_fences)
+                         uint32_t *crc_fences, uint32_t *crc_sources)
 {
     if (memcmp(f, MAGIC, 8) != 0 ||
         get_le(f + FOOTER_CRC_AT, 4) != (uint32_t)crc32(0L, f, FOOTER_CRC_AT))
@@ -446,8 +497,13 @@ static int decode_footer(gen_t *g, const uint8_t *f, uint64_t file_bytes, uint32
     *crc_filter = (uint32_t)get_le(f + 84, 4);
     *crc_fences = (uint32_t)get_le(f + 88, 4);
     g->k = (unsigned)get_le(f + 92, 4);
-    uint64_t want =
-        g->pages * GEN_PAGE_BYTES + g->blocks * BLOCK_BYTES + g->pages * 8 + GEN_FOOTER_BYTES;
+    uint64_t nsources = get_le(f + 104, 8);
+    *crc_sources = (uint32_t)get_le(f + 112, 4);
+    if (nsources > g->info.keys)
+        return GEN_CORRUPT;
+    g->nsources = (size_t)nsources;
+    uint64_t want = g->pages * GEN_PAGE_BYTES + g->blocks * BLOCK_BYTES + g->pages * 8 +
+                    nsources * SOURCE_BYTES + GEN_FOOTER_BYTES;
     if (get_le(f + 12, 4) != GEN_RECORD_BYTES || g->k < 1 || g->k > GEN_BLOOM_MAX_K ||
         g->blocks == 0 || g->info.keys > g->pages * GEN_PAGE_RECORDS ||
         g->info.keys + GEN_PAGE_RECORDS <= g->pages * GEN_PAGE_RECORDS || want != file_bytes)
@@ -455,6 +511,40 @@ static int decode_footer(gen_t *g, const uint8_t *f, uint64_t file_bytes, uint32
     g->info.file_bytes = file_bytes;
     g->info.memory_bytes = g->blocks * BLOCK_BYTES + g->pages * 8;
     return GEN_OK;
+}
+
+/* Reads the per-source table into memory and checks it: by tag, its counts adding up. */
+static int load_sources(gen_t *g, uint32_t crc_sources)
+{
+    uint64_t at = g->pages * GEN_PAGE_BYTES + g->blocks * BLOCK_BYTES + g->pages * 8;
+    size_t len = g->nsources * SOURCE_BYTES;
+    uint8_t *raw = malloc(len ? len : 1);
+    g->sources = calloc(g->nsources ? g->nsources : 1, sizeof(*g->sources));
+    int rc = raw && g->sources ? GEN_OK : GEN_NOMEM;
+    if (rc == GEN_OK)
+        rc = read_exact(g->fd, raw, len, at);
+    if (rc == GEN_OK && (uint32_t)crc32(0L, raw, (uInt)len) != crc_sources)
+        rc = GEN_CORRUPT;
+    uint64_t sum = 0;
+    for (size_t i = 0; rc == GEN_OK && i < g->nsources; i++) {
+        gen_source_t *t = &g->sources[i];
+        t->tag = (uint32_t)get_le(raw + i * SOURCE_BYTES, 4);
+        t->keys = get_le(raw + i * SOURCE_BYTES + 8, 8);
+        t->newest_ms = (int64_t)get_le(raw + i * SOURCE_BYTES + 16, 8);
+        sum += t->keys;
+        if (t->keys == 0 || (i > 0 && t->tag <= g->sources[i - 1].tag))
+            rc = GEN_CORRUPT;
+    }
+    if (rc == GEN_OK && sum != g->info.keys)
+        rc = GEN_CORRUPT;
+    free(raw);
+    return rc;
+}
+
+size_t gen_sources(const gen_t *g, const gen_source_t **out)
+{
+    *out = g->sources;
+    return g->nsources;
 }
 
 /* Reads filter and fences into memory and checks them. */
@@ -504,15 +594,17 @@ int gen_open(const char *dir, gen_id_t id, gen_t **out)
     if (rc == GEN_OK && (uint64_t)st.st_size < GEN_FOOTER_BYTES)
         rc = GEN_CORRUPT;
     uint8_t f[GEN_FOOTER_BYTES];
-    uint32_t crc_filter = 0, crc_fences = 0;
+    uint32_t crc_filter = 0, crc_fences = 0, crc_sources = 0;
     if (rc == GEN_OK)
         rc = read_exact(g->fd, f, sizeof(f), (uint64_t)st.st_size - GEN_FOOTER_BYTES);
     if (rc == GEN_OK)
-        rc = decode_footer(g, f, (uint64_t)st.st_size, &crc_filter, &crc_fences);
+        rc = decode_footer(g, f, (uint64_t)st.st_size, &crc_filter, &crc_fences, &crc_sources);
     if (rc == GEN_OK && (g->info.id.first != id.first || g->info.id.end != id.end))
         rc = GEN_CORRUPT;
     if (rc == GEN_OK)
         rc = load_index(g, crc_filter, crc_fences);
+    if (rc == GEN_OK)
+        rc = load_sources(g, crc_sources);
     if (rc != GEN_OK) {
         gen_close(g);
         return rc;
@@ -530,6 +622,7 @@ void gen_close(gen_t *g)
     free(g->path);
     free(g->filter);
     free(g->fences);
+    free(g->sources);
     free(g);
 }
 
@@ -732,7 +825,8 @@ static bool newer(const gen_entry_t *a, const gen_entry_t *b)
 }
 
 /* One merge step: the smallest key among the heads, its newest entry; advances past it. */
-static int merge_step(gen_iter_t **its, gen_entry_t *heads, bool *live, size_t n, gen_entry_t *out)
+static int merge_step(gen_iter_t **its, gen_entry_t *heads, bool *live, size_t n, gen_entry_t *out,
+                      size_t *from)
 {
     size_t best = n;
     for (size_t i = 0; i < n; i++) {
@@ -745,6 +839,7 @@ static int merge_step(gen_iter_t **its, gen_entry_t *heads, bool *live, size_t n
     if (best == n)
         return 1;
     *out = heads[best];
+    *from = best;
     for (size_t i = 0; i < n; i++) {
         while (live[i] && memcmp(heads[i].key, out->key, KEYHASH_LEN) == 0) {
             int rc = gen_iter_next(its[i], &heads[i]);
@@ -759,7 +854,7 @@ static int merge_step(gen_iter_t **its, gen_entry_t *heads, bool *live, size_t n
 #define MERGE_CANCEL_EVERY 65536 /* keys between two looks at the cancel flag */
 
 int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
-              const atomic_bool *cancel, gen_t **out)
+              const gen_merge_filter_t *filter, const atomic_bool *cancel, gen_t **out)
 {
     if (out)
         *out = NULL;
@@ -778,12 +873,16 @@ int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigne
             rc = rc < 0 ? rc : GEN_OK;
         }
     }
+    if (rc == GEN_OK && filter && filter->max_keys < total)
+        total = filter->max_keys;
     if (rc == GEN_OK)
         rc = gen_writer_open(dir, id, total, bits_per_key, &w);
     gen_entry_t e;
-    for (uint64_t k = 1; rc == GEN_OK && (rc = merge_step(its, heads, live, n, &e)) == GEN_OK;
-         k++) {
-        rc = gen_writer_add(w, &e);
+    size_t from = 0;
+    for (uint64_t k = 1;
+         rc == GEN_OK && (rc = merge_step(its, heads, live, n, &e, &from)) == GEN_OK; k++) {
+        if (!filter || filter->keep(filter->arg, from, &e))
+            rc = gen_writer_add(w, &e);
         if (rc == GEN_OK && cancel && k % MERGE_CANCEL_EVERY == 0 && atomic_load(cancel))
             rc = GEN_CANCELLED;
     }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "storage/keyhash.h"
+#include "storage/srcmap.h"
 
 /*
  * Why: a window of 100M or 1B keys in one B-tree costs a random leaf write
@@ -29,6 +30,8 @@
  *            double hashing on its last 8 (keys are keyed hashes already:
  *            uniform, and no client can aim them)
  *   fences : u64 per page: the first 8 key bytes (big-endian) of its first record
+ *   sources: per source tag its keys carry (keyhash_source), ascending: u32 tag,
+ *            u32 zero, u64 keys, u64 newest receivedAt (per-source budgets)
  *   footer : GEN_FOOTER_BYTES: magic, version, counts, extents, the ranges of
  *            receivedAt and offsets, CRC-32s of records, filter, fences and
  *            of the footer itself
@@ -73,6 +76,13 @@ typedef struct gen_entry {
     uint64_t offset;     /* the log offset of the key's record */
     int64_t received_ms; /* its receivedAt */
 } gen_entry_t;
+
+/* One source's share of a generation (its per-source table). */
+typedef struct gen_source {
+    uint32_t tag;      /* keyhash_source of its keys */
+    uint64_t keys;     /* how many keys of it the generation holds (> 0) */
+    int64_t newest_ms; /* the newest receivedAt among them */
+} gen_source_t;
 
 /* The sequence range [first, end) a generation covers; first < end, or both 0 for none. */
 typedef struct gen_id {
@@ -127,6 +137,9 @@ void gen_close(gen_t *g);
 
 void gen_get_info(const gen_t *g, gen_info_t *out);
 
+/* The per-source table, by tag ascending (valid while g is open); returns its length. */
+size_t gen_sources(const gen_t *g, const gen_source_t **out);
+
 /* The filter alone: false means the key is certainly not in the generation. */
 bool gen_may_contain(const gen_t *g, const uint8_t key[KEYHASH_LEN]);
 
@@ -155,12 +168,21 @@ void gen_iter_close(gen_iter_t *it);
  * Merges generations ins[0..n) into a new generation `id` in `dir`, in one
  * sequential pass, with `bits_per_key` as in gen_writer_open. A key in more than one keeps its
  * newest entry (the later receivedAt; then the higher offset). *out as in gen_writer_finish (may be
- * NULL). The inputs are left as they are: remove them once the new one is in use.
+ * NULL). With `filter` (may be NULL: every key) only the keys it keeps are written (how
+ * genset leaves out the keys a source's budget cut, docs/window.md). The inputs are left as they
+ * are: remove them once the new one is in use.
  * `cancel` (may be NULL) is read now and then: once true, the merge stops with GEN_CANCELLED
  * and leaves nothing on disk (a long merge must not hold up a shutdown).
  */
+typedef struct gen_merge_filter {
+    /* Whether the merge keeps `e`, the newest entry of its key, which came from ins[input]. */
+    bool (*keep)(void *arg, size_t input, const gen_entry_t *e);
+    void *arg;
+    uint64_t max_keys; /* at least the keys kept (sizes the new filter) */
+} gen_merge_filter_t;
+
 int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
-              const atomic_bool *cancel, gen_t **out);
+              const gen_merge_filter_t *filter, const atomic_bool *cancel, gen_t **out);
 
 /*
  * Writes a copy of the generation's file into the existing directory `dir`

@@ -46,11 +46,23 @@ struct genset_view {
     unsigned refs;
     size_t n;
     slot_t **slots; /* oldest first */
+    /* Per-source budgets (view_cut_sources): every source of the view by tag, ascending; the
+     * sequence at or before which a generation's keys of it are out of the window (0: none);
+     * and per slot, how many of its keys are out so. */
+    genset_source_t *src;
+    uint64_t *src_cut;
+    size_t nsrc;
+    uint64_t *cut_in;
 };
 
 struct genset {
     char *dir;
     unsigned bits;
+    uint64_t budget; /* keys per source (0: none); under change_mu, read under mu */
+    /* Under mu: per source, the newest receivedAt any view cut (since the open), so a source's
+     * forgetting outlives the merge that sheds the keys. */
+    genset_source_t *forgot;
+    size_t nforgot, forgot_cap;
     pthread_mutex_t mu;        /* the counts, and cur's pointer */
     pthread_mutex_t change_mu; /* one change at a time (before mu) */
     genset_view_t *cur;
@@ -68,6 +80,122 @@ static slot_t *slot_new(gen_t *g)
     return s;
 }
 
+static int src_cmp(const void *a, const void *b)
+{
+    uint32_t x = ((const genset_source_t *)a)->tag, y = ((const genset_source_t *)b)->tag;
+    return x < y ? -1 : x > y;
+}
+
+/* The index of `tag` in v->src, or SIZE_MAX. */
+static size_t src_find(const genset_view_t *v, uint32_t tag)
+{
+    size_t lo = 0, hi = v->nsrc;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (v->src[mid].tag < tag)
+            lo = mid + 1;
+        else if (v->src[mid].tag > tag)
+            hi = mid;
+        else
+            return mid;
+    }
+    return SIZE_MAX;
+}
+
+/* The sequence at or before which generations hold no key of `key`'s source in the window. */
+static uint64_t view_cut(const genset_view_t *v, const uint8_t key[KEYHASH_LEN])
+{
+    if (v->nsrc == 0)
+        return 0;
+    size_t i = src_find(v, keyhash_source(key));
+    return i == SIZE_MAX ? 0 : v->src_cut[i];
+}
+
+/*
+ * Per-source budgets (docs/window.md): for each source, newest generation
+ * first, its keys count towards `budget`; the generation that reaches it is
+ * kept whole, and every older one is cut for that source: its keys of it
+ * are out of the window (lookups pass them over, merges leave them out, and
+ * a generation cut for all its sources is dropped). So each source keeps at
+ * least `budget` keys, plus at most one generation's worth of its own, and
+ * no other source's keys move its cut. A pure function of the slots.
+ */
+static int view_cut_sources(genset_view_t *v, uint64_t budget)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < v->n; i++) {
+        const gen_source_t *t;
+        total += gen_sources(v->slots[i]->g, &t);
+    }
+    v->src = calloc(total ? total : 1, sizeof(*v->src));
+    v->src_cut = calloc(total ? total : 1, sizeof(*v->src_cut));
+    v->cut_in = calloc(v->n ? v->n : 1, sizeof(*v->cut_in));
+    if (!v->src || !v->src_cut || !v->cut_in)
+        return GEN_NOMEM;
+    for (size_t i = 0; i < v->n; i++) {
+        const gen_source_t *t;
+        for (size_t k = 0, m = gen_sources(v->slots[i]->g, &t); k < m; k++)
+            v->src[v->nsrc++].tag = t[k].tag;
+    }
+    qsort(v->src, v->nsrc, sizeof(*v->src), src_cmp);
+    size_t u = 0;
+    for (size_t i = 0; i < v->nsrc; i++)
+        if (u == 0 || v->src[u - 1].tag != v->src[i].tag)
+            v->src[u++].tag = v->src[i].tag;
+    v->nsrc = u;
+    for (size_t i = v->n; i-- > 0;) {
+        const gen_source_t *t;
+        for (size_t k = 0, m = gen_sources(v->slots[i]->g, &t); k < m; k++) {
+            size_t j = src_find(v, t[k].tag);
+            genset_source_t *s = &v->src[j];
+            if (budget == 0 || s->keys < budget) {
+                s->keys += t[k].keys;
+                continue;
+            }
+            if (v->src_cut[j] == 0)
+                v->src_cut[j] = v->slots[i]->info.id.end;
+            s->cut_keys += t[k].keys;
+            if (t[k].newest_ms > s->forgot_ms)
+                s->forgot_ms = t[k].newest_ms;
+            v->cut_in[i] += t[k].keys;
+        }
+    }
+    return GEN_OK;
+}
+
+/* Under mu: folds s's cut keys into gs->forgot, and s's forgot_ms becomes the newest ever. */
+static void remember_forgot(genset_t *gs, genset_source_t *s)
+{
+    size_t i = 0;
+    while (i < gs->nforgot && gs->forgot[i].tag != s->tag)
+        i++;
+    if (i == gs->nforgot) {
+        if (s->forgot_ms == 0)
+            return;
+        if (gs->nforgot == gs->forgot_cap) {
+            size_t cap = gs->forgot_cap ? gs->forgot_cap * 2 : 8;
+            genset_source_t *p = realloc(gs->forgot, cap * sizeof(*p));
+            if (!p)
+                return; /* the figure only: it stays as the view has it */
+            gs->forgot = p;
+            gs->forgot_cap = cap;
+        }
+        gs->forgot[gs->nforgot++] = (genset_source_t){.tag = s->tag};
+    }
+    if (s->forgot_ms > gs->forgot[i].forgot_ms)
+        gs->forgot[i].forgot_ms = s->forgot_ms;
+    s->forgot_ms = gs->forgot[i].forgot_ms;
+}
+
+static void view_free(genset_view_t *v)
+{
+    free(v->slots);
+    free(v->src);
+    free(v->src_cut);
+    free(v->cut_in);
+    free(v);
+}
+
 /* A view of slots[0..n) (copied), holding each; refs 1. Under gs->mu or before sharing. */
 static genset_view_t *view_new(genset_t *gs, slot_t *const *slots, size_t n)
 {
@@ -75,17 +203,23 @@ static genset_view_t *view_new(genset_t *gs, slot_t *const *slots, size_t n)
     if (!v)
         return NULL;
     v->slots = calloc(n ? n : 1, sizeof(*v->slots));
+    v->n = n;
     if (!v->slots) {
-        free(v);
+        view_free(v);
         return NULL;
     }
+    for (size_t i = 0; i < n; i++)
+        v->slots[i] = slots[i];
+    if (view_cut_sources(v, gs->budget) != GEN_OK) {
+        view_free(v);
+        return NULL;
+    }
+    for (size_t i = 0; i < v->nsrc; i++)
+        remember_forgot(gs, &v->src[i]);
     v->gs = gs;
     v->refs = 1;
-    v->n = n;
-    for (size_t i = 0; i < n; i++) {
-        v->slots[i] = slots[i];
+    for (size_t i = 0; i < n; i++)
         slots[i]->refs++;
-    }
     return v;
 }
 
@@ -100,8 +234,7 @@ static void view_unref(genset_view_t *v)
             free(v->slots[i]);
         }
     }
-    free(v->slots);
-    free(v);
+    view_free(v);
 }
 
 /* Makes slots[0..n) the current view. A slot no view takes (refs 0 after) is the caller's. */
@@ -295,6 +428,7 @@ void genset_close(genset_t *gs)
     pthread_mutex_unlock(&gs->mu);
     pthread_mutex_destroy(&gs->mu);
     pthread_mutex_destroy(&gs->change_mu);
+    free(gs->forgot);
     free(gs->dir);
     free(gs);
 }
@@ -316,7 +450,8 @@ void genset_view_totals(const genset_view_t *v, genset_totals_t *out)
     memset(out, 0, sizeof(*out));
     for (size_t i = 0; i < v->n; i++) {
         const gen_info_t *in = &v->slots[i]->info;
-        out->keys += in->keys;
+        out->keys += in->keys - v->cut_in[i];
+        out->cut_keys += v->cut_in[i];
         out->file_bytes += in->file_bytes;
         out->memory_bytes += in->memory_bytes;
     }
@@ -330,8 +465,9 @@ void genset_view_totals(const genset_view_t *v, genset_totals_t *out)
 int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], bool *found,
                      gen_entry_t *e)
 {
+    uint64_t cut = view_cut(v, key);
     *found = false;
-    for (size_t i = v->n; i-- > 0;) {
+    for (size_t i = v->n; i-- > 0 && v->slots[i]->info.id.end > cut;) {
         int rc = gen_find(v->slots[i]->g, key, found, e);
         if (rc != GEN_OK || *found)
             return rc;
@@ -355,6 +491,9 @@ static void prefetch_ahead(const genset_view_t *v, const uint8_t (*keys)[KEYHASH
 int genset_view_find_after(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], uint64_t after,
                            bool *found, gen_entry_t *e)
 {
+    uint64_t cut = view_cut(v, key);
+    if (cut > after)
+        after = cut;
     *found = false;
     for (size_t i = v->n; i-- > 0 && v->slots[i]->info.id.end > after;) {
         int rc = gen_find(v->slots[i]->g, key, found, e);
@@ -370,7 +509,8 @@ uint64_t genset_view_probe_many(const genset_view_t *v, const uint8_t (*keys)[KE
     for (size_t i = 0; i < n; i++) {
         prefetch_ahead(v, keys, n, i);
         maybe[i] = false;
-        for (size_t j = v->n; j-- > 0 && !maybe[i];)
+        uint64_t cut = view_cut(v, keys[i]);
+        for (size_t j = v->n; j-- > 0 && !maybe[i] && v->slots[j]->info.id.end > cut;)
             maybe[i] = gen_may_contain(v->slots[j]->g, keys[i]);
     }
     return v->n > 0 ? v->slots[v->n - 1]->info.id.end : 0;
@@ -388,7 +528,25 @@ int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_
     return GEN_OK;
 }
 
+size_t genset_view_sources(const genset_view_t *v, const genset_source_t **out)
+{
+    *out = v->src;
+    return v->nsrc;
+}
+
 /* ---- changes ---- */
+
+int genset_set_budget(genset_t *gs, uint64_t budget)
+{
+    pthread_mutex_lock(&gs->change_mu);
+    genset_view_t *v = gs->cur; /* changes only under change_mu */
+    pthread_mutex_lock(&gs->mu);
+    gs->budget = budget;
+    pthread_mutex_unlock(&gs->mu);
+    int rc = publish(gs, v->slots, v->n);
+    pthread_mutex_unlock(&gs->change_mu);
+    return rc;
+}
 
 int genset_add(genset_t *gs, gen_t *g)
 {
@@ -478,11 +636,27 @@ static int replace_run(genset_t *gs, size_t k, size_t n, slot_t *s)
     return rc;
 }
 
+/* genset_merge's filter: a key stays unless its input generation is cut for its source. */
+typedef struct {
+    const genset_view_t *v;
+    size_t first;
+} merge_cut_t;
+
+static bool keep_uncut(void *arg, size_t input, const gen_entry_t *e)
+{
+    const merge_cut_t *m = arg;
+    return m->v->slots[m->first + input]->info.id.end > view_cut(m->v, e->key);
+}
+
 int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
                  const atomic_bool *cancel)
 {
-    if (n < 2 || first + n > v->n)
+    if (n == 0 || first + n > v->n || (n == 1 && v->cut_in[first] == 0))
         return GEN_INVALID;
+    merge_cut_t mc = {.v = v, .first = first};
+    gen_merge_filter_t filter = {.keep = keep_uncut, .arg = &mc};
+    for (size_t i = 0; i < n; i++)
+        filter.max_keys += v->slots[first + i]->info.keys - v->cut_in[first + i];
     gen_t **ins = calloc(n, sizeof(*ins));
     gen_t *merged = NULL;
     slot_t *s = NULL;
@@ -491,7 +665,7 @@ int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
         ins[i] = v->slots[first + i]->g; /* v holds them open, even once removed */
     gen_id_t id = {v->slots[first]->info.id.first, v->slots[first + n - 1]->info.id.end};
     if (rc == GEN_OK)
-        rc = gen_merge(gs->dir, id, ins, n, gs->bits, cancel, &merged); /* the long part */
+        rc = gen_merge(gs->dir, id, ins, n, gs->bits, &filter, cancel, &merged); /* the long part */
     if (rc == GEN_OK && !(s = slot_new(merged)))
         rc = GEN_NOMEM;
     if (rc == GEN_OK) {
@@ -501,11 +675,14 @@ int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
         pthread_mutex_unlock(&gs->change_mu);
     }
     if (rc == GEN_OK) {
-        rc = remove_files(gs, v->slots + first, n);
+        /* A merge of one has its input's range, so its name: the rename replaced the input. */
+        rc = n > 1 ? remove_files(gs, v->slots + first, n) : GEN_OK;
     } else if (merged) {
         /* A crash before this removal leaves a file covering ranges the set may have dropped
-         * meanwhile: the next open keeps it, and those keys a while longer. Never fewer. */
-        gen_remove(gs->dir, id);
+         * meanwhile: the next open keeps it, and those keys a while longer. Never fewer. (A
+         * merge of one that failed otherwise leaves its file: it replaced the input's.) */
+        if (n > 1 || rc == GEN_CHANGED)
+            gen_remove(gs->dir, id);
         gen_close(merged);
         free(s);
     }
@@ -521,14 +698,29 @@ void genset_plan(const genset_view_t *v, const genset_policy_t *p, int64_t now_m
     memset(out, 0, sizeof(*out));
     uint64_t left = young_keys;
     for (size_t i = 0; i < v->n; i++)
-        left += v->slots[i]->info.keys;
+        left += v->slots[i]->info.keys - v->cut_in[i];
     size_t i = 0;
     for (; i < v->n && v->slots[i]->info.max_received_ms < now_ms - p->window_ms; i++)
-        left -= v->slots[i]->info.keys;
+        left -= v->slots[i]->info.keys - v->cut_in[i];
     out->drop_age = i;
-    for (; p->max_keys > 0 && i < v->n && left - v->slots[i]->info.keys >= p->max_keys; i++)
-        left -= v->slots[i]->info.keys;
+    /* By size, per source: the oldest generations every source has cut. */
+    for (; p->max_keys > 0 && !p->unsealed && i < v->n && v->cut_in[i] == v->slots[i]->info.keys;
+         i++)
+        ;
+    for (; p->max_keys > 0 && p->unsealed && i < v->n &&
+           left - (v->slots[i]->info.keys - v->cut_in[i]) >= p->max_keys;
+         i++)
+        left -= v->slots[i]->info.keys - v->cut_in[i];
     out->drop_size = i - out->drop_age;
+    /* A generation mostly cut is rewritten without those keys (a merge of one): its disk and
+     * its filter's memory go to the window again. */
+    for (size_t j = i; j < v->n; j++) {
+        if (v->cut_in[j] > 0 && v->cut_in[j] * 2 >= v->slots[j]->info.keys) {
+            out->merge_first = j - i;
+            out->merge_n = 1;
+            return;
+        }
+    }
     uint64_t target = p->target_count ? left / p->target_count : 0;
     if (target < p->merge_min_keys)
         target = p->merge_min_keys;
@@ -550,6 +742,7 @@ genset_policy_t genset_policy_for(int64_t window_ms, uint64_t max_keys, uint64_t
 {
     return (genset_policy_t){.window_ms = window_ms,
                              .max_keys = max_keys,
+                             .unsealed = !genset_seals(max_keys, young_keys),
                              .merge_min_keys = young_keys,
                              .target_count = 16,
                              .fanin = 4};

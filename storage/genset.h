@@ -62,7 +62,8 @@ const gen_t *genset_view_gen(const genset_view_t *v, size_t i);
 
 /* Totals of the view. */
 typedef struct genset_totals {
-    uint64_t keys;
+    uint64_t keys;     /* in the window: every key but those cut (genset_set_budget) */
+    uint64_t cut_keys; /* still on disk, out of the window: their source's budget cut them */
     uint64_t file_bytes;
     uint64_t memory_bytes;
     int64_t oldest_received_ms; /* of the oldest key in the oldest generation; 0 when empty */
@@ -72,7 +73,31 @@ typedef struct genset_totals {
 
 void genset_view_totals(const genset_view_t *v, genset_totals_t *out);
 
-/* Looks `key` up, newest generation first. *found, and *e (may be NULL) when found. */
+/*
+ * Per-source budgets (docs/window.md): every key carries its source's tag
+ * (keyhash_source). With a budget of N keys per source, each view cuts, per
+ * source, the generations older than the one where its newest N keys are
+ * reached: that source's keys there are out of the window. Lookups pass
+ * them over, merges leave them out, genset_plan drops a generation cut for
+ * every source in it and rewrites one mostly cut. So one source's flood
+ * ages out only its own keys, while the files stay shared. Sets the budget
+ * (0: none, the default) and publishes a view under it.
+ */
+int genset_set_budget(genset_t *gs, uint64_t budget);
+
+/* One source of a view: its keys in the window and out of it (cut, still on disk), and the
+ * newest receivedAt any view of this open set cut (0: none). */
+typedef struct genset_source {
+    uint32_t tag;
+    uint64_t keys, cut_keys;
+    int64_t forgot_ms;
+} genset_source_t;
+
+/* The view's sources, by tag ascending (valid while the view is held); returns how many. */
+size_t genset_view_sources(const genset_view_t *v, const genset_source_t **out);
+
+/* Looks `key` up, newest generation first, among those its source's budget keeps. *found, and
+ * *e (may be NULL) when found. */
 int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], bool *found,
                      gen_entry_t *e);
 
@@ -110,7 +135,8 @@ int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_
  * `n` adjacent generations of `v` from index `first` (oldest first) into one
  * covering their ranges, writing it without holding up other changes or
  * lookups, then publishes it in their place and removes them; when one of
- * them left the set meanwhile, GEN_CHANGED and nothing changed. `cancel` as
+ * them left the set meanwhile, GEN_CHANGED and nothing changed. A merge leaves out the keys
+ * v's budget cut (n may be 1 for a generation with such keys, to shed them). `cancel` as
  * in gen_merge (may be NULL). Each publishes a new view.
  */
 int genset_add(genset_t *gs, gen_t *g);
@@ -122,10 +148,11 @@ int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
  * The window's rule for whole generations, stated once:
  *   - by age: a generation goes once its newest key is older than the window,
  *     so every key is kept at least `window_ms`;
- *   - by size: the oldest goes while the keys that would remain (the
- *     generations after it plus `young_keys`, the keys not sealed yet) are
- *     still at least `max_keys` (0: no size bound), so at least max_keys are
- *     always kept, and at most one generation more;
+ *   - by size, per source (genset_set_budget; max_keys > 0 turns it on): the
+ *     oldest goes once every source in it has cut it, so each source keeps
+ *     at least its budget, and at most one generation of its own more; a
+ *     generation at least half cut is rewritten without the cut keys (a
+ *     merge of one); with `unsealed`, the shared rule above instead;
  *   - merges: a generation smaller than 3/4 of the target (the whole
  *     window's keys divided by `target_count`, at least `merge_min_keys`) is
  *     merged with its neighbours, `fanin` at a time, oldest first, so a
@@ -137,6 +164,10 @@ int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
 typedef struct genset_policy {
     int64_t window_ms;
     uint64_t max_keys;
+    /* Sealing is off (genset_seals false): the young store alone holds each source's budget,
+     * and generations sealed before go, oldest first, while the keys after them and the young
+     * store's still number max_keys (the shared rule; a generation's sources are not asked) */
+    bool unsealed;
     uint64_t merge_min_keys;
     size_t target_count;
     size_t fanin;

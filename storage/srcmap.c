@@ -111,6 +111,16 @@ int srcmap_add(srcmap_t *m, const uint8_t key[KEYHASH_LEN])
     return 0;
 }
 
+int srcmap_add_received(srcmap_t *m, const uint8_t key[KEYHASH_LEN], int64_t received_ms)
+{
+    if (srcmap_add(m, key) != 0)
+        return -1;
+    srcmap_entry_t *e = find(m, keyhash_source(key));
+    if (received_ms > e->newest_ms)
+        e->newest_ms = received_ms;
+    return 0;
+}
+
 void srcmap_evicted(srcmap_t *m, const uint8_t key[KEYHASH_LEN], int64_t received_ms, int why)
 {
     srcmap_entry_t *e = find(m, keyhash_source(key));

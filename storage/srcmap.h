@@ -25,6 +25,7 @@ typedef struct srcmap_entry {
     uint64_t keys;                      /* its keys in the young part of the window */
     uint64_t evicted_age, evicted_size; /* its keys that left it, by reason */
     int64_t forgot_ms;                  /* the newest receivedAt among those (0: none yet) */
+    int64_t newest_ms;                  /* srcmap_add_received's: the newest receivedAt added */
 } srcmap_entry_t;
 
 /* An empty map with `budget` keys per source (0: no size bound). NULL when out of memory.
@@ -41,6 +42,9 @@ srcmap_entry_t *srcmap_get(srcmap_t *m, uint32_t tag);
 
 /* One more key of the source of `key`. -1: out of memory (nothing counted). */
 int srcmap_add(srcmap_t *m, const uint8_t key[KEYHASH_LEN]);
+
+/* srcmap_add, also keeping the newest receivedAt added (a generation's table, gen.c). */
+int srcmap_add_received(srcmap_t *m, const uint8_t key[KEYHASH_LEN], int64_t received_ms);
 
 /* A key of `key`'s source received at `received_ms` left the window (why: enum
  * window_verdict, WINDOW_AGE or WINDOW_SIZE). A key the map never counted is ignored. */

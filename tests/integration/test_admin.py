@@ -392,8 +392,11 @@ class Rebuild(AdminCase):
         self.assertEqual(p.returncode, 0, show(p))
         srv.args = ["--max-keys", "30"]
         srv.start()
-        self.assertLessEqual(srv.stats()["dedupe"]["keys"], 30)
+        d = srv.stats()["dedupe"]  # --max-keys is per source: 30 of each of the two
+        self.assertLessEqual(d["keys"], 60, d)
+        self.assertEqual(sorted(s["keys"] for s in d["sources"]), [30, 30], d)
         self.assertDuplicates(srv, ids[-10:], "k2")  # the newest keys are kept
+        self.assertDuplicates(srv, ids[-10:], "k1")
         srv.stop()
 
 

@@ -546,6 +546,8 @@ static void test_duplicates_across_generations_prepared(void **state)
     prepare_submits = false;
 }
 
+static void await_stat(commit_t *c, size_t field, uint64_t want, commit_stats_t *s);
+
 /* submit_range from `source`. */
 static void submit_from(commit_t *c, const char *source, unsigned first, unsigned n,
                         int64_t received_ms, int want)
@@ -617,6 +619,50 @@ static void test_budget_per_source(void **state)
     submit_from(c, "flood", 1060, 90, now, COMMIT_DUPLICATE); /* its newest 100 */
     submit_from(c, "flood", 1000, 10, now, COMMIT_DUPLICATE);
     assert_int_equal(source_stats(c, "flood").keys, 100);
+    commit_close(c);
+}
+
+/*
+ * The same in a window that seals (max_keys above young_keys): the flood's sealed keys are cut
+ * for it alone, generation by generation; calm's sealed keys stay, across a restart.
+ */
+static void test_budget_per_source_sealed(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    o.max_keys = 300;
+    o.young_keys = 64;
+    int64_t now = tu_now_ms();
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+
+    submit_from(c, "calm", 0, 10, now, COMMIT_ACCEPTED);
+    /* 2,000 of the flood, closing between rounds so that each is sealed; the last one sealed
+     * while serving. */
+    for (unsigned k = 0; k < 9; k++) {
+        submit_from(c, "flood", 1000 + 200 * k, 200, now, COMMIT_ACCEPTED);
+        commit_close(c);
+        c = open_commit(&o);
+    }
+    commit_get_stats(c, &s);
+    submit_from(c, "flood", 2800, 200, now, COMMIT_ACCEPTED);
+    await_stat(c, offsetof(commit_stats_t, seals), s.seals + 1, &s);
+    commit_get_stats(c, &s);
+    assert_true(s.generations > 0);
+    submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);
+    submit_from(c, "flood", 2700, 300, now, COMMIT_DUPLICATE); /* its newest 300 */
+    commit_source_t flood = source_stats(c, "flood");
+    assert_int_equal(flood.forgot_ms, now); /* the seal cut its older generations */
+    submit_from(c, "flood", 1000, 100, now, COMMIT_ACCEPTED); /* its oldest were cut */
+    commit_source_t calm = source_stats(c, "calm");
+    flood = source_stats(c, "flood");
+    assert_int_equal(calm.keys, 10);
+    assert_int_equal(calm.forgot_ms, 0);
+    assert_true(flood.keys >= 300); /* its budget, and at most one generation and the young */
+    assert_true(flood.keys <= 300 + 400);
+    commit_close(c);
+    c = open_commit(&o);
+    submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);
     commit_close(c);
 }
 
@@ -993,8 +1039,6 @@ static void test_torn_tail_at_open(void **state)
 
     expect_log_records(fx, 4);
 }
-
-static void await_stat(commit_t *c, size_t field, uint64_t want, commit_stats_t *s);
 
 /* A tiny LMDB map must grow at a checkpoint (in the background), not fail the requests. */
 static void test_map_grows(void **state)
@@ -2061,6 +2105,7 @@ int main(void)
         T(test_duplicates_across_generations),
         T(test_duplicates_across_generations_prepared),
         T(test_budget_per_source),
+        T(test_budget_per_source_sealed),
         T(test_close_answers_queued),
         T(test_lock),
         T(test_invalid),

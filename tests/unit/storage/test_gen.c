@@ -253,7 +253,7 @@ static void test_merge(void **state)
     gen_t *ins[3] = {write_gen(fx->dir, gid(1), a, 3000), write_gen(fx->dir, gid(2), b, 3000),
                      write_gen(fx->dir, gid(3), c, 10)};
     gen_t *m = NULL;
-    assert_int_equal(gen_merge(fx->dir, (gen_id_t){100, 400}, ins, 3, 0, NULL, &m), GEN_OK);
+    assert_int_equal(gen_merge(fx->dir, (gen_id_t){100, 400}, ins, 3, 0, NULL, NULL, &m), GEN_OK);
     gen_info_t info;
     gen_get_info(m, &info);
     assert_int_equal(info.keys, 5010);

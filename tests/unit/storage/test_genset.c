@@ -317,7 +317,8 @@ static void test_open_after_crash(void **state)
     genset_view_t *v = genset_view(gs);
     gen_t *ins[2] = {(gen_t *)genset_view_gen(v, 0), (gen_t *)genset_view_gen(v, 1)};
     gen_t *merged = NULL;
-    assert_int_equal(gen_merge(fx->dir, (gen_id_t){0, 200}, ins, 2, 0, NULL, &merged), GEN_OK);
+    assert_int_equal(gen_merge(fx->dir, (gen_id_t){0, 200}, ins, 2, 0, NULL, NULL, &merged),
+                     GEN_OK);
     gen_close(merged);
     genset_view_release(v);
     genset_close(gs);
@@ -371,6 +372,14 @@ static void test_open_refuses_overlap(void **state)
     assert_null(gs);
 }
 
+/* Sets the set's budget and takes a view under it in place of *v. */
+static void budget(genset_t *gs, genset_view_t **v, uint64_t keys)
+{
+    genset_view_release(*v);
+    assert_int_equal(genset_set_budget(gs, keys), GEN_OK);
+    *v = genset_view(gs);
+}
+
 /* The rule: age first, then size keeping at least max_keys, then merges of small neighbours. */
 static void test_plan(void **state)
 {
@@ -397,16 +406,20 @@ static void test_plan(void **state)
     assert_int_equal(plan.drop_age, 1);
     genset_plan(v, &p, 2200, 0, &plan);
     assert_int_equal(plan.drop_age, 2);
-    /* By size: 600 keys + 50 young, max 420: dropping two leaves 450 >= 420, a third 350. */
+    /* By size, per source (every key here is one source's): the newest generations up to the
+     * one that reaches the budget stay, the older ones are cut and go; young keys do not
+     * count. Budget 400: generations 5..2 hold it, 1 and 0 go; 401: generation 1 reaches it. */
     p.window_ms = 1000000;
-    p.max_keys = 420;
+    p.max_keys = 400;
+    budget(gs, &v, 400);
     genset_plan(v, &p, 0, 50, &plan);
     assert_int_equal(plan.drop_age, 0);
     assert_int_equal(plan.drop_size, 2);
-    p.max_keys = 451;
+    budget(gs, &v, 401);
     genset_plan(v, &p, 0, 50, &plan);
     assert_int_equal(plan.drop_size, 1);
     /* Merges: target 600/2 = 300 keys; three at a time, from the oldest after the drops. */
+    budget(gs, &v, 0);
     p.max_keys = 0;
     p.target_count = 2;
     p.fanin = 3;
@@ -414,10 +427,12 @@ static void test_plan(void **state)
     assert_int_equal(plan.merge_first, 0);
     assert_int_equal(plan.merge_n, 3);
     p.max_keys = 500; /* drops one first: indices count from after the drop */
+    budget(gs, &v, 500);
     genset_plan(v, &p, 0, 0, &plan);
     assert_int_equal(plan.drop_size, 1);
     assert_int_equal(plan.merge_first, 0);
     assert_int_equal(plan.merge_n, 3);
+    budget(gs, &v, 0);
     genset_view_release(v);
     /* Once merged, the big one is at the target and the rest too few to merge. */
     assert_int_equal(merge_now(gs, 0, 3), GEN_OK);
@@ -443,6 +458,107 @@ static void test_plan(void **state)
     genset_close(gs);
 }
 
+/* Generation [first, end) of n keys of `source` (ids from..from+n-1, received rx) plus m of
+ * "calm" (ids 10000..), added to the set. */
+static void add_mixed(genset_t *gs, uint64_t first, uint64_t end, const char *source, uint64_t from,
+                      size_t n, size_t m, int64_t rx)
+{
+    gen_entry_t *e = calloc(n + m, sizeof(*e));
+    assert_non_null(e);
+    for (size_t i = 0; i < n + m; i++) {
+        char id[32];
+        uint64_t k = i < n ? from + i : 10000 + i - n;
+        int len = snprintf(id, sizeof(id), "m-%llu", (unsigned long long)k);
+        const char *src = i < n ? source : "calm";
+        keyhash(SECRET, src, strlen(src), id, (size_t)len, e[i].key);
+        e[i].offset = k;
+        e[i].received_ms = rx;
+    }
+    qsort(e, n + m, sizeof(*e), cmp_entry);
+    gen_writer_t *w = NULL;
+    assert_int_equal(gen_writer_open(genset_dir(gs), (gen_id_t){first, end}, n + m, 0, &w), GEN_OK);
+    for (size_t i = 0; i < n + m; i++)
+        assert_int_equal(gen_writer_add(w, &e[i]), GEN_OK);
+    gen_t *g = NULL;
+    assert_int_equal(gen_writer_finish(w, &g), GEN_OK);
+    assert_int_equal(genset_add(gs, g), GEN_OK);
+    free(e);
+}
+
+static bool has_from(const genset_view_t *v, const char *source, uint64_t id)
+{
+    uint8_t key[KEYHASH_LEN];
+    char mid[32];
+    bool found = false, maybe = false;
+    int n = snprintf(mid, sizeof(mid), "m-%llu", (unsigned long long)id);
+    keyhash(SECRET, source, strlen(source), mid, (size_t)n, key);
+    assert_int_equal(genset_view_find(v, key, &found, NULL), GEN_OK);
+    genset_view_probe_many(v, (const uint8_t(*)[KEYHASH_LEN])key, 1, &maybe);
+    assert_true(maybe || !found); /* the probe passes over what the lookup does */
+    return found;
+}
+
+/*
+ * Per-source budgets over shared generations: one source's flood cuts only its own older
+ * keys; a generation mostly cut is rewritten without them, and one cut for every source in it
+ * goes.
+ */
+static void test_budget_per_source(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    assert_int_equal(genset_set_budget(gs, 100), GEN_OK);
+    add_mixed(gs, 0, 100, "flood", 0, 50, 5, 1000); /* calm's five keys, and the flood's */
+    for (uint64_t i = 1; i < 4; i++)
+        add_mixed(gs, i * 100, i * 100 + 100, "flood", i * 50, 50, 0, 1000 + (int64_t)i);
+    genset_view_t *v = genset_view(gs);
+    /* The flood's newest 100 (generations 3, 2) stay; 1 and 0 are cut for it, not for calm. */
+    assert_true(has_from(v, "calm", 10000));
+    assert_true(has_from(v, "calm", 10004));
+    assert_false(has_from(v, "flood", 0));
+    assert_false(has_from(v, "flood", 99));
+    assert_true(has_from(v, "flood", 100));
+    assert_true(has_from(v, "flood", 199));
+    genset_totals_t t;
+    genset_view_totals(v, &t);
+    assert_int_equal(t.keys, 105);
+    assert_int_equal(t.cut_keys, 100);
+    const genset_source_t *src;
+    size_t n = genset_view_sources(v, &src);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        bool flood = src[i].tag == keyhash_source_tag(SECRET, "flood", 5);
+        assert_int_equal(src[i].keys, flood ? 100 : 5);
+        assert_int_equal(src[i].cut_keys, flood ? 100 : 0);
+        assert_int_equal(src[i].forgot_ms, flood ? 1001 : 0);
+    }
+    /* Generation 0 is mostly cut (50 of 55): rewritten with calm's five alone. */
+    genset_policy_t p = {.window_ms = 1000000, .max_keys = 100};
+    genset_plan_t plan;
+    genset_plan(v, &p, 2000, 0, &plan);
+    assert_int_equal(plan.drop_age + plan.drop_size, 0);
+    assert_int_equal(plan.merge_first, 0);
+    assert_int_equal(plan.merge_n, 1);
+    assert_int_equal(genset_merge(gs, v, 0, 1, NULL), GEN_OK);
+    genset_view_release(v);
+    v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 4);
+    gen_info_t gi;
+    gen_get_info(genset_view_gen(v, 0), &gi);
+    assert_int_equal(gi.keys, 5);
+    assert_true(has_from(v, "calm", 10003));
+    genset_view_release(v);
+    /* A newer flood cuts generation 2 too; calm stays put in generation 0. */
+    add_mixed(gs, 400, 500, "flood", 200, 100, 0, 1004);
+    v = genset_view(gs);
+    assert_false(has_from(v, "flood", 100));
+    assert_true(has_from(v, "flood", 250));
+    assert_true(has_from(v, "calm", 10000));
+    genset_view_release(v);
+    genset_close(gs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -455,6 +571,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_refuses_overlap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_budget_per_source, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
