@@ -257,13 +257,15 @@ int commit_files_open_tagged(commit_t *c, uint64_t next_offset, char *errbuf, si
         return -1;
     }
     /* None yet: the first open by a binary that tags. Every record so far is untagged, and the
-     * file must be durable before the first tagged one is appended. */
-    if (rc == 1 && retag_write_from(c->data_dir, from = next_offset) != 0) {
+     * file must be durable before the first tagged one is appended. After an older release ran
+     * here (a rollback), so are the records it appended: tagging a tagged key changes nothing. */
+    if ((rc == 1 || c->older_store) && retag_write_from(c->data_dir, from = next_offset) != 0) {
         errbuf_printf(errbuf, errlen, "writing %s/%s: %s", c->data_dir, RETAG_FILE,
                       strerror(errno));
         return -1;
     }
     c->tagged_from = from;
+    c->older_store = false;
     return 0;
 }
 

@@ -259,7 +259,7 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
             /* Written by another format version: the log is the truth, rebuild from it. */
             commit_notify(c, 1,
                           "the LMDB store has another format version: rebuilding it from the log");
-            reset = true;
+            reset = c->older_store = true;
         } else if (src != STORE_OK) {
             errbuf_printf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
             return -1;
