@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,16 +76,116 @@ int retag_source_of(const char *json, size_t json_len, char **source, size_t *le
     return rc;
 }
 
+/* ---- the fast path: a scan of the top level, for the events ingestd writes ---- */
+
+static const char *skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* `p` at a '"': just past the closing quote, or NULL; *esc: the string holds a backslash. */
+static const char *skip_string(const char *p, const char *end, bool *esc)
+{
+    *esc = false;
+    for (p++; p < end; p++) {
+        if (*p == '\\') {
+            *esc = true;
+            if (++p == end)
+                return NULL;
+        } else if (*p == '"') {
+            return p + 1;
+        }
+    }
+    return NULL;
+}
+
+/* One value: a string, an object or array (by depth, its strings skipped whole), or a scalar
+ * up to what ends it. NULL when it is cut short. */
+static const char *skip_value(const char *p, const char *end)
+{
+    bool esc;
+    if (p < end && *p == '"')
+        return skip_string(p, end, &esc);
+    if (p < end && (*p == '{' || *p == '[')) {
+        size_t depth = 0;
+        while (p < end) {
+            if (*p == '"') {
+                if (!(p = skip_string(p, end, &esc)))
+                    return NULL;
+                continue;
+            }
+            if (*p == '{' || *p == '[')
+                depth++;
+            else if ((*p == '}' || *p == ']') && --depth == 0)
+                return p + 1;
+            p++;
+        }
+        return NULL;
+    }
+    const char *v = p;
+    while (p < end && !strchr(",}] \t\n\r", *p))
+        p++;
+    return p > v ? p : NULL;
+}
+
+/*
+ * The top-level "source" of an object, found by a scan instead of a parse
+ * (a replay reads millions): 1 with *src and *len naming it in `json`; 0 when
+ * the scan cannot be sure (no object, an escape in a member name or in the
+ * source, "source" twice, no source), and jansson decides.
+ */
+static int source_scan(const char *json, size_t n, const char **src, size_t *len)
+{
+    const char *p = skip_ws(json, json + n), *end = json + n;
+    bool esc, found = false;
+    if (p >= end || *p != '{')
+        return 0;
+    p = skip_ws(p + 1, end);
+    while (p < end && *p == '"') {
+        const char *k = p;
+        if (!(p = skip_string(p, end, &esc)) || esc)
+            return 0;
+        bool is_source = p - k == 8 && memcmp(k, "\"source\"", 8) == 0;
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':')
+            return 0;
+        p = skip_ws(p + 1, end);
+        if (is_source) {
+            const char *v = p;
+            if (found || p >= end || *p != '"' || !(p = skip_string(p, end, &esc)) || esc)
+                return 0;
+            *src = v + 1;
+            *len = (size_t)(p - v - 2);
+            found = true;
+        } else if (!(p = skip_value(p, end))) {
+            return 0;
+        }
+        p = skip_ws(p, end);
+        if (p < end && *p == '}')
+            return found && skip_ws(p + 1, end) == end;
+        if (p >= end || *p != ',')
+            return 0;
+        p = skip_ws(p + 1, end);
+    }
+    return 0;
+}
+
 enum retag_result retag_record(const uint8_t secret[KEYHASH_SECRET_LEN], uint64_t from,
                                log_record_t *rec)
 {
-    char *source = NULL;
+    const char *src = NULL;
+    char *copy = NULL;
     size_t len = 0;
     if (rec->offset >= from)
         return RETAG_TAGGED;
-    if (retag_source_of(rec->data, rec->len, &source, &len) != 0)
-        return RETAG_NOSOURCE;
-    keyhash_set_source(rec->key, keyhash_source_tag(secret, source, len));
-    free(source);
+    if (source_scan(rec->data, rec->len, &src, &len) != 1) {
+        if (retag_source_of(rec->data, rec->len, &copy, &len) != 0)
+            return RETAG_NOSOURCE;
+        src = copy;
+    }
+    keyhash_set_source(rec->key, keyhash_source_tag(secret, src, len));
+    free(copy);
     return RETAG_RETAGGED;
 }

@@ -35,7 +35,9 @@ int retag_read_from(const char *data_dir, uint64_t *from);
 int retag_write_from(const char *data_dir, uint64_t from);
 
 /*
- * The top-level "source" string of a JSON object: *source gets a malloc'ed
+ * The top-level "source" string of a JSON object, parsed with jansson
+ * (retag_record scans for it first, and parses only when the scan cannot be
+ * sure): *source gets a malloc'ed
  * copy (the caller frees it) of its `*len` bytes. 0, or -1 when `json` is
  * not an object with a string "source" (or no memory).
  */

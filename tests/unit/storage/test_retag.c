@@ -63,6 +63,46 @@ static void test_record_without_source_keeps_its_key(void **state)
     }
 }
 
+/* The scan that finds most sources (retag.c: source_scan) agrees with jansson on every event,
+ * including the ones where it hands over to jansson. */
+static void test_scan_agrees_with_a_parse(void **state)
+{
+    (void)state;
+    const char *events[] = {
+        "{\"a\":\"x\\\"}\",\"source\":\"web\"}",
+        "{\"a\":{\"source\":\"no\",\"b\":[1,{\"c\":\"}\"}]},\"source\":\"web\"}",
+        "{\"source\":\"we\\\"b\"}",
+        "{\"sou\\u0072ce\":\"web\"}",
+        "{\"source\":\"a\",\"source\":\"b\"}",
+        "{\"n\":-1.5e3,\"t\":true,\"z\":null,\"source\":\"web\",\"e\":[]}",
+        " { \"source\" :\t\"mobile\" }\n",
+        "{\"source\":\"web\"} trailing",
+        "{\"source\":\"web\"",
+        "{\"x\":[1,2,\"]\"],\"source\":\"web\"}",
+        "{\"a\":\"\\\\\",\"source\":\"web\"}",
+        "{\"source\":\"w\xc3\xa9"
+        "b\"}",
+        "{}",
+        "{\"source\":null}",
+        "{\"source\":\"\"}",
+        "[]",
+    };
+    for (size_t i = 0; i < sizeof(events) / sizeof(events[0]); i++) {
+        uint8_t old[16], want[16];
+        char *src = NULL;
+        size_t n = 0;
+        log_record_t rec = legacy("web", "m", events[i], old);
+        int parsed = retag_source_of(events[i], strlen(events[i]), &src, &n);
+        enum retag_result r = retag_record(SECRET, RETAG_NONE, &rec);
+        memcpy(want, old, sizeof(want));
+        if (parsed == 0)
+            keyhash_set_source(want, keyhash_source_tag(SECRET, src, n));
+        assert_int_equal(r, parsed == 0 ? RETAG_RETAGGED : RETAG_NOSOURCE);
+        assert_memory_equal(rec.key, want, KEYHASH_LEN);
+        free(src);
+    }
+}
+
 static void test_source_of(void **state)
 {
     (void)state;
@@ -114,6 +154,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_legacy_record_gets_a_new_events_key),
         cmocka_unit_test(test_record_without_source_keeps_its_key),
+        cmocka_unit_test(test_scan_agrees_with_a_parse),
         cmocka_unit_test(test_source_of),
         cmocka_unit_test_setup_teardown(test_tagged_from_file, setup, tu_fixture_teardown),
     };
