@@ -1,4 +1,4 @@
-"""A data dir written by the previous release (LMDB store format 2) is migrated on open.
+"""A data dir written by an older release (LMDB store format 2) is migrated on open (rebuilt).
 
 tests/data/datadir-v2 was written by `ingestd serve` at store format 2 (before generations):
 write key k1:s1, three batches of two events, messageIds v2-1..v2-3 and v2-x1..v2-x3.
