@@ -7,6 +7,7 @@ which commit it was made) holds two data dirs with write keys kweb:web and kmob:
 store from the log once, giving the keys of those records their source's tag.
 """
 
+import datetime
 import json
 import os
 import shutil
@@ -52,6 +53,10 @@ class UpgradeFromFormat3(unittest.TestCase):
         data = os.path.join(self.base, name)
         old = log_cat(data)
         self.assertIn(len(old), (70, 80))
+        made = datetime.datetime.fromisoformat(old[0]["receivedAt"].replace("Z", "+00:00"))
+        age = datetime.datetime.now(datetime.timezone.utc) - made
+        self.assertLess(age.days, 360, "the fixture is about to leave --window 365d: regenerate "
+                        "it with tests/fixtures/make_datadir_format3.py")
         # Before any new server opened it, `check` says what will happen and checks the log.
         p = run_cli(["check", "--data", data])
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
