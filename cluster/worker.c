@@ -219,6 +219,40 @@ static int part_find_sealed(const part_t *p, const uint8_t key[KEYHASH_LEN], boo
     return STORE_OK;
 }
 
+/*
+ * A partition store of an older format (2 or 3) holds keys without their
+ * source's tag and no payloads to take it from: it is started afresh, keeping
+ * its secret, applied offset 0. position() then sees it behind the group's
+ * committed offset and repairs its keys from the raw topic, tagged as new
+ * keys are (docs/scale-out.md: as far as the topic's retention still holds
+ * the window). A store status; *st open on STORE_OK.
+ */
+static int part_migrate(cluster_worker_t *w, int32_t id, const char *dir, const store_options_t *so,
+                        store_t **st)
+{
+    store_options_t old_so = {.read_only = true, .older_ok = true};
+    uint8_t secret[KEYHASH_SECRET_LEN], got[KEYHASH_SECRET_LEN];
+    store_t *old = NULL;
+    int src = store_open(dir, &old_so, &old);
+    if (src == STORE_OK)
+        src = store_secret(old, NULL, secret);
+    store_close(old);
+    if (src != STORE_OK)
+        return src;
+    wlog(w, 1,
+         "partition %" PRId32 ": store %s is of an older format (keys without source tags): "
+         "starting it afresh and repairing its keys from the raw topic",
+         id, dir);
+    if (fsutil_rm_tree(dir) != 0 || fsutil_mkdirs(dir) != 0)
+        return STORE_EIO;
+    src = store_open(dir, so, st);
+    if (src == STORE_OK)
+        src = store_secret(*st, secret, got);
+    if (src == STORE_OK && fsutil_sync_dir(dir) != 0)
+        src = STORE_EIO;
+    return src;
+}
+
 static part_t *part_get(cluster_worker_t *w, int32_t id)
 {
     return id >= 0 && id < w->nparts_cap ? w->parts[id] : NULL;
@@ -259,6 +293,8 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
         goto fail;
     }
     int src = store_open(dir, &so, &p->st);
+    if (src == STORE_VERSION)
+        src = part_migrate(w, id, dir, &so, &p->st);
     if (src == STORE_OK)
         src = store_secret(p->st, NULL, p->secret);
     if (src == STORE_OK && (src = part_open_gens(w, p, dir)) == STORE_OK)

@@ -485,7 +485,7 @@ static int cat_limit(cat_t *c, uint64_t *limit)
         return 0;
     }
     if (c->st == NULL && exists(c->mdb)) {
-        store_options_t so = {.map_size = 0, .read_only = true};
+        store_options_t so = {.map_size = 0, .read_only = true, .older_ok = true};
         int rc = store_open(c->storedir, &so, &c->st);
         if (rc != STORE_OK) {
             fprintf(stderr, "ingestd log cat: cannot open %s: %s\n", c->storedir,
@@ -646,7 +646,7 @@ static int acknowledged_end(const char *data, uint64_t *end)
     if (commit_read_acked(data, end) == 0)
         return 0;
     if (exists(mdb)) {
-        store_options_t so = {.map_size = 0, .read_only = true};
+        store_options_t so = {.map_size = 0, .read_only = true, .older_ok = true};
         store_info_t info;
         store_t *st = NULL;
         rc = store_open(storedir, &so, &st);

@@ -20,6 +20,7 @@
 #include "storage/genset.h"
 #include "storage/keyhash.h"
 #include "storage/log.h"
+#include "storage/retag.h"
 #include "storage/store.h"
 
 #define PATH_LEN 4096
@@ -83,6 +84,8 @@ typedef struct {
     uint64_t retained_away; /* window keys whose records retention deleted */
     uint64_t seq_entries, key_entries, bad_keys;
     const store_info_t *info;       /* the snapshot's, filled before the callbacks run */
+    const uint8_t *secret;          /* the store's, to tag keys of records before tagged_from */
+    uint64_t tagged_from;           /* DIR/TAGGED_FROM (storage/retag.h) */
     uint64_t in_checkpoint;         /* keys put by a checkpoint whose last transaction is to come */
     uint64_t seq_below, keys_below; /* sequence entries, and keys naming them, below the
                                        store's eviction mark (store_mark_evicting) */
@@ -204,6 +207,7 @@ static int on_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64
         ck->compare_off = true;
         return 0;
     }
+    retag_record(ck->secret, ck->tagged_from, &rec); /* as the replay tagged it */
     if (memcmp(rec.key, key, KEYHASH_LEN) != 0 || rec.received_ms != received_ms)
         problem(ck,
                 "store: sequence %" PRIu64 " disagrees with log offset %" PRIu64
@@ -322,6 +326,16 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
 
     store_options_t so = {.read_only = true};
     int src = store_open(storedir, &so, &st);
+    if (src == STORE_VERSION) {
+        /* Not damage: a data dir of an older release, migrated by the next start. */
+        say(report, arg, 0,
+            "store: %s was written by an older release (keys without source tags): the next "
+            "`ingestd serve` (or `ingestd rebuild`) rebuilds it from the log; checking the log "
+            "alone",
+            storedir);
+        check_log(&ck, bases, li.segments, 0);
+        goto done;
+    }
     if (src != STORE_OK) {
         problem(&ck, "store: cannot open %s: %s (run `ingestd rebuild`)", storedir,
                 store_strerror(src));
@@ -329,6 +343,12 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
         goto done;
     }
     /* One LMDB snapshot for everything; the log is checked up to its applied offset. */
+    if (store_secret(st, NULL, ssecret) != STORE_OK ||
+        retag_read_from(data_dir, &ck.tagged_from) < 0) {
+        problem(&ck, "store: cannot read the secret or %s/%s", data_dir, RETAG_FILE);
+        goto done;
+    }
+    ck.secret = ssecret;
     ck.info = &si;
     src = store_scan(st, &si, on_seq, on_key, &ck);
     if (src != STORE_OK) {
@@ -401,7 +421,7 @@ static int find_secret(const char *data_dir, const char *old_store, uint8_t secr
     if (read_secret_file(data_dir, secret) == 0)
         return 0;
     store_t *st = NULL;
-    store_options_t so = {.read_only = true};
+    store_options_t so = {.read_only = true, .older_ok = true}; /* the secret of any format */
     if (store_open(old_store, &so, &st) == STORE_OK && store_secret(st, NULL, secret) == STORE_OK) {
         store_close(st);
         say(report, arg, 0, "secret: taken from the old store");
@@ -717,7 +737,8 @@ static int backup_store(const char *src_store, const char *dst_store, store_info
                         admin_report_fn report, void *arg)
 {
     char src_gens[PATH_LEN], dst_gens[PATH_LEN];
-    store_options_t so = {.read_only = true};
+    /* An older format is copied as it is: the start that opens the restored copy migrates it. */
+    store_options_t so = {.read_only = true, .older_ok = true};
     store_t *st = NULL;
     genset_t *gens = NULL;
     int rc = -1;
@@ -832,6 +853,21 @@ io:
     return -1;
 }
 
+/* DIR/TAGGED_FROM, when there is one: without it the copy's records would all be read as older
+ * than tags (correct, as tagging a tagged key changes nothing, but each read then scans them).
+ * 0 or -1 (reported). */
+static int backup_tagged_from(const char *data_dir, const char *to_dir, admin_report_fn report,
+                              void *arg)
+{
+    uint64_t from;
+    int rc = retag_read_from(data_dir, &from);
+    if (rc == 0)
+        rc = retag_write_from(to_dir, from);
+    if (rc < 0)
+        say(report, arg, 1, "copying %s/%s: %s", data_dir, RETAG_FILE, strerror(errno));
+    return rc < 0 ? -1 : 0;
+}
+
 int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn report,
                  admin_progress_fn progress, void *arg)
 {
@@ -861,6 +897,7 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
     if (commit_read_acked(data_dir, &acked) == 0 && acked > cut)
         cut = acked;
     if (backup_log(src_log, dst_log, cut, &copied, &segs, report, progress, arg) != 0 ||
+        backup_tagged_from(data_dir, to_dir, report, arg) != 0 ||
         backup_finish(to_dir, dst_store, dst_log, secret, cut, si.applied, report, arg) != 0)
         return ADMIN_ERROR;
     say(report, arg, 0, "log: %" PRIu64 " segments, %" PRIu64 " bytes, up to offset %" PRIu64, segs,

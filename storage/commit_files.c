@@ -1,7 +1,8 @@
 /*
  * commit_files.c: the group commit's small files in the data dir: the hash
- * secret (DIR/secret), the acknowledged end for readers (DIR/store/ACKED) and
- * lazy mode's marker (DIR/store/UNSYNCED).
+ * secret (DIR/secret), the acknowledged end for readers (DIR/store/ACKED),
+ * lazy mode's marker (DIR/store/UNSYNCED) and where keys began carrying
+ * their source's tag (DIR/TAGGED_FROM, storage/retag.h).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 
 #include "storage/commit_internal.h"
 #include "storage/fsutil.h"
+#include "storage/retag.h"
 
 #define ACKED_FILE      "ACKED" /* in DIR/store: the acknowledged end, for readers */
 #define UNSYNCED_MARKER "UNSYNCED"
@@ -240,4 +242,51 @@ void commit_files_clear_unsynced(commit_t *c, bool only_if_present)
         fsutil_sync_dir(dir);
     free(marker);
     free(dir);
+}
+
+/* ---- DIR/TAGGED_FROM: where keys began carrying their source's tag ---- */
+
+int commit_files_open_tagged(commit_t *c, uint64_t next_offset, char *errbuf, size_t errlen)
+{
+    uint64_t from;
+    int rc = retag_read_from(c->data_dir, &from);
+    c->retagged = c->retag_nosource = 0;
+    if (rc < 0) {
+        errbuf_printf(errbuf, errlen, "reading %s/%s: %s", c->data_dir, RETAG_FILE,
+                      errno == EINVAL ? "malformed" : strerror(errno));
+        return -1;
+    }
+    /* None yet: the first open by a binary that tags. Every record so far is untagged, and the
+     * file must be durable before the first tagged one is appended. After an older release ran
+     * here (a rollback), so are the records it appended: tagging a tagged key changes nothing. */
+    if ((rc == 1 || c->older_store) && retag_write_from(c->data_dir, from = next_offset) != 0) {
+        errbuf_printf(errbuf, errlen, "writing %s/%s: %s", c->data_dir, RETAG_FILE,
+                      strerror(errno));
+        return -1;
+    }
+    c->tagged_from = from;
+    c->older_store = false;
+    return 0;
+}
+
+void commit_files_retag(commit_t *c, log_record_t *rec)
+{
+    enum retag_result r = retag_record(c->secret, c->tagged_from, rec);
+    c->retagged += r == RETAG_RETAGGED;
+    c->retag_nosource += r == RETAG_NOSOURCE;
+}
+
+void commit_files_report_retag(commit_t *c)
+{
+    if (c->retagged > 0)
+        commit_notify(c, 2,
+                      "gave %llu log records from before keys carried source tags (below offset "
+                      "%llu) the tag of their source",
+                      (unsigned long long)c->retagged, (unsigned long long)c->tagged_from);
+    if (c->retag_nosource > 0)
+        commit_notify(c, 1,
+                      "%llu log records from before keys carried source tags have no \"source\" "
+                      "string: their keys were kept untagged (retries of them are not recognised)",
+                      (unsigned long long)c->retag_nosource);
+    c->retagged = c->retag_nosource = 0;
 }

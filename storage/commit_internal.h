@@ -89,6 +89,10 @@ struct commit {
     filter_spec_t fspec;
     log_t *log;
     uint8_t secret[KEYHASH_SECRET_LEN];
+    /* DIR/TAGGED_FROM (storage/retag.h): records below it get their source's tag when read; how
+     * many did at the last open, and how many had no source to take it from. */
+    uint64_t tagged_from, retagged, retag_nosource;
+    bool older_store; /* the store being opened was of an older format: rewrite TAGGED_FROM */
 
     pthread_t thread;
     bool thread_started;
@@ -358,6 +362,17 @@ int commit_files_unsynced_crash(const commit_t *c, const char *marker, char *err
 int commit_files_mark_unsynced(const commit_t *c, const char *marker, char *errbuf, size_t errlen);
 /* Syncs c->store and removes the marker (only_if_present: not even the sync without one). */
 void commit_files_clear_unsynced(commit_t *c, bool only_if_present);
+/*
+ * DIR/TAGGED_FROM into c->tagged_from; when there is none, or the store was of
+ * an older format (c->older_store: an older release may have appended since),
+ * writes it durably holding `next_offset` (the log's end: nothing is appended
+ * before this returns). Resets the retag counters. 0, or -1 with errbuf.
+ */
+int commit_files_open_tagged(commit_t *c, uint64_t next_offset, char *errbuf, size_t errlen);
+/* Gives a record read from the log its source's tag when it is older than tagging (counted). */
+void commit_files_retag(commit_t *c, log_record_t *rec);
+/* Tells the operator what the last open retagged, if anything. */
+void commit_files_report_retag(commit_t *c);
 
 /* ---- commit_checkpoint.c: the checkpointer thread (LMDB mode) ---- */
 

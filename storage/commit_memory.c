@@ -69,6 +69,8 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
     c->stats.filter_fpr = filter_asymptotic_fpr(c->filter);
     pthread_mutex_unlock(&c->mu);
     log_get_info(c->log, &li);
+    if (commit_files_open_tagged(c, li.next_offset, errbuf, errlen) != 0)
+        goto out;
     if ((lrc = log_reader_open(logdir, li.first_offset, &r)) != LOG_OK) {
         errbuf_printf(errbuf, errlen, "reading the log: %s", log_strerror(lrc));
         goto out;
@@ -76,6 +78,7 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
     log_record_t rec;
     uint64_t n = 0;
     while ((lrc = log_reader_next(r, li.next_offset, &rec)) == LOG_OK) {
+        commit_files_retag(c, &rec);
         filter_insert_if_absent(c->filter, rec.key);
         n++;
     }
@@ -84,6 +87,7 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
                       (unsigned long long)log_reader_position(r), log_strerror(lrc));
         goto out;
     }
+    commit_files_report_retag(c);
     pthread_mutex_lock(&c->mu);
     c->stats.replayed_at_open += n;
     pthread_mutex_unlock(&c->mu);

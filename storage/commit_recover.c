@@ -10,7 +10,9 @@
  * record past LMDB's applied offset, fsync the log once to prove the disk
  * takes writes, and only then open the writer's view. Lazy mode's machine
  * crash and a store of another format version both start from a fresh store
- * that the replay fills.
+ * that the replay fills (with its sealed generations, DIR/store/gens: a
+ * format 3 store's keys lack the source tag, and the replay gives records
+ * from before DIR/TAGGED_FROM theirs, storage/retag.h).
  *
  * Functions, in order: the replay (recover_replay_chunk,
  * recover_finish_evictions, recover_replay); the open, in its steps
@@ -55,6 +57,7 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
             store_abort(c->store);
             return STORE_ERROR;
         }
+        commit_files_retag(c, &rec); /* a key from before tags: as a new event's would be */
         bool replaced = false; /* the key's older entry made way: the source's count stays */
         rc = store_upsert(c->store, rec.key, rec.received_ms, rec.offset, &replaced);
         if (rc == STORE_OK && !replaced && srcmap_add(c->sources, rec.key) != 0)
@@ -265,7 +268,7 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
             /* Written by another format version: the log is the truth, rebuild from it. */
             commit_notify(c, 1,
                           "the LMDB store has another format version: rebuilding it from the log");
-            reset = true;
+            reset = c->older_store = true;
         } else if (src != STORE_OK) {
             errbuf_printf(errbuf, errlen, "opening LMDB store %s: %s", path, store_strerror(src));
             return -1;
@@ -389,10 +392,14 @@ int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen)
     if (recover_open_store(c, path, logdir, marker, &crashed, &aside, errbuf, errlen) != 0 ||
         recover_open_gens(c, path, errbuf, errlen) != 0 ||
         recover_open_log(c, logdir, errbuf, errlen) != 0 ||
-        commit_files_load_secret(c, c->store, errbuf, errlen) != 0 ||
-        recover_catch_up(c, logdir, errbuf, errlen) != 0)
+        commit_files_load_secret(c, c->store, errbuf, errlen) != 0)
         goto out;
     log_info_t li;
+    log_get_info(c->log, &li);
+    if (commit_files_open_tagged(c, li.next_offset, errbuf, errlen) != 0 ||
+        recover_catch_up(c, logdir, errbuf, errlen) != 0)
+        goto out;
+    commit_files_report_retag(c);
     log_get_info(c->log, &li);
     commit_files_open_acked(c, path, li.next_offset); /* the replay applied all of it */
     /* A marker left by a lazy run in this boot: once LMDB is synced, it is no longer needed. */

@@ -13,6 +13,7 @@
 #include "storage/genset.h"
 #include "storage/log.h"
 #include "storage/pending.h"
+#include "storage/retag.h"
 #include "storage/store.h"
 
 struct lookup {
@@ -63,8 +64,16 @@ static int read_tail(lookup_t *lk, const char *data_dir, char *errbuf, size_t er
     /* Retention never deletes the active segment, so this only matters for a restored copy. */
     if (log_describe(lk->log_dir, &li, NULL) == LOG_OK && li.first_offset > from)
         from = lk->gap_end = li.first_offset;
+    /* A replay cut short by a crash may leave records from before tags past the checkpoint. */
+    uint64_t tagged_from;
+    if (retag_read_from(data_dir, &tagged_from) < 0) {
+        errbuf_printf(errbuf, errlen, "reading %s/%s: %s", data_dir, RETAG_FILE,
+                      errno == EINVAL ? "malformed" : strerror(errno));
+        return -1;
+    }
     rc = log_reader_open(lk->log_dir, from, &r);
     while (rc == LOG_OK && (rc = log_reader_next(r, acked, &rec)) == LOG_OK) {
+        retag_record(lk->secret, tagged_from, &rec);
         if (pending_add(lk->tail, rec.key, rec.received_ms, rec.offset, &seq) != 0) {
             rc = LOG_NOMEM;
             break;
@@ -100,7 +109,11 @@ int lookup_open(const char *data_dir, lookup_t **out, char *errbuf, size_t errle
         (rc = store_reader_open(lk->store, &lk->reader)) != STORE_OK ||
         (rc = store_reader_info(lk->reader, &lk->si)) != STORE_OK) {
         errbuf_printf(errbuf, errlen, "reading the LMDB store %s: %s (%s)", lk->store_dir,
-                      store_strerror(rc), lk->store ? store_detail(lk->store) : "");
+                      store_strerror(rc),
+                      rc == STORE_VERSION ? "written by an older release: start `ingestd serve` "
+                                            "once, or run `ingestd rebuild`, to migrate it"
+                      : lk->store         ? store_detail(lk->store)
+                                          : "");
         goto fail;
     }
     if (genset_open_read_only(lk->gens_dir, &lk->gens) != GEN_OK) {

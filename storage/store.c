@@ -37,6 +37,7 @@ struct store {
     uint64_t next_seq; /* committed */
     uint64_t txn_seq;  /* next sequence inside the open transaction */
     bool read_only;
+    bool older_ok;   /* store_options_t.older_ok */
     int last_mdb;    /* last LMDB error code, for store_detail() */
     uint32_t *order; /* sort space of key_order */
     size_t order_cap;
@@ -178,13 +179,8 @@ static int open_dbs(store_t *st)
             goto out;
         }
         memcpy(&fmt, v.mv_data, sizeof(fmt));
-        /* Format 2 is format 3 with nothing sealed yet: migrated by writing the number. */
-        if (fmt == 2 && !st->read_only) {
-            fmt = STORE_FORMAT_VERSION;
-            if ((rc = meta_put(st, txn, "format", &fmt, sizeof(fmt))))
-                goto out;
-        }
-        if (fmt != STORE_FORMAT_VERSION && fmt != 2) {
+        /* Formats 2 and 3 hold keys without their source's tag: only a rebuild can add it. */
+        if (fmt != STORE_FORMAT_VERSION && !(st->older_ok && (fmt == 2 || fmt == 3))) {
             rc = STORE_VERSION;
             goto out;
         }
@@ -223,6 +219,7 @@ int store_open(const char *dir, const store_options_t *opts, store_t **out)
     if (!st)
         return STORE_NOMEM;
     st->read_only = opts && opts->read_only;
+    st->older_ok = st->read_only && opts->older_ok;
     if ((rc = xlate(st, mdb_env_create(&st->env))))
         goto fail;
     uint64_t map = opts && opts->map_size ? opts->map_size : DEFAULT_MAP_SIZE;

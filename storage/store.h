@@ -42,9 +42,10 @@ enum store_status {
                             abort, and go on in a new one (after committing what came before) */
 };
 
-/* 2: `keys` and `seq` as packed fixed-size duplicates; 3: meta "sealed" (a format 2 store is
- * migrated on open: it has sealed nothing) */
-#define STORE_FORMAT_VERSION 3
+/* 2: `keys` and `seq` as packed fixed-size duplicates; 3: meta "sealed"; 4: every key carries
+ * its source's tag (keyhash.h). A format 2 or 3 store is STORE_VERSION: its keys (and its
+ * generations') lack the tag, so the commit module rebuilds it from the log (storage/retag.h). */
+#define STORE_FORMAT_VERSION 4
 
 /* How LMDB makes its own commits durable (docs/durability.md says which is safe when). */
 enum store_sync {
@@ -61,6 +62,9 @@ enum store_sync {
 typedef struct store_options {
     uint64_t map_size; /* initial map size in bytes (grown on demand); 0: 1 GiB */
     bool read_only;    /* open for reading only (e.g. `log cat`, `check`) */
+    bool older_ok;     /* read_only only: take a format 2 or 3 store too (the same databases,
+                          keys without tags), for readers of its meta values, applied offset and
+                          secret (`log cat`, `backup`), never of its keys */
     enum store_sync sync;
 } store_options_t;
 

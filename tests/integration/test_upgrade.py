@@ -1,4 +1,4 @@
-"""A data dir written by the previous release (LMDB store format 2) is migrated on open.
+"""A data dir written by an older release (LMDB store format 2) is migrated on open (rebuilt).
 
 tests/data/datadir-v2 was written by `ingestd serve` at store format 2 (before generations):
 write key k1:s1, three batches of two events, messageIds v2-1..v2-3 and v2-x1..v2-x3.
@@ -32,7 +32,8 @@ class UpgradeFromFormat2(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
 
     def test_serve_migrates_and_keeps_the_window(self):
-        with Server(keys=("k1:s1",), data_dir=self.data) as srv:
+        # --window 365d: the fixture's receivedAt (2026-11-24) must stay inside the window.
+        with Server(keys=("k1:s1",), data_dir=self.data, args=["--window", "365d"]) as srv:
             # Every id the old release accepted is still a duplicate; a new one is accepted.
             r = srv.batch([track(mid=m) for m in OLD_IDS] + [track(mid="after-upgrade")], key="k1")
             self.assertEqual(r.status, 200, r)
