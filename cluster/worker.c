@@ -15,6 +15,7 @@
 
 #include "cluster/internal.h"
 #include "cluster/partition.h"
+#include "cluster/worker_merge.h"
 #include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/prom.h"
@@ -48,13 +49,15 @@ typedef struct part {
     int64_t batch_last;   /* last offset of the current batch in this partition; -1 none */
     bool needs_kafka;     /* the batch has records past repair_until here */
     uint64_t epoch;       /* which assignment opened it (cluster_worker.epochs) */
+    /* its handle with the merger, which merges gs off this thread (worker_merge.h) */
+    worker_merge_part_t *mp;
 } part_t;
 
 /* What /stats shows of one partition (copied under snap_mu). */
 typedef struct part_snap {
     int32_t id;
     uint64_t keys, applied; /* keys: the young store's and the generations' */
-    uint64_t generations, generation_keys;
+    uint64_t generations, generation_keys, merges;
     int64_t oldest_ms, committed, high, position;
 } part_snap_t;
 
@@ -80,6 +83,8 @@ struct cluster_worker {
     rd_kafka_t *consumer, *producer;
     rd_kafka_t *mirror; /* --mirror-offsets: where offsets are mirrored (mirror_new) */
     part_t **parts;     /* indexed by partition id; NULL when not assigned */
+    /* merges every partition's generations off the consuming thread */
+    worker_merger_t *merger;
     int32_t nparts_cap;
     uint64_t epochs; /* assignments so far: each part_open takes the next one */
     atomic_bool stop, ready;
@@ -153,6 +158,8 @@ static int part_open_gens(cluster_worker_t *w, part_t *p, const char *dir)
     if (grc != GEN_OK)
         return grc == GEN_NOMEM ? STORE_NOMEM : STORE_CORRUPT;
     int src = seal_recover(p->st, p->gs);
+    if (src == STORE_OK && worker_merger_add(w->merger, p->id, p->gs, &p->mp) != 0)
+        src = STORE_NOMEM;
     if (src == STORE_OK)
         p->gv = genset_view(p->gs);
     return src;
@@ -163,11 +170,22 @@ static uint64_t young_keys(const cluster_worker_t *w)
     return w->o.young_keys ? w->o.young_keys : GENSET_YOUNG_KEYS;
 }
 
+/* The merger's failures (on its thread; the log sink takes any thread's). */
+static void on_merge_fail(void *arg, int32_t partition, int rc, size_t n)
+{
+    wlog(arg, 1,
+         "partition %" PRId32 ": merging %zu generations: %s; the window stays whole, and the "
+         "merge is tried again after the next seal or drop",
+         partition, n, gen_strerror(rc));
+}
+
 /*
  * Between batches (no LMDB transaction open): seals a full young store, then
- * drops and merges generations as the window's rule says, at most once a
- * second unless a seal was done. A failure is logged and left for the next
- * time: the window stays whole either way (seal.h).
+ * drops generations as the window's rule says, at most once a second unless a
+ * seal was done, and after either asks the merger to merge (worker_merge.h):
+ * a merge takes seconds at 100M keys, which this thread must not stop
+ * consuming for. A failure is logged and left for the next time: the window
+ * stays whole either way (seal.h).
  */
 static void part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
 {
@@ -184,8 +202,11 @@ static void part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
     if (src == STORE_OK && (sealed > 0 || now - p->maintained >= MAINTAIN_EVERY_MS)) {
         genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young);
         seal_result_t sr;
+        gp.fanin = 0; /* drops only: merges are the merger's */
         p->maintained = now;
         src = seal_maintain(p->gs, &gp, now, info.keys, &sr);
+        if (src == STORE_OK && (sealed > 0 || sr.dropped_age + sr.dropped_size > 0))
+            worker_merger_kick(p->mp);
     }
     genset_view_release(p->gv);
     p->gv = genset_view(p->gs);
@@ -308,6 +329,7 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     *out = p;
     return CLUSTER_OK;
 fail:
+    worker_merger_remove(p->mp);
     genset_view_release(p->gv);
     genset_close(p->gs);
     store_close(p->st);
@@ -320,7 +342,8 @@ static void part_close(cluster_worker_t *w, int32_t id)
     part_t *p = part_get(w, id);
     if (p == NULL)
         return;
-    store_close(p->st); /* aborts an open txn, if any */
+    worker_merger_remove(p->mp); /* cancels its merge: a revoke must not wait seconds for it */
+    store_close(p->st);          /* aborts an open txn, if any */
     genset_view_release(p->gv);
     genset_close(p->gs);
     free(p);
@@ -657,6 +680,12 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
     pthread_mutex_init(&w->snap_mu, NULL);
     pthread_mutex_init(&w->lk_mu, NULL);
     pthread_cond_init(&w->lk_cv, NULL);
+    genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young_keys(w));
+    if ((rc = worker_merger_new(&gp, on_merge_fail, w, &w->merger)) != 0) {
+        errbuf_printf(err, errlen, "starting the merger thread: %s", strerror(rc));
+        cluster_worker_free(w);
+        return CLUSTER_NOMEM;
+    }
     atomic_init(&w->stop, false);
     atomic_init(&w->ready, false);
     snprintf(w->txn_id, sizeof w->txn_id, "%s-%s-%s",
@@ -1417,6 +1446,7 @@ static void snapshot(cluster_worker_t *w)
                                .keys = info.keys + gt.keys,
                                .generations = genset_view_count(p->gv),
                                .generation_keys = gt.keys,
+                               .merges = worker_merger_merges(p->mp),
                                .applied = p->applied,
                                .oldest_ms = oldest,
                                .committed = p->committed,
@@ -1463,11 +1493,12 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
             s->high >= 0 && s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
         fprintf(f,
                 "%s{\"partition\":%" PRId32 ",\"keys\":%" PRIu64 ",\"generations\":%" PRIu64
-                ",\"generation_keys\":%" PRIu64 ",\"effective_window_seconds\":%" PRId64
-                ",\"applied_offset\":%" PRIu64 ",\"committed_offset\":%" PRId64
-                ",\"high_watermark\":%" PRId64 ",\"lag\":%" PRId64 "}",
-                i ? "," : "", s->id, s->keys, s->generations, s->generation_keys, eff, s->applied,
-                s->committed, s->high, lag);
+                ",\"generation_keys\":%" PRIu64 ",\"merges\":%" PRIu64
+                ",\"effective_window_seconds\":%" PRId64 ",\"applied_offset\":%" PRIu64
+                ",\"committed_offset\":%" PRId64 ",\"high_watermark\":%" PRId64 ",\"lag\":%" PRId64
+                "}",
+                i ? "," : "", s->id, s->keys, s->generations, s->generation_keys, s->merges, eff,
+                s->applied, s->committed, s->high, lag);
     }
     pthread_mutex_unlock(&w->snap_mu);
     fputs("]}", f);
@@ -1549,6 +1580,7 @@ void cluster_worker_free(cluster_worker_t *w)
         rd_kafka_destroy(w->producer);
     for (int32_t i = 0; i < w->nparts_cap; i++)
         part_close(w, i);
+    worker_merger_free(w->merger); /* after the partitions: none is left to merge */
     free(w->parts);
     free(w->snap);
     pthread_mutex_destroy(&w->snap_mu);

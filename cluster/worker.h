@@ -24,7 +24,8 @@
  *   2. one Kafka transaction: produce the non-duplicates to the output topic,
  *      send_offsets_to_transaction with the group metadata, commit;
  *   3. commit the LMDB txns; then seal a young store that is full, and drop
- *      and merge generations as the rule says (also while idle).
+ *      generations as the rule says (also while idle); merges run on the
+ *      worker's merger thread (cluster/worker_merge.h), not between batches.
  * Any failure in 2 aborts the LMDB txns as well (an aborted transaction never
  * leaves keys behind) and rewinds the consumer to its positions below; a
  * fatal producer error (fencing) re-creates the producer first.

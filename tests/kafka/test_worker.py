@@ -314,6 +314,59 @@ class WorkerTest(unittest.TestCase):
         self.check_once(consume(self.mock), expected)
         w2.stop()
 
+    def test_merges_off_the_consuming_thread(self):
+        """Generations merge on the worker's merger thread while batches flow; a rebalance, a
+        SIGTERM and a SIGKILL land among the merges: every event comes out exactly once, and
+        the partitions keep being consumed. (A merge here takes milliseconds, so whether one is
+        cut mid-write is chance; tests/unit/cluster/test_worker_merge.c cancels one for sure.)"""
+        args = ["--young-keys", "5", "--max-batch", "8"]  # generations of 5 to 12 keys
+
+        def merges(w):
+            return sum(p["merges"] for p in w.stats()["partitions"])
+        a = self.worker("wa", args=args)
+        a.wait_ready()
+        evs = batch("m", 2000)
+        produce(self.mock, evs[:1000])
+        deadline_wait(lambda: a.stats()["events"]["consumed"] == 1000, WAIT, "1000 consumed")
+        deadline_wait(lambda: all(p["merges"] > 0 for p in a.stats()["partitions"]), WAIT,
+                      "merges in every partition")
+        # A second member joins while batches flow: the rebalance revokes some of a's partitions
+        # in the middle of their merges and maintenance.
+        produce(self.mock, evs[1000:1500] + evs[:400])
+        b = self.worker("wb", args=args)
+        deadline_wait(lambda: len(a.stats()["partitions"]) + len(b.stats()["partitions"]) == 4
+                      and len(b.stats()["partitions"]) > 0 and b.stats()["ready"], WAIT,
+                      "4 partitions split over two workers")
+        produce(self.mock, evs[1500:] + evs[400:800])
+        expected = {(s, m) for s, m, _ in evs}
+        self.wait_output(expected)
+        deadline_wait(lambda: merges(b) > 0, WAIT, "merges on the second worker too")
+        self.check_once(consume(self.mock), expected)
+        # SIGTERM while b merges what it rebuilt: a clean exit (stop() asserts 0), and b takes
+        # every partition and goes on consuming.
+        a.stop()
+        fresh = batch("n", 300)
+        produce(self.mock, fresh + evs[:1000])
+        expected |= {(s, m) for s, m, _ in fresh}
+        deadline_wait(lambda: len(b.stats()["partitions"]) == 4, WAIT,
+                      "the survivor owns all 4 partitions")
+        self.wait_output(expected)
+        self.check_once(consume(self.mock), expected)
+        # SIGKILL while batches flow, restart on the same data: still exactly once.
+        more = batch("o", 300)
+        produce(self.mock, more + evs[1000:])
+        consumed = b.stats()["events"]["consumed"]
+        deadline_wait(lambda: b.stats()["events"]["consumed"] > consumed, WAIT, "b consuming")
+        b.kill()
+        b2 = self.worker("wb", args=args)
+        expected |= {(s, m) for s, m, _ in more}
+        self.wait_output(expected)
+        deadline_wait(lambda: len(b2.stats()["partitions"]) == 4 and
+                      all(p["lag"] == 0 for p in b2.stats()["partitions"]), WAIT, "no lag")
+        # A kill inside a transaction leaves its records visible on the mock only.
+        self.check_once(consume(self.mock), expected, reproduced_ok=True)
+        b2.stop()
+
     def crash_at(self, point, reproduced_ok):
         """SIGKILL at an exact point of the second transaction, restart, check."""
         w = self.worker(extra_env={"INGESTD_WORKER_CRASH_AT": "%s:2" % point},
