@@ -51,6 +51,7 @@ typedef struct part {
     uint64_t epoch;       /* which assignment opened it (cluster_worker.epochs) */
     /* its handle with the merger, which merges gs off this thread (worker_merge.h) */
     worker_merge_part_t *mp;
+    srcmap_t *sources; /* the young store's keys by source: --max-keys is per source */
 } part_t;
 
 /* What /stats shows of one partition (copied under snap_mu). */
@@ -151,6 +152,8 @@ static int part_open_gens(cluster_worker_t *w, part_t *p, const char *dir)
 {
     char *gdir = fsutil_join(dir, "gens");
     int grc = gdir ? genset_open(gdir, 0, &p->gs) : GEN_NOMEM;
+    if (grc == GEN_OK)
+        grc = genset_set_budget(p->gs, w->o.max_keys);
     if (grc != GEN_OK)
         wlog(w, 0, "partition %" PRId32 ": generations in %s/gens: %s", p->id, dir,
              gen_strerror(grc));
@@ -198,6 +201,8 @@ static void part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
             src = STORE_OK; /* the young store is being made whole: seal later */
         if (src == STORE_OK && sealed > 0)
             src = store_get_info(p->st, &info);
+        if (src == STORE_OK && sealed > 0)
+            src = store_count_sources(p->st, p->sources); /* the young store is emptied */
     }
     if (src == STORE_OK && (sealed > 0 || now - p->maintained >= MAINTAIN_EVERY_MS)) {
         genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young);
@@ -320,6 +325,9 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
         src = store_secret(p->st, NULL, p->secret);
     if (src == STORE_OK && (src = part_open_gens(w, p, dir)) == STORE_OK)
         src = store_get_info(p->st, &info);
+    if (src == STORE_OK)
+        src = (p->sources = srcmap_new(w->o.max_keys)) ? store_count_sources(p->st, p->sources)
+                                                       : STORE_NOMEM;
     if (src != STORE_OK) {
         wlog(w, 0, "partition %" PRId32 ": store %s: %s", id, dir, store_strerror(src));
         goto fail;
@@ -333,6 +341,7 @@ fail:
     genset_view_release(p->gv);
     genset_close(p->gs);
     store_close(p->st);
+    srcmap_free(p->sources);
     free(p);
     return rc;
 }
@@ -346,6 +355,7 @@ static void part_close(cluster_worker_t *w, int32_t id)
     store_close(p->st);          /* aborts an open txn, if any */
     genset_view_release(p->gv);
     genset_close(p->gs);
+    srcmap_free(p->sources);
     free(p);
     w->parts[id] = NULL;
 }
@@ -735,6 +745,9 @@ static void abort_stores(cluster_worker_t *w)
         if (p != NULL && p->txn_open) {
             store_abort(p->st);
             p->txn_open = false;
+            /* The batch's keys went with it: count the store again (a failure leaves the old
+             * counts, which only bend the budget until the next seal). */
+            store_count_sources(p->st, p->sources);
         }
         if (p != NULL) {
             p->batch_last = -1;
@@ -784,7 +797,7 @@ static int part_begin(part_t *p, const window_policy_t *wp, int64_t now, size_t 
     if (src != STORE_OK)
         return src;
     p->txn_open = true;
-    return store_evict_pass(p->st, window_before_batch(wp, now, n), ea, es);
+    return store_evict_sources(p->st, window_before_batch(wp, now, n), p->sources, ea, es);
 }
 
 /* One raw message m of partition p: its key into the store, counted; *produce when it goes
@@ -817,6 +830,8 @@ static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m
         return src;
     if (!present && (src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
         return src;
+    if (!present && !dup && srcmap_add(p->sources, key) != 0)
+        return STORE_NOMEM;
     if (m->offset < p->repair_until) {
         c->repaired++;
         return STORE_OK;
@@ -847,8 +862,8 @@ static int stage_close(cluster_worker_t *w, const window_policy_t *wp, size_t n,
         if (p == NULL || !p->txn_open)
             continue;
         *failed = p;
-        if (w->o.max_keys > 0 &&
-            (src = store_evict_pass(p->st, window_after_batch(wp, n), ea, es)) != STORE_OK)
+        if (w->o.max_keys > 0 && (src = store_evict_sources(p->st, window_after_batch(wp, n),
+                                                            p->sources, ea, es)) != STORE_OK)
             return src;
         if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
             return src;

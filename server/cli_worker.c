@@ -62,7 +62,7 @@ static const opts_spec_t SPECS[] = {
                   "de-duplication window: 90s, 15m, 24h, 28d (1s..365d)"},
     [O_MAX_KEYS] = {"max-keys", NULL, "INGESTD_MAX_KEYS", OPTS_DEFAULT_MAX_KEYS, OPTS_COUNT, 0,
                     OPTS_MAX_KEYS_MAX, "N",
-                    "keys kept per partition before the window shortens; 0: no bound"},
+                    "keys kept per source in each partition before its window shortens; 0: no bound"},
     [O_YOUNG] = {"young-keys", NULL, "INGESTD_YOUNG_KEYS", OPTS_DEFAULT_YOUNG_KEYS, OPTS_COUNT, 1,
                  OPTS_YOUNG_KEYS_MAX, "N",
                  "keys a partition's LMDB store holds before they are sealed into a generation "
