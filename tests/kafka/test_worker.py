@@ -276,6 +276,28 @@ class WorkerTest(unittest.TestCase):
         self.check_once(consume(self.mock), expected)
         w2.stop()
 
+    def test_source_budgets(self):
+        """--max-keys is per source in each partition: a flood from one source ages out only its
+        own keys, so another source's retries stay duplicates."""
+        w = self.worker(args=["--max-keys", "50"])
+        w.wait_ready()
+        calm = batch("c", 20, sources=("calm",))
+        flood = batch("f", 800, sources=("flood",))
+        produce(self.mock, calm)
+        deadline_wait(lambda: w.stats()["events"]["consumed"] == 20, WAIT, "20 consumed")
+        produce(self.mock, flood)
+        deadline_wait(lambda: w.stats()["events"]["consumed"] == 820, WAIT, "820 consumed")
+        produce(self.mock, calm)  # the retries, after the flood
+        deadline_wait(lambda: w.stats()["events"]["consumed"] == 840, WAIT, "840 consumed")
+        st = w.stats()
+        self.assertEqual(st["events"]["duplicates"], 20, st["events"])
+        self.assertEqual(st["events"]["produced"], 820, st["events"])
+        # 800 over four partitions, 50 kept in each: its oldest ones are new again.
+        produce(self.mock, flood[:100])
+        deadline_wait(lambda: w.stats()["events"]["consumed"] == 940, WAIT, "940 consumed")
+        self.assertEqual(w.stats()["events"]["produced"], 920)
+        w.stop()
+
     def test_generations_exactly_once(self):
         """A small young store seals each partition's keys into generations: retries of sealed
         keys stay out, across a SIGKILL and restart too."""
