@@ -494,6 +494,7 @@ static enum member classify(const char *k, size_t n)
 typedef struct build {
     const batch_options_t *o;
     size_t source_len;
+    uint32_t source_tag;               /* keyhash_source_tag of o->source, once per request */
     const json_t *bsent, *bctx, *bint; /* batch-level values, NULL when absent */
     char now[TIMESTAMP_BUF_LEN];       /* receivedAt, formatted once per request */
     bool now_ok;
@@ -706,7 +707,7 @@ static int normalise(build_t *b, const json_t *ev, batch_event_t *out, const cha
         return -1;
     out->message_id_len = mid_len;
     if (o->secret != NULL)
-        keyhash(o->secret, o->source, b->source_len, mid, mid_len, out->key);
+        keyhash_tagged(o->secret, b->source_tag, o->source, b->source_len, mid, mid_len, out->key);
     else
         memset(out->key, 0, sizeof(out->key));
     out->len = len;
@@ -838,6 +839,8 @@ int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_erro
         .bctx = bctx,
         .bint = bint,
     };
+    if (o->secret != NULL)
+        b.source_tag = keyhash_source_tag(o->secret, o->source, b.source_len);
     b.now_ok = timestamp_format(o->now_ms, b.now) == 0;
     b.hsent_ok = o->sent_at_header &&
                  timestamp_parse(o->sent_at_header, strlen(o->sent_at_header), &b.hsent_ms) == 0;

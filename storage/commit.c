@@ -134,7 +134,8 @@ size_t commit_sources(commit_t *c, commit_source_t *out, size_t max)
 {
     pthread_mutex_lock(&c->mu);
     size_t n = c->src_copy_n;
-    memcpy(out, c->src_copy, (n < max ? n : max) * sizeof(*out));
+    if (out && max > 0 && n > 0)
+        memcpy(out, c->src_copy, (n < max ? n : max) * sizeof(*out));
     pthread_mutex_unlock(&c->mu);
     return n;
 }

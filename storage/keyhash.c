@@ -107,8 +107,9 @@ void keyhash_siphash128(const uint8_t key[16], const void *data, size_t len, uin
     sip_final(&s, out);
 }
 
-void keyhash(const uint8_t secret[KEYHASH_SECRET_LEN], const char *source, size_t source_len,
-             const char *message_id, size_t message_id_len, uint8_t out[KEYHASH_LEN])
+void keyhash_tagged(const uint8_t secret[KEYHASH_SECRET_LEN], uint32_t tag, const char *source,
+                    size_t source_len, const char *message_id, size_t message_id_len,
+                    uint8_t out[KEYHASH_LEN])
 {
     /* The length prefix keeps ("ab","c") and ("a","bc") apart. */
     uint8_t prefix[4] = {(uint8_t)source_len, (uint8_t)(source_len >> 8),
@@ -119,7 +120,14 @@ void keyhash(const uint8_t secret[KEYHASH_SECRET_LEN], const char *source, size_
     sip_update(&s, source, source_len);
     sip_update(&s, message_id, message_id_len);
     sip_final(&s, out);
-    keyhash_set_source(out, keyhash_source_tag(secret, source, source_len));
+    keyhash_set_source(out, tag);
+}
+
+void keyhash(const uint8_t secret[KEYHASH_SECRET_LEN], const char *source, size_t source_len,
+             const char *message_id, size_t message_id_len, uint8_t out[KEYHASH_LEN])
+{
+    keyhash_tagged(secret, keyhash_source_tag(secret, source, source_len), source, source_len,
+                   message_id, message_id_len, out);
 }
 
 uint32_t keyhash_source_tag(const uint8_t secret[KEYHASH_SECRET_LEN], const char *source,

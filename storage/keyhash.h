@@ -27,6 +27,12 @@
 void keyhash(const uint8_t secret[KEYHASH_SECRET_LEN], const char *source, size_t source_len,
              const char *message_id, size_t message_id_len, uint8_t out[KEYHASH_LEN]);
 
+/* keyhash with the source's tag computed already (keyhash_source_tag of the same secret and
+ * source): a request's events share one source, so the tag's SipHash is paid once. */
+void keyhash_tagged(const uint8_t secret[KEYHASH_SECRET_LEN], uint32_t tag, const char *source,
+                    size_t source_len, const char *message_id, size_t message_id_len,
+                    uint8_t out[KEYHASH_LEN]);
+
 /* A source's 32-bit tag: SipHash-2-4 of (0xffffffff, source), a length no source has, so it is
  * no key's hash. Two sources share a tag (and so a budget) with odds of about 1 in 2^32 per
  * pair. Pure function; thread-safe. */
