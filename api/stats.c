@@ -228,34 +228,15 @@ static void metrics_sources(prom_t *p, api_t *api, int64_t now_ms)
 {
     size_t n;
     named_source_t *ns = named_sources(api, &n);
-    char lab[256], lab2[300];
-    prom_head(p, "dedupe_source_keys", PROM_GAUGE,
-              "Keys of a source in the window's young part (all of them when it never seals).");
-    for (size_t i = 0; i < n; i++) {
-        lab[0] = '\0';
-        if (prom_label(lab, sizeof(lab), "source", ns[i].name) == 0)
-            prom_sample_u64(p, "dedupe_source_keys", lab, ns[i].s.keys);
-    }
-    prom_head(p, "dedupe_source_evicted_total", PROM_COUNTER,
-              "Keys of a source evicted from the window, by reason.");
-    for (size_t i = 0; i < n; i++) {
-        lab[0] = '\0';
-        if (prom_label(lab, sizeof(lab), "source", ns[i].name) != 0)
-            continue;
-        snprintf(lab2, sizeof(lab2), "%s,reason=\"age\"", lab);
-        prom_sample_u64(p, "dedupe_source_evicted_total", lab2, ns[i].s.evicted_age);
-        snprintf(lab2, sizeof(lab2), "%s,reason=\"size\"", lab);
-        prom_sample_u64(p, "dedupe_source_evicted_total", lab2, ns[i].s.evicted_size);
-    }
-    prom_head(p, "dedupe_source_effective_window_seconds", PROM_GAUGE,
-              "Seconds since a source's newest evicted key was received: every later key of it "
-              "is in the window (absent while it has forgotten none).");
-    for (size_t i = 0; i < n; i++) {
-        int64_t w = source_window_s(&ns[i].s, now_ms);
-        lab[0] = '\0';
-        if (w >= 0 && prom_label(lab, sizeof(lab), "source", ns[i].name) == 0)
-            prom_sample_i64(p, "dedupe_source_effective_window_seconds", lab, w);
-    }
+    prom_source_t *ps = n ? calloc(n, sizeof(*ps)) : NULL;
+    for (size_t i = 0; ps && i < n; i++)
+        ps[i] = (prom_source_t){.name = ns[i].name,
+                                .keys = ns[i].s.keys,
+                                .evicted_age = ns[i].s.evicted_age,
+                                .evicted_size = ns[i].s.evicted_size,
+                                .window_s = source_window_s(&ns[i].s, now_ms)};
+    prom_sources(p, ps, ps ? n : 0);
+    free(ps);
     free(ns);
 }
 

@@ -16,6 +16,7 @@
 #include "cluster/internal.h"
 #include "cluster/partition.h"
 #include "cluster/worker_merge.h"
+#include "cluster/worker_sources.h"
 #include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/prom.h"
@@ -86,6 +87,7 @@ struct cluster_worker {
     part_t **parts;     /* indexed by partition id; NULL when not assigned */
     /* merges every partition's generations off the consuming thread */
     worker_merger_t *merger;
+    worker_sources_t *sources; /* the windows by source, for /stats and /metrics */
     int32_t nparts_cap;
     uint64_t epochs; /* assignments so far: each part_open takes the next one */
     atomic_bool stop, ready;
@@ -690,6 +692,10 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
     pthread_mutex_init(&w->snap_mu, NULL);
     pthread_mutex_init(&w->lk_mu, NULL);
     pthread_cond_init(&w->lk_cv, NULL);
+    if ((w->sources = worker_sources_new()) == NULL) {
+        cluster_worker_free(w);
+        return CLUSTER_NOMEM;
+    }
     genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young_keys(w));
     if ((rc = worker_merger_new(&gp, on_merge_fail, w, &w->merger)) != 0) {
         errbuf_printf(err, errlen, "starting the merger thread: %s", strerror(rc));
@@ -822,6 +828,7 @@ static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m
         return STORE_OK;
     }
     keyhash(p->secret, src_s, src_len, mid, mid_len, key);
+    worker_sources_name(w->sources, keyhash_source(key), src_s, src_len);
     int64_t ts = rd_kafka_message_timestamp(m, &tst);
     if (ts <= 0)
         ts = now;
@@ -1443,10 +1450,13 @@ static void snapshot(cluster_worker_t *w)
     if (cnt && s == NULL)
         return;
     size_t k = 0;
+    worker_sources_begin(w->sources);
     for (int32_t i = 0; i < w->nparts_cap && k < cnt; i++) {
         part_t *p = w->parts[i];
         if (p == NULL)
             continue;
+        worker_sources_add_young(w->sources, p->sources);
+        worker_sources_add_gens(w->sources, p->gv);
         store_info_t info;
         memset(&info, 0, sizeof info);
         if (!p->txn_open)
@@ -1468,6 +1478,7 @@ static void snapshot(cluster_worker_t *w)
                                .high = hi,
                                .position = (int64_t)p->applied};
     }
+    worker_sources_publish(w->sources);
     pthread_mutex_lock(&w->snap_mu);
     free(w->snap);
     w->snap = s;
@@ -1490,17 +1501,20 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
             "{\"role\":\"worker\",\"ready\":%s,\"group\":\"%s\",\"group_instance_id\":%s%s%s,"
             "\"raw_topic\":\"%s\","
             "\"out_topic\":\"%s\",\"transactional_id\":\"%s\","
-            "\"dedupe\":{\"window_seconds\":%" PRId64 ",\"max_keys\":%" PRIu64 "},"
-            "\"events\":{\"consumed\":%" PRIu64 ",\"produced\":%" PRIu64 ",\"duplicates\":%" PRIu64
-            ",\"owner_replays\":%" PRIu64 ",\"repaired\":%" PRIu64 ",\"malformed\":%" PRIu64 "},"
-            "\"transactions\":{\"committed\":%" PRIu64 ",\"aborted\":%" PRIu64
-            ",\"producer_restarts\":%" PRIu64 "},\"store_errors\":%" PRIu64 ",\"partitions\":[",
+            "\"dedupe\":{\"window_seconds\":%" PRId64 ",\"max_keys\":%" PRIu64 ",\"sources\":",
             atomic_load(&w->ready) ? "true" : "false", w->o.group,
             w->o.dynamic_membership ? "" : "\"", w->o.dynamic_membership ? "null" : w->instance_id,
             w->o.dynamic_membership ? "" : "\"", w->o.raw_topic, w->o.out_topic, w->txn_id,
-            w->o.window_ms / 1000, w->o.max_keys, c->consumed, c->produced, c->duplicates,
-            c->owners, c->repaired, c->malformed, c->txn_committed, c->txn_aborted,
-            c->producer_restarts, c->store_errors);
+            w->o.window_ms / 1000, w->o.max_keys);
+    worker_sources_json(w->sources, f, now);
+    fprintf(f,
+            "},\"events\":{\"consumed\":%" PRIu64 ",\"produced\":%" PRIu64
+            ",\"duplicates\":%" PRIu64 ",\"owner_replays\":%" PRIu64 ",\"repaired\":%" PRIu64
+            ",\"malformed\":%" PRIu64 "},"
+            "\"transactions\":{\"committed\":%" PRIu64 ",\"aborted\":%" PRIu64
+            ",\"producer_restarts\":%" PRIu64 "},\"store_errors\":%" PRIu64 ",\"partitions\":[",
+            c->consumed, c->produced, c->duplicates, c->owners, c->repaired, c->malformed,
+            c->txn_committed, c->txn_aborted, c->producer_restarts, c->store_errors);
     for (size_t i = 0; i < w->nsnap; i++) {
         const part_snap_t *s = &w->snap[i];
         int64_t eff = s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
@@ -1580,6 +1594,7 @@ char *cluster_worker_metrics(cluster_worker_t *w)
         }
     }
     pthread_mutex_unlock(&w->snap_mu);
+    worker_sources_prom(w->sources, p, now);
     return prom_take(p, NULL);
 }
 
@@ -1596,6 +1611,7 @@ void cluster_worker_free(cluster_worker_t *w)
     for (int32_t i = 0; i < w->nparts_cap; i++)
         part_close(w, i);
     worker_merger_free(w->merger); /* after the partitions: none is left to merge */
+    worker_sources_free(w->sources);
     free(w->parts);
     free(w->snap);
     pthread_mutex_destroy(&w->snap_mu);

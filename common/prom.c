@@ -271,3 +271,34 @@ full:
     buf[start] = '\0';
     return -1;
 }
+
+void prom_sources(prom_t *p, const prom_source_t *src, size_t n)
+{
+    char lb[256], lb2[300];
+    prom_head(p, "dedupe_source_keys", PROM_GAUGE,
+              "Keys of a source in the window (--max-keys bounds each source's).");
+    for (size_t i = 0; i < n; i++) {
+        lb[0] = '\0';
+        if (prom_label(lb, sizeof(lb), "source", src[i].name) == 0)
+            prom_sample_u64(p, "dedupe_source_keys", lb, src[i].keys);
+    }
+    prom_head(p, "dedupe_source_evicted_total", PROM_COUNTER,
+              "Keys of a source evicted from the window key by key, by reason.");
+    for (size_t i = 0; i < n; i++) {
+        lb[0] = '\0';
+        if (prom_label(lb, sizeof(lb), "source", src[i].name) != 0)
+            continue;
+        snprintf(lb2, sizeof(lb2), "%s,reason=\"age\"", lb);
+        prom_sample_u64(p, "dedupe_source_evicted_total", lb2, src[i].evicted_age);
+        snprintf(lb2, sizeof(lb2), "%s,reason=\"size\"", lb);
+        prom_sample_u64(p, "dedupe_source_evicted_total", lb2, src[i].evicted_size);
+    }
+    prom_head(p, "dedupe_source_effective_window_seconds", PROM_GAUGE,
+              "Seconds since a source's newest evicted key was received: every later key of it "
+              "is in the window (absent while it has forgotten none).");
+    for (size_t i = 0; i < n; i++) {
+        lb[0] = '\0';
+        if (src[i].window_s >= 0 && prom_label(lb, sizeof(lb), "source", src[i].name) == 0)
+            prom_sample_i64(p, "dedupe_source_effective_window_seconds", lb, src[i].window_s);
+    }
+}

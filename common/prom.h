@@ -83,4 +83,15 @@ void prom_histogram(prom_t *p, const char *name, const char *labels, const doubl
  */
 int prom_label(char *buf, size_t len, const char *key, const char *value);
 
+/* One source's window (per-source budgets, docs/window.md), for prom_sources. */
+typedef struct prom_source {
+    const char *name;
+    uint64_t keys, evicted_age, evicted_size;
+    int64_t window_s; /* seconds since its newest forgotten key; < 0: it forgot none */
+} prom_source_t;
+
+/* The ingestd_dedupe_source_* series of src[0..n) (the server's and the worker's): keys,
+ * evicted_total{reason} and effective_window_seconds (only of those that forgot one). */
+void prom_sources(prom_t *p, const prom_source_t *src, size_t n);
+
 #endif

@@ -292,6 +292,16 @@ class WorkerTest(unittest.TestCase):
         st = w.stats()
         self.assertEqual(st["events"]["duplicates"], 20, st["events"])
         self.assertEqual(st["events"]["produced"], 820, st["events"])
+        # /stats by source, named from the records: 50 of the flood kept per partition.
+        deadline_wait(lambda: {s["source"] for s in w.stats()["dedupe"]["sources"]}
+                      == {"calm", "flood"}, WAIT, "both sources in /stats")
+        by = {s["source"]: s for s in w.stats()["dedupe"]["sources"]}
+        self.assertEqual(by["calm"]["keys"], 20, by)
+        self.assertIsNone(by["calm"]["effective_window_seconds"], by)
+        self.assertLessEqual(by["flood"]["keys"], 4 * 50, by)
+        self.assertEqual(by["flood"]["keys"] + by["flood"]["evicted_size"], 800, by)
+        self.assertIsNotNone(by["flood"]["effective_window_seconds"], by)
+        self.assertIn('ingestd_dedupe_source_keys{source="calm"} 20', w.get("/metrics")[1])
         # 800 over four partitions, 50 kept in each: its oldest ones are new again.
         produce(self.mock, flood[:100])
         deadline_wait(lambda: w.stats()["events"]["consumed"] == 940, WAIT, "940 consumed")
