@@ -60,9 +60,10 @@ static const opts_spec_t SPECS[] = {
     [O_WINDOW] = {"window", NULL, "INGESTD_WINDOW", OPTS_DEFAULT_WINDOW, OPTS_DURATION,
                   OPTS_WINDOW_MIN_MS, OPTS_WINDOW_MAX_MS, "DURATION",
                   "de-duplication window: 90s, 15m, 24h, 28d (1s..365d)"},
-    [O_MAX_KEYS] = {"max-keys", NULL, "INGESTD_MAX_KEYS", OPTS_DEFAULT_MAX_KEYS, OPTS_COUNT, 0,
-                    OPTS_MAX_KEYS_MAX, "N",
-                    "keys kept per source in each partition before its window shortens; 0: no bound"},
+    [O_MAX_KEYS] =
+        {"max-keys", NULL, "INGESTD_MAX_KEYS", OPTS_DEFAULT_MAX_KEYS, OPTS_COUNT, 0,
+         OPTS_MAX_KEYS_MAX, "N",
+         "keys kept per source in each partition before its window shortens; 0: no bound"},
     [O_YOUNG] = {"young-keys", NULL, "INGESTD_YOUNG_KEYS", OPTS_DEFAULT_YOUNG_KEYS, OPTS_COUNT, 1,
                  OPTS_YOUNG_KEYS_MAX, "N",
                  "keys a partition's LMDB store holds before they are sealed into a generation "

@@ -58,7 +58,7 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
             return STORE_ERROR;
         }
         commit_files_retag(c, &rec); /* a key from before tags: as a new event's would be */
-        bool replaced = false; /* the key's older entry made way: the source's count stays */
+        bool replaced = false;       /* the key's older entry made way: the source's count stays */
         rc = store_upsert(c->store, rec.key, rec.received_ms, rec.offset, &replaced);
         if (rc == STORE_OK && !replaced && srcmap_add(c->sources, rec.key) != 0)
             rc = STORE_NOMEM;

@@ -29,7 +29,8 @@ int retag_read_from(const char *data_dir, uint64_t *from)
     }
     uint64_t v = 0;
     size_t i = 0;
-    for (; i < 20 && buf[i] >= '0' && buf[i] <= '9'; i++)
+    /* Only the n bytes read: a short file leaves the rest of buf unset. */
+    for (; n == FROM_LEN && i < 20 && buf[i] >= '0' && buf[i] <= '9'; i++)
         v = v * 10 + (uint64_t)(buf[i] - '0');
     if (n != FROM_LEN || i != 20 || buf[20] != '\n') {
         errno = EINVAL; /* not what retag_write_from writes: never guess an offset */

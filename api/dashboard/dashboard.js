@@ -188,6 +188,7 @@
       fsyncMs: (pick(s, "commit.fsync_ms_avg") || 0) * (pick(s, "commit.fsyncs") || 0),
     };
     for (const g of s.groups || []) v.lags[g.name] = g.lag;
+    sources(s, v);
     const failed = pick(s, "storage.failed") === true;
     v.storage = { text: failed ? "failed" : "ok", bad: failed,
       sub: (pick(s, "dedupe.store") || "") + ", " + fmt(pick(s, "storage.recoveries"), 0) +
@@ -196,6 +197,15 @@
       v.storage = { text: "edge", bad: false, sub: "no local storage: the workers de-duplicate" };
     if (s.role === "worker") worker(s, v);
     return v;
+  }
+
+  // Each source's own window (--max-keys is a budget per source): a line per source in the
+  // window chart once it has forgotten a key. (Its keys are in /stats: beside the total, one
+  // busy source's line would hide the total's.)
+  function sources(s, v) {
+    for (const src of pick(s, "dedupe.sources") || [])
+      if (typeof src.effective_window_seconds === "number")
+        v.windows["source " + src.source] = src.effective_window_seconds / 3600;
   }
 
   // The worker: produced events are its accepted ones, malformed its rejected; keys, window and

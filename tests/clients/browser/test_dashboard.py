@@ -162,6 +162,8 @@ class DashboardTest(unittest.TestCase):
             # A line 2 px wide over a few hundred px: hundreds of pixels; axes and legend
             # swatches alone are far fewer than this.
             self.assertGreater(c["drawn"], 150, "chart %s draws no line: %r" % (cid, c))
+        # A source that forgot nothing draws no window line of its own.
+        self.assertNotIn("source default", charts["window"]["series"], charts["window"])
         lag = charts["lag"]
         self.assertEqual(lag["series"], ["billing"], lag)
         self.assertGreaterEqual(lag["held"], 4, lag)
