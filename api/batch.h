@@ -96,8 +96,9 @@ int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
 const char *batch_write_key(const json_t *root, size_t *len);
 
 /*
- * Validates and normalises every event of `root` (see the brief: types, ids,
- * messageId assignment, receivedAt, source, sentAt, timestamp correction,
+ * Validates and normalises every event of `root` (docs/design.md, "The
+ * interface contract", and README "HTTP API": types, ids, messageId
+ * assignment, receivedAt, source, sentAt, timestamp correction,
  * context/integrations merge, writeKey stripped, 32 KB cap). The corrected
  * timestamp is receivedAt - (sentAt - timestamp); when that falls outside
  * BATCH_TIMESTAMP_MIN_MS..now_ms + BATCH_TIMESTAMP_AHEAD_MS, the client's

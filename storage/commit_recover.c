@@ -2,7 +2,7 @@
  * commit_recover.c: recovery, at start and after a failure: store and log are
  * opened from what is on disk and LMDB catches up by replaying the log.
  *
- * DESIGN. The log is the source of truth (DESIGN.md, invariant 3), so one
+ * DESIGN. The log is the source of truth (docs/design.md, invariant 3), so one
  * path serves the first open and every re-open after a failed batch or
  * checkpoint: never trust what a failed fsync may have left in the page
  * cache (the log is re-opened cutting off everything past its last good

@@ -1,12 +1,12 @@
 """Power loss: kill -9 under load with the faultfs model, rebuild what reached the disk, recover.
 
-Each round runs the real server under tests/faultfs (LD_PRELOAD, FAULTFS_LIB) on the data dir
-the previous round left, so recoveries stack up: it checks the invariants on the recovered
-state, loads it from several client threads (new ids, re-sends of acknowledged ones, retries of
-503s, two sources sharing messageIds), kills it with SIGKILL at a random instant, and builds the
-next data dir with tests/faultfs/powerloss.py from only what had been made durable (seed, mode
-drop|tear|random, dirsync strict|ext4 vary per round). A failing round prints its seed, mode
-and the exact powerloss.py command, and keeps its image and data dirs for reproduction.
+Each round runs the real server under tests/faultfs (LD_PRELOAD, FAULTFS_LIB) on the data dir the
+previous round left, so recoveries stack up: it checks the invariants (docs/design.md) on the
+recovered state, loads it from several client threads (new ids, re-sends of acknowledged ones,
+retries of 503s, two sources sharing messageIds), kills it with SIGKILL at a random instant, and
+builds the next data dir with tests/faultfs/powerloss.py from only what had been made durable
+(seed, mode drop|tear|random, dirsync strict|ext4 vary per round). A failing round prints its seed,
+mode and the exact powerloss.py command, and keeps its image and data dirs for reproduction.
 
 INGESTD_POWERLOSS_SEED fixes the base seed; INGESTD_POWERLOSS_ROUNDS the number of rounds.
 """
