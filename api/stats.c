@@ -348,6 +348,9 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
             "replayed_records", (json_int_t)s.replayed_at_open,
             "truncated_bytes", (json_int_t)s.truncated_at_open,
             "store_rebuilt", (int)s.rebuilt_at_open,
+            "seals_finished", (json_int_t)s.seals_finished,
+            "seals_rebased", (json_int_t)s.seals_rebased,
+            "generation_files_cleaned", (json_int_t)s.generation_files_cleaned,
         "storage",
             "failed", (int)s.storage_failed,
             "recoveries", (json_int_t)s.recoveries);
@@ -543,6 +546,15 @@ static void metrics_store(prom_t *p, const commit_stats_t *s)
     prom_counter(p, "storage_recoveries_total",
                  "Times storage was re-established from disk after a failure.",
                  (double)s->recoveries);
+    prom_counter(p, "recovery_seals_finished_total",
+                 "Seals a crash cut short, finished when storage was opened.",
+                 (double)s->seals_finished);
+    prom_counter(p, "recovery_seals_rebased_total",
+                 "Of those, seals whose store had lost its last commits to a power loss.",
+                 (double)s->seals_rebased);
+    prom_counter(p, "recovery_generation_files_cleaned_total",
+                 "Generation files a crash left (unfinished, or merge inputs) removed at open.",
+                 (double)s->generation_files_cleaned);
     if (s->memory_store)
         prom_gauge(
             p, "dedupe_filter_asymptotic_fpr",

@@ -15,7 +15,7 @@
 
 #include "cluster/internal.h"
 #include "cluster/partition.h"
-#include "cluster/worker_merge.h"
+#include "storage/merger.h"
 #include "cluster/worker_sources.h"
 #include "common/clock.h"
 #include "common/errbuf.h"
@@ -50,8 +50,8 @@ typedef struct part {
     int64_t batch_last;   /* last offset of the current batch in this partition; -1 none */
     bool needs_kafka;     /* the batch has records past repair_until here */
     uint64_t epoch;       /* which assignment opened it (cluster_worker.epochs) */
-    /* its handle with the merger, which merges gs off this thread (worker_merge.h) */
-    worker_merge_part_t *mp;
+    /* its handle with the merger, which rewrites gs off this thread (storage/merger.h) */
+    merger_set_t *mp;
     srcmap_t *sources; /* the young store's keys by source: --max-keys is per source */
 } part_t;
 
@@ -86,7 +86,7 @@ struct cluster_worker {
     rd_kafka_t *mirror; /* --mirror-offsets: where offsets are mirrored (mirror_new) */
     part_t **parts;     /* indexed by partition id; NULL when not assigned */
     /* merges every partition's generations off the consuming thread */
-    worker_merger_t *merger;
+    merger_t *merger;
     worker_sources_t *sources; /* the windows by source, for /stats and /metrics */
     int32_t nparts_cap;
     uint64_t epochs; /* assignments so far: each part_open takes the next one */
@@ -162,8 +162,18 @@ static int part_open_gens(cluster_worker_t *w, part_t *p, const char *dir)
     free(gdir);
     if (grc != GEN_OK)
         return grc == GEN_NOMEM ? STORE_NOMEM : STORE_CORRUPT;
-    int src = seal_recover(p->st, p->gs);
-    if (src == STORE_OK && worker_merger_add(w->merger, p->id, p->gs, &p->mp) != 0)
+    seal_recovery_t sr;
+    int src = seal_recover(p->st, p->gs, &sr);
+    if (genset_cleaned(p->gs) > 0)
+        wlog(w, 1, "partition %" PRId32 ": removed %" PRIu64 " generation file(s) a crash left",
+             p->id, genset_cleaned(p->gs));
+    if (src == STORE_OK && sr.finished)
+        wlog(w, sr.rebased ? 1 : 2,
+             "partition %" PRId32 ": finished a seal a crash cut short (generations end at %" PRIu64
+             "%s)",
+             p->id, sr.end_seq,
+             sr.rebased ? "; the store had lost its last commits to a power loss, moved on" : "");
+    if (src == STORE_OK && merger_add(w->merger, p->id, p->gs, &p->mp) != 0)
         src = STORE_NOMEM;
     if (src == STORE_OK)
         p->gv = genset_view(p->gs);
@@ -187,7 +197,7 @@ static void on_merge_fail(void *arg, int32_t partition, int rc, size_t n)
 /*
  * Between batches (no LMDB transaction open): seals a full young store, then
  * drops generations as the window's rule says, at most once a second unless a
- * seal was done, and after either asks the merger to merge (worker_merge.h):
+ * seal was done, and after either asks the merger to merge (storage/merger.h):
  * a merge takes seconds at 100M keys, which this thread must not stop
  * consuming for. A failure is logged and left for the next time: the window
  * stays whole either way (seal.h).
@@ -209,11 +219,11 @@ static void part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
     if (src == STORE_OK && (sealed > 0 || now - p->maintained >= MAINTAIN_EVERY_MS)) {
         genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young);
         seal_result_t sr;
-        gp.fanin = 0; /* drops only: merges are the merger's */
+        gp.fanin = 0; /* drops only: every rewrite, a merge of one included, is the merger's */
         p->maintained = now;
         src = seal_maintain(p->gs, &gp, now, info.keys, &sr);
         if (src == STORE_OK && (sealed > 0 || sr.dropped_age + sr.dropped_size > 0))
-            worker_merger_kick(p->mp);
+            merger_kick(p->mp);
     }
     genset_view_release(p->gv);
     p->gv = genset_view(p->gs);
@@ -339,7 +349,7 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     *out = p;
     return CLUSTER_OK;
 fail:
-    worker_merger_remove(p->mp);
+    merger_remove(p->mp);
     genset_view_release(p->gv);
     genset_close(p->gs);
     store_close(p->st);
@@ -353,8 +363,8 @@ static void part_close(cluster_worker_t *w, int32_t id)
     part_t *p = part_get(w, id);
     if (p == NULL)
         return;
-    worker_merger_remove(p->mp); /* cancels its merge: a revoke must not wait seconds for it */
-    store_close(p->st);          /* aborts an open txn, if any */
+    merger_remove(p->mp); /* cancels its merge: a revoke must not wait seconds for it */
+    store_close(p->st);   /* aborts an open txn, if any */
     genset_view_release(p->gv);
     genset_close(p->gs);
     srcmap_free(p->sources);
@@ -697,7 +707,7 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
         return CLUSTER_NOMEM;
     }
     genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young_keys(w));
-    if ((rc = worker_merger_new(&gp, on_merge_fail, w, &w->merger)) != 0) {
+    if ((rc = merger_new(&gp, on_merge_fail, w, &w->merger)) != 0) {
         errbuf_printf(err, errlen, "starting the merger thread: %s", strerror(rc));
         cluster_worker_free(w);
         return CLUSTER_NOMEM;
@@ -1471,7 +1481,7 @@ static void snapshot(cluster_worker_t *w)
                                .keys = info.keys + gt.keys,
                                .generations = genset_view_count(p->gv),
                                .generation_keys = gt.keys,
-                               .merges = worker_merger_merges(p->mp),
+                               .merges = merger_merges(p->mp),
                                .applied = p->applied,
                                .oldest_ms = oldest,
                                .committed = p->committed,
@@ -1610,7 +1620,7 @@ void cluster_worker_free(cluster_worker_t *w)
         rd_kafka_destroy(w->producer);
     for (int32_t i = 0; i < w->nparts_cap; i++)
         part_close(w, i);
-    worker_merger_free(w->merger); /* after the partitions: none is left to merge */
+    merger_free(w->merger); /* after the partitions: none is left to merge */
     worker_sources_free(w->sources);
     free(w->parts);
     free(w->snap);

@@ -195,7 +195,6 @@ static commit_t *open_alloc(const commit_options_t *opts)
     pthread_cond_init(&c->cv, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&c->ckpt_cv, NULL);
-    pthread_cond_init(&c->merge_cv, NULL);
     pthread_cond_init(&c->probe_cv, NULL);
     pthread_cond_init(&c->lookup_cv, NULL);
     c->data_dir = strdup(opts->data_dir);
@@ -317,6 +316,7 @@ void commit_get_stats(commit_t *c, commit_stats_t *out)
 {
     pthread_mutex_lock(&c->mu);
     *out = c->stats;
+    out->merges = commit_merge_count(c);
     out->queue_events = c->queue_events;
     out->queue_bytes = atomic_load_explicit(&c->queue_bytes, memory_order_relaxed);
     out->queue_max_bytes = c->opts.queue_max_bytes;
@@ -350,7 +350,6 @@ void commit_close(commit_t *c)
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     pthread_cond_destroy(&c->ckpt_cv);
-    pthread_cond_destroy(&c->merge_cv);
     pthread_cond_destroy(&c->probe_cv);
     pthread_cond_destroy(&c->lookup_cv);
     free(c->recs);

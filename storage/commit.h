@@ -150,16 +150,20 @@ typedef struct commit_stats {
      * and of filters and fences in memory; seals and merges done. */
     uint64_t generations, generation_keys, generation_bytes, generation_memory_bytes;
     uint64_t seals, merges;
-    uint64_t replayed_at_open;    /* log records replayed into LMDB at start */
-    uint64_t truncated_at_open;   /* torn tail bytes cut off at start */
-    size_t queue_events;          /* waiting for the next group commit */
-    uint64_t queue_bytes;         /* event data bytes submitted and not yet answered */
-    uint64_t queue_max_bytes;     /* the bound on queue_bytes (0: none) */
-    uint64_t busy_requests;       /* submits refused with COMMIT_BUSY */
-    uint64_t busy_events;         /* their events */
-    bool storage_failed;          /* storage failed and is being re-established: commits answer
-                                     COMMIT_UNAVAILABLE meanwhile */
-    uint64_t recoveries;          /* times storage was re-established after a failure */
+    uint64_t replayed_at_open;  /* log records replayed into LMDB at start */
+    uint64_t truncated_at_open; /* torn tail bytes cut off at start */
+    size_t queue_events;        /* waiting for the next group commit */
+    uint64_t queue_bytes;       /* event data bytes submitted and not yet answered */
+    uint64_t queue_max_bytes;   /* the bound on queue_bytes (0: none) */
+    uint64_t busy_requests;     /* submits refused with COMMIT_BUSY */
+    uint64_t busy_events;       /* their events */
+    bool storage_failed;        /* storage failed and is being re-established: commits answer
+                                   COMMIT_UNAVAILABLE meanwhile */
+    uint64_t recoveries;        /* times storage was re-established after a failure */
+    /* Repairs made by opens of storage (the start and each re-establishment) after a crash or
+     * power loss: seals finished (seal_recover), of which with the store's sequence moved on
+     * (rebased), and generation files removed (unfinished, or merge inputs a merge covered). */
+    uint64_t seals_finished, seals_rebased, generation_files_cleaned;
     bool memory_store;            /* de-duplicating with a filter (memory_filter), not LMDB */
     char filter_spec[96];         /* its canonical spec */
     uint64_t filter_bits;         /* its table size */

@@ -18,6 +18,7 @@
 #include "storage/commit.h"
 #include "storage/filter/filter.h"
 #include "storage/genset.h"
+#include "storage/merger.h"
 #include "storage/log.h"
 #include "storage/pending.h"
 #include "storage/srcmap.h"
@@ -49,16 +50,6 @@ typedef struct {
     uint64_t floor;       /* evict every sequence below it */
     uint64_t applied;     /* the log offset after the last record acknowledged when handed over */
 } ckpt_job_t;
-
-/* The merger thread (commit_merge.c); under mu but `cancel`, which gen_merge reads. */
-typedef struct {
-    bool started; /* owned by commit_open / commit_close */
-    bool wanted;  /* the checkpointer changed the set: plan again */
-    bool paused;  /* storage is being re-established: the set is closed */
-    bool running; /* merging now */
-    bool quit;
-    atomic_bool cancel; /* stop the merge under way */
-} merger_t;
 
 /* A commit_lookup waiting for the writer's answer; lives on the caller's stack. */
 typedef struct lookup_req {
@@ -175,10 +166,11 @@ struct commit {
     genset_t *probe_gens;
     unsigned probing;
     pthread_cond_t probe_cv;
-    /* The merger thread (LMDB mode). */
-    pthread_t merge_thread;
-    pthread_cond_t merge_cv;
-    merger_t merger;
+    /* The merger (LMDB mode, commit_merge.c): its thread, the handle of the set it is given
+     * (under mu; NULL while storage is being re-established), and the rewrites of sets it had. */
+    merger_t *merger;
+    merger_set_t *merge_set;
+    uint64_t merges_before;
     uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
 };
 
@@ -334,17 +326,20 @@ bool commit_view_seals(const commit_t *c);
 int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_out_t *bo,
                       int *store_rc);
 
-/* ---- commit_merge.c: the merger thread (LMDB mode) ---- */
+/* ---- commit_merge.c: the merger (LMDB mode), which rewrites generations ---- */
 
 int commit_merge_start(commit_t *c, char *errbuf, size_t errlen);
-/* Ends the thread, cancelling a merge under way. Safe when never started. */
+/* Ends the merger, cancelling a rewrite under way. Safe when never started. */
 void commit_merge_stop(commit_t *c);
 /* Under mu: the set changed (a seal, a drop); the merger plans again. */
 void commit_merge_kick(commit_t *c);
-/* Before the set is closed (re-establishing storage): cancels a merge under way, waits for the
- * merger to be idle and keeps it so until commit_merge_resume (after the set is open again). */
+/* Before the set is closed (re-establishing storage): takes it back from the merger, cancelling
+ * a rewrite under way and waiting for it to end. Not under mu. */
 void commit_merge_settle(commit_t *c);
+/* After the set is open again: gives it to the merger. Not under mu. */
 void commit_merge_resume(commit_t *c);
+/* Under mu: rewrites published since the start. */
+uint64_t commit_merge_count(const commit_t *c);
 
 /* ---- commit_files.c: DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED ---- */
 

@@ -293,6 +293,31 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
     return 0;
 }
 
+/* Says what opening the generations repaired, and counts it (commit.h). */
+static void recover_report_gens(commit_t *c, const seal_recovery_t *sr)
+{
+    uint64_t cleaned = genset_cleaned(c->gens);
+    if (cleaned > 0)
+        commit_notify(c, 1,
+                      "removed %llu generation file(s) a crash left unfinished or covered by a "
+                      "finished merge",
+                      (unsigned long long)cleaned);
+    if (sr->finished && sr->rebased)
+        commit_notify(c, 1,
+                      "finished a seal a power loss cut short: the store's last commits were lost "
+                      "(next sequence %llu, generations end at %llu); moved it on and replaying "
+                      "the log: no key of the window is lost",
+                      (unsigned long long)sr->lost_from, (unsigned long long)sr->end_seq);
+    else if (sr->finished)
+        commit_notify(c, 2, "finished a seal a crash cut short (generations end at %llu)",
+                      (unsigned long long)sr->end_seq);
+    pthread_mutex_lock(&c->mu);
+    c->stats.seals_finished += sr->finished;
+    c->stats.seals_rebased += sr->finished && sr->rebased;
+    c->stats.generation_files_cleaned += cleaned;
+    pthread_mutex_unlock(&c->mu);
+}
+
 /*
  * Opens the sealed generations (DIR/store/gens), cleaning up after a crash
  * mid-merge, and finishes a seal cut short between its file and its LMDB
@@ -313,15 +338,16 @@ static int recover_open_gens(commit_t *c, const char *storedir, char *errbuf, si
                       storedir, gen_strerror(grc));
         return -1;
     }
-    int rc = seal_recover(c->store, c->gens);
+    seal_recovery_t sr;
+    int rc = seal_recover(c->store, c->gens, &sr);
     if (rc != STORE_OK) {
-        errbuf_printf(errbuf, errlen, "finishing a seal: %s (%s)%s", store_strerror(rc),
-                      store_detail(c->store),
-                      rc == STORE_CORRUPT ? "; the generations do not belong to this store: run "
-                                            "`ingestd rebuild`"
-                                          : "");
+        errbuf_printf(errbuf, errlen,
+                      "finishing a seal: %s (%s); the store and its generations are kept as "
+                      "they are: free the cause and start again (`ingestd check` says more)",
+                      store_strerror(rc), store_detail(c->store));
         return -1;
     }
+    recover_report_gens(c, &sr);
     return 0;
 }
 

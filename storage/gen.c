@@ -31,6 +31,8 @@
 
 struct gen {
     char *path;
+    char *dir;
+    char *staged; /* the temporary file's path while a merge's output is not published */
     int fd;
     gen_info_t info;
     uint64_t pages;
@@ -69,6 +71,8 @@ struct gen_iter {
     size_t have, pos;   /* records in buf, the next one */
     uint64_t left;      /* records not yet returned */
 };
+
+static int open_path(const char *dir, gen_id_t id, const char *path, gen_t **out);
 
 /* ---- encoding ---- */
 
@@ -408,10 +412,9 @@ static int write_tail(gen_writer_t *w)
     return rc;
 }
 
-int gen_writer_finish(gen_writer_t *w, gen_t **out)
+/* Writes what is left, fsyncs and closes the temporary file. */
+static int writer_complete(gen_writer_t *w)
 {
-    if (out)
-        *out = NULL;
     int rc = w->failed ? GEN_INVALID : flush_page(w);
     if (rc == GEN_OK)
         rc = write_tail(w);
@@ -420,8 +423,17 @@ int gen_writer_finish(gen_writer_t *w, gen_t **out)
     if (rc == GEN_OK && close(w->fd) != 0)
         rc = GEN_EIO;
     w->fd = -1;
+    return rc;
+}
+
+int gen_writer_finish(gen_writer_t *w, gen_t **out)
+{
+    if (out)
+        *out = NULL;
+    int rc = writer_complete(w);
     if (rc == GEN_OK && rename(w->tmp, w->path) != 0)
         rc = GEN_EIO;
+    /* The name is new (a seal's range follows every other one): taking it back harms nothing. */
     if (rc == GEN_OK && fsutil_sync_dir(w->dir) != 0) {
         unlink(w->path);
         rc = GEN_EIO;
@@ -436,6 +448,40 @@ int gen_writer_finish(gen_writer_t *w, gen_t **out)
     w->tmp = NULL;
     gen_writer_abort(w);
     return GEN_OK;
+}
+
+/* Finishes w into a staged generation: whole and durable under its temporary name (gen_publish). */
+static int writer_stage(gen_writer_t *w, gen_t **out)
+{
+    *out = NULL;
+    int rc = writer_complete(w);
+    if (rc == GEN_OK)
+        rc = open_path(w->dir, w->id, w->tmp, out);
+    if (rc != GEN_OK) {
+        gen_writer_abort(w);
+        return rc;
+    }
+    (*out)->staged =
+        w->tmp; /* the generation's now: gen_publish renames it, gen_close removes it */
+    w->tmp = NULL;
+    gen_writer_abort(w);
+    return GEN_OK;
+}
+
+int gen_publish(gen_t *g)
+{
+    if (!g->staged)
+        return GEN_OK;
+    if (rename(g->staged, g->path) != 0)
+        return GEN_EIO; /* still staged */
+    free(g->staged);
+    g->staged = NULL;
+    return fsutil_sync_dir(g->dir) == 0 ? GEN_OK : GEN_EIO;
+}
+
+bool gen_is_staged(const gen_t *g)
+{
+    return g->staged != NULL;
 }
 
 void gen_writer_abort(gen_writer_t *w)
@@ -574,7 +620,8 @@ static int load_index(gen_t *g, uint32_t crc_filter, uint32_t crc_fences)
     return rc;
 }
 
-int gen_open(const char *dir, gen_id_t id, gen_t **out)
+/* Opens the file at `path` (NULL: generation id's own name in dir) as generation `id`. */
+static int open_path(const char *dir, gen_id_t id, const char *path, gen_t **out)
 {
     *out = NULL;
     gen_t *g = calloc(1, sizeof(*g));
@@ -582,9 +629,10 @@ int gen_open(const char *dir, gen_id_t id, gen_t **out)
         return GEN_NOMEM;
     g->fd = -1;
     g->path = gen_path(dir, id, false);
-    int rc = g->path ? GEN_OK : GEN_NOMEM;
+    g->dir = strdup(dir);
+    int rc = g->path && g->dir ? GEN_OK : GEN_NOMEM;
     if (rc == GEN_OK) {
-        g->fd = open(g->path, O_RDONLY | O_CLOEXEC);
+        g->fd = open(path ? path : g->path, O_RDONLY | O_CLOEXEC);
         if (g->fd < 0)
             rc = errno == ENOENT ? GEN_NOTFOUND : GEN_EIO;
     }
@@ -613,12 +661,21 @@ int gen_open(const char *dir, gen_id_t id, gen_t **out)
     return GEN_OK;
 }
 
+int gen_open(const char *dir, gen_id_t id, gen_t **out)
+{
+    return open_path(dir, id, NULL, out);
+}
+
 void gen_close(gen_t *g)
 {
     if (!g)
         return;
     if (g->fd >= 0)
         close(g->fd);
+    if (g->staged)
+        unlink(g->staged); /* never published: a merge that lost, or failed */
+    free(g->staged);
+    free(g->dir);
     free(g->path);
     free(g->filter);
     free(g->fences);
@@ -856,8 +913,7 @@ static int merge_step(gen_iter_t **its, gen_entry_t *heads, bool *live, size_t n
 int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
               const gen_merge_filter_t *filter, const atomic_bool *cancel, gen_t **out)
 {
-    if (out)
-        *out = NULL;
+    *out = NULL;
     gen_iter_t **its = calloc(n ? n : 1, sizeof(*its));
     gen_entry_t *heads = calloc(n ? n : 1, sizeof(*heads));
     bool *live = calloc(n ? n : 1, sizeof(*live));
@@ -887,7 +943,7 @@ int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigne
             rc = GEN_CANCELLED;
     }
     if (rc == 1) {
-        rc = gen_writer_finish(w, out);
+        rc = writer_stage(w, out);
         w = NULL;
     }
     gen_writer_abort(w);

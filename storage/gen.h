@@ -167,12 +167,17 @@ void gen_iter_close(gen_iter_t *it);
 /*
  * Merges generations ins[0..n) into a new generation `id` in `dir`, in one
  * sequential pass, with `bits_per_key` as in gen_writer_open. A key in more than one keeps its
- * newest entry (the later receivedAt; then the higher offset). *out as in gen_writer_finish (may be
- * NULL). With `filter` (may be NULL: every key) only the keys it keeps are written (how
- * genset leaves out the keys a source's budget cut, docs/window.md). The inputs are left as they
- * are: remove them once the new one is in use.
+ * newest entry (the later receivedAt; then the higher offset). With `filter` (may be NULL: every
+ * key) only the keys it keeps are written (how genset leaves out the keys a source's budget cut,
+ * docs/window.md). The inputs are left as they are: remove them once the new one is in use.
  * `cancel` (may be NULL) is read now and then: once true, the merge stops with GEN_CANCELLED
  * and leaves nothing on disk (a long merge must not hold up a shutdown).
+ *
+ * *out (required) is *staged*: whole, fsynced and open, but under a temporary
+ * name that no open of the directory takes (genset_open removes it), so a merge
+ * that turns out to be stale harms nothing. gen_publish gives it its name (over
+ * an input's, for a merge of one); gen_close of a generation still staged removes
+ * its file. So the caller decides, under its own lock, whether the output goes in.
  */
 typedef struct gen_merge_filter {
     /* Whether the merge keeps `e`, the newest entry of its key, which came from ins[input]. */
@@ -184,6 +189,17 @@ typedef struct gen_merge_filter {
 int gen_merge(const char *dir, gen_id_t id, gen_t *const *ins, size_t n, unsigned bits_per_key,
               const gen_merge_filter_t *filter, const atomic_bool *cancel, gen_t **out);
 
+/*
+ * Renames a staged generation (gen_merge) to its own name, replacing a file of
+ * the same range, and fsyncs the directory. GEN_OK (also for one already
+ * published); GEN_EIO when the rename failed (still staged) or when the
+ * directory's fsync did (published, but the name may not survive a power
+ * loss: the file it replaced, or the inputs it covers, then come back, which
+ * holds every key as well). Not concurrently with gen_close of the same g.
+ */
+int gen_publish(gen_t *g);
+/* Whether g is staged: written by gen_merge, not yet published. */
+bool gen_is_staged(const gen_t *g);
 /*
  * Writes a copy of the generation's file into the existing directory `dir`
  * (under its own name, durably, as gen_writer_finish does), read from the

@@ -58,7 +58,8 @@ struct genset_view {
 struct genset {
     char *dir;
     unsigned bits;
-    uint64_t budget; /* keys per source (0: none); under change_mu, read under mu */
+    uint64_t cleaned; /* files genset_open removed: unfinished ones, covered merge inputs */
+    uint64_t budget;  /* keys per source (0: none); under change_mu, read under mu */
     /* Under mu: per source, the newest receivedAt any view cut (since the open), so a source's
      * forgetting outlives the merge that sheds the keys. */
     genset_source_t *forgot;
@@ -283,7 +284,7 @@ const gen_t *genset_view_gen(const genset_view_t *v, size_t i)
 
 /* The generation ids in `dir` into *ids (malloc'ed), removing unfinished ".tmp" files unless
  * `read_only`. */
-static int scan_dir(const char *dir, bool read_only, gen_id_t **ids, size_t *n)
+static int scan_dir(const char *dir, bool read_only, gen_id_t **ids, size_t *n, uint64_t *cleaned)
 {
     *ids = NULL;
     *n = 0;
@@ -300,6 +301,7 @@ static int scan_dir(const char *dir, bool read_only, gen_id_t **ids, size_t *n)
             strcmp(de->d_name + len - 8, ".gen.tmp") == 0) {
             if (unlinkat(dirfd(d), de->d_name, 0) != 0 && errno != ENOENT)
                 rc = GEN_EIO;
+            (*cleaned)++;
             continue;
         }
         if (gen_parse_name(de->d_name, &id) != 0)
@@ -326,7 +328,7 @@ static int scan_dir(const char *dir, bool read_only, gen_id_t **ids, size_t *n)
  * covered files (merge inputs a crash left behind) unless `read_only`; *n
  * becomes the kept count.
  */
-static int keep_ranges(const char *dir, bool read_only, gen_id_t *ids, size_t *n)
+static int keep_ranges(const char *dir, bool read_only, gen_id_t *ids, size_t *n, uint64_t *cleaned)
 {
     size_t kept = 0;
     for (size_t i = 0; i < *n; i++) {
@@ -334,6 +336,7 @@ static int keep_ranges(const char *dir, bool read_only, gen_id_t *ids, size_t *n
             int rc = read_only ? GEN_OK : gen_remove(dir, ids[i]);
             if (rc != GEN_OK)
                 return rc;
+            *cleaned += !read_only;
             continue;
         }
         if (kept > 0 && ids[i].first < ids[kept - 1].end)
@@ -381,9 +384,9 @@ static int open_set(const char *dir, unsigned bits_per_key, bool read_only, gens
     if (rc == GEN_OK && !read_only && fsutil_mkdirs(dir) != 0)
         rc = GEN_EIO;
     if (rc == GEN_OK && !(read_only && access(dir, F_OK) != 0 && errno == ENOENT))
-        rc = scan_dir(dir, read_only, &ids, &n);
+        rc = scan_dir(dir, read_only, &ids, &n, &gs->cleaned);
     if (rc == GEN_OK)
-        rc = keep_ranges(dir, read_only, ids, &n);
+        rc = keep_ranges(dir, read_only, ids, &n, &gs->cleaned);
     if (rc == GEN_OK)
         rc = open_all(dir, ids, n, &slots);
     if (rc == GEN_OK && !(gs->cur = view_new(gs, slots, n)))
@@ -431,6 +434,11 @@ void genset_close(genset_t *gs)
     free(gs->forgot);
     free(gs->dir);
     free(gs);
+}
+
+uint64_t genset_cleaned(const genset_t *gs)
+{
+    return gs->cleaned;
 }
 
 const char *genset_dir(const genset_t *gs)
@@ -668,22 +676,28 @@ int genset_merge(genset_t *gs, const genset_view_t *v, size_t first, size_t n,
         rc = gen_merge(gs->dir, id, ins, n, gs->bits, &filter, cancel, &merged); /* the long part */
     if (rc == GEN_OK && !(s = slot_new(merged)))
         rc = GEN_NOMEM;
+    bool published = false, taken = false;
     if (rc == GEN_OK) {
+        /* The output goes in only if every input is still in the set, and its name is given
+         * under the same lock: a merge that lost to a drop (or to another rewrite) never
+         * touches a published file, least of all the live one a merge of one replaces. */
         pthread_mutex_lock(&gs->change_mu);
         size_t k = find_run(gs, v, first, n);
-        rc = k == SIZE_MAX ? GEN_CHANGED : replace_run(gs, k, n, s);
+        rc = k == SIZE_MAX ? GEN_CHANGED : gen_publish(merged);
+        published = !gen_is_staged(merged);
+        if (published) {
+            int prc = replace_run(gs, k, n, s);
+            taken = prc == GEN_OK;
+            rc = rc == GEN_OK ? prc : rc;
+        }
         pthread_mutex_unlock(&gs->change_mu);
     }
-    if (rc == GEN_OK) {
-        /* A merge of one has its input's range, so its name: the rename replaced the input. */
-        rc = n > 1 ? remove_files(gs, v->slots + first, n) : GEN_OK;
-    } else if (merged) {
-        /* A crash before this removal leaves a file covering ranges the set may have dropped
-         * meanwhile: the next open keeps it, and those keys a while longer. Never fewer. (A
-         * merge of one that failed otherwise leaves its file: it replaced the input's.) */
-        if (n > 1 || rc == GEN_CHANGED)
-            gen_remove(gs->dir, id);
-        gen_close(merged);
+    /* Published: the inputs' files go (a merge of one's input was its name, replaced). After a
+     * failed directory fsync they stay: a covering file makes the next open remove them. */
+    if (published && rc == GEN_OK && n > 1)
+        rc = remove_files(gs, v->slots + first, n);
+    if (!taken) {
+        gen_close(merged); /* removes the file if it is still staged */
         free(s);
     }
     free(ins);
@@ -712,6 +726,10 @@ void genset_plan(const genset_view_t *v, const genset_policy_t *p, int64_t now_m
          i++)
         left -= v->slots[i]->info.keys - v->cut_in[i];
     out->drop_size = i - out->drop_age;
+    /* Rewrites (merges, a merge of one included) have one owner, the merger (storage/merger.h),
+     * which plans with a fan-in; a caller that plans drops only passes fanin 0. */
+    if (p->fanin == 0)
+        return;
     /* A generation mostly cut is rewritten without those keys (a merge of one): its disk and
      * its filter's memory go to the window again. */
     for (size_t j = i; j < v->n; j++) {

@@ -48,6 +48,10 @@ int genset_open(const char *dir, unsigned bits_per_key, genset_t **out);
 int genset_open_read_only(const char *dir, genset_t **out);
 void genset_close(genset_t *gs);
 
+/* How many files genset_open removed (unfinished ".tmp" files, merge inputs a covering file
+ * replaced): what a crash left, for the caller to log and count. */
+uint64_t genset_cleaned(const genset_t *gs);
+
 /* The directory (valid until genset_close) and the filter bits new generations get. */
 const char *genset_dir(const genset_t *gs);
 unsigned genset_bits_per_key(const genset_t *gs);
@@ -135,9 +139,15 @@ int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_
  * `n` adjacent generations of `v` from index `first` (oldest first) into one
  * covering their ranges, writing it without holding up other changes or
  * lookups, then publishes it in their place and removes them; when one of
- * them left the set meanwhile, GEN_CHANGED and nothing changed. A merge leaves out the keys
- * v's budget cut (n may be 1 for a generation with such keys, to shed them). `cancel` as
- * in gen_merge (may be NULL). Each publishes a new view.
+ * them left the set meanwhile, GEN_CHANGED and nothing changed: the output was written under
+ * a temporary name (gen_merge) and is named only under the set's lock, once its inputs are
+ * known to be in it, so a stale merge never replaces or removes a published file. A merge
+ * leaves out the keys v's budget cut (n may be 1 for a generation with such keys, to shed
+ * them: a merge of one, whose output replaces its input's file under the same name).
+ * `cancel` as in gen_merge (may be NULL). Each publishes a new view.
+ *
+ * Rewrites (genset_merge) have one owner per set, the merger (storage/merger.h): two
+ * concurrent merges of one set would each be safe, but would duplicate the work.
  */
 int genset_add(genset_t *gs, gen_t *g);
 int genset_drop_oldest(genset_t *gs, const genset_view_t *v, size_t n);
@@ -173,6 +183,8 @@ typedef struct genset_policy {
     size_t fanin;
 } genset_policy_t;
 
+/* genset_plan with fanin 0 plans drops only, never a rewrite: how the threads that seal plan
+ * (the checkpointer, the Kafka worker's consuming thread), leaving rewrites to the merger. */
 typedef struct genset_plan {
     size_t drop_age, drop_size;  /* oldest generations to drop, by reason (age ones first) */
     size_t merge_first, merge_n; /* after the drops are done: merge_n (0: none) from index

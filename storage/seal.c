@@ -92,7 +92,12 @@ int seal_young(store_t *st, genset_t *gs, unsigned bits_per_key, uint64_t *seale
     gen_entry_t *e = NULL;
     size_t n = 0;
     *sealed = 0;
-    int rc = store_get_info(st, &si);
+    /* Store durable, then generation durable: the generation is named from the store's last
+     * commit, which --store-sync meta leaves unsynced until the next one. A power loss after the
+     * file but before that sync would keep a generation past the store's next sequence. */
+    int rc = store_flush(st);
+    if (rc == STORE_OK)
+        rc = store_get_info(st, &si);
     if (rc != STORE_OK || si.keys == 0)
         return rc;
     gen_id_t id = {next_first(gs, &si), si.next_seq};
@@ -113,9 +118,10 @@ int seal_young(store_t *st, genset_t *gs, unsigned bits_per_key, uint64_t *seale
     return rc;
 }
 
-int seal_recover(store_t *st, genset_t *gs)
+int seal_recover(store_t *st, genset_t *gs, seal_recovery_t *out)
 {
     store_info_t si;
+    memset(out, 0, sizeof(*out));
     int rc = store_get_info(st, &si);
     if (rc != STORE_OK)
         return rc;
@@ -125,18 +131,31 @@ int seal_recover(store_t *st, genset_t *gs)
     genset_view_release(v);
     if (t.end_seq <= si.sealed_below)
         return STORE_OK;
-    if (t.end_seq > si.next_seq)
-        return STORE_CORRUPT;
     if ((rc = store_begin(st)) != STORE_OK)
         return rc;
-    if ((rc = store_seal(st, t.end_seq)) != STORE_OK) {
+    /* Past the next sequence: the store's last commits were undone by a power loss after a
+     * seal that wrote its file first (ingestd before the seal made the store durable first).
+     * Every key those commits added is in the generation, and every young key they did not
+     * evict too, so sealing up to its end keeps the window; the log replays the rest. */
+    if (t.end_seq > si.next_seq) {
+        out->rebased = true;
+        out->lost_from = si.next_seq;
+        rc = store_advance_seq(st, t.end_seq);
+    }
+    if (rc == STORE_OK)
+        rc = store_seal(st, t.end_seq);
+    if (rc != STORE_OK) {
         store_abort(st);
         return rc;
     }
-    return store_commit(st);
+    rc = store_commit(st);
+    if (rc == STORE_OK)
+        rc = store_flush(st); /* the young store's keys are about to be counted on as sealed */
+    out->finished = rc == STORE_OK;
+    out->end_seq = t.end_seq;
+    return rc;
 }
 
-/* The keys of the `n` oldest generations of the current view. */
 /* The keys of v's generations [from, to). */
 static uint64_t keys_of(const genset_view_t *v, size_t from, size_t to)
 {
@@ -153,17 +172,15 @@ int seal_maintain(genset_t *gs, const genset_policy_t *p, int64_t now_ms, uint64
                   seal_result_t *out)
 {
     memset(out, 0, sizeof(*out));
-    genset_view_t *v = genset_view(gs); /* the plan's, for its drop and its merge */
+    genset_policy_t drops_only = *p;
+    drops_only.fanin = 0;               /* rewrites are the merger's (storage/merger.h) */
+    genset_view_t *v = genset_view(gs); /* the plan's, for its drops */
     genset_plan_t plan;
-    genset_plan(v, p, now_ms, young_keys, &plan);
+    genset_plan(v, &drops_only, now_ms, young_keys, &plan);
     size_t drops = plan.drop_age + plan.drop_size;
     out->dropped_age = keys_of(v, 0, plan.drop_age);
     out->dropped_size = keys_of(v, plan.drop_age, drops);
     int rc = genset_drop_oldest(gs, v, drops);
-    if (rc == GEN_OK && plan.merge_n > 0) {
-        rc = genset_merge(gs, v, drops + plan.merge_first, plan.merge_n, NULL);
-        out->merges += rc == GEN_OK;
-    }
     genset_view_release(v);
     return from_gen(rc);
 }

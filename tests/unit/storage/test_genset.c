@@ -319,6 +319,7 @@ static void test_open_after_crash(void **state)
     gen_t *merged = NULL;
     assert_int_equal(gen_merge(fx->dir, (gen_id_t){0, 200}, ins, 2, 0, NULL, NULL, &merged),
                      GEN_OK);
+    assert_int_equal(gen_publish(merged), GEN_OK); /* then the crash, before the inputs go */
     gen_close(merged);
     genset_view_release(v);
     genset_close(gs);
@@ -533,9 +534,13 @@ static void test_budget_per_source(void **state)
         assert_int_equal(src[i].cut_keys, flood ? 100 : 0);
         assert_int_equal(src[i].forgot_ms, flood ? 1001 : 0);
     }
-    /* Generation 0 is mostly cut (50 of 55): rewritten with calm's five alone. */
+    /* Generation 0 is mostly cut (50 of 55): the merger (a fan-in) rewrites it with calm's five
+     * alone; a sealing thread's plan (fan-in 0) never rewrites. */
     genset_policy_t p = {.window_ms = 1000000, .max_keys = 100};
     genset_plan_t plan;
+    genset_plan(v, &p, 2000, 0, &plan);
+    assert_int_equal(plan.merge_n, 0);
+    p.fanin = 4;
     genset_plan(v, &p, 2000, 0, &plan);
     assert_int_equal(plan.drop_age + plan.drop_size, 0);
     assert_int_equal(plan.merge_first, 0);
@@ -559,6 +564,47 @@ static void test_budget_per_source(void **state)
     genset_close(gs);
 }
 
+/*
+ * Two rewrites of the same generation planned on one view (what the checkpointer and the merger
+ * each did before rewrites had one owner, and what a stale plan still does): the first
+ * publishes; the loser must publish nothing and remove nothing. Before, the loser renamed its
+ * output over the live name and then, finding its input gone, unlinked that name: the
+ * generation, and calm's keys in it, were gone at the next open. Then the other interleaving:
+ * a drop between a rewrite's plan and its publish.
+ */
+static void test_stale_rewrite_keeps_live_file(void **state)
+{
+    tu_fixture_t *fx = *state;
+    genset_t *gs = NULL;
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    assert_int_equal(genset_set_budget(gs, 100), GEN_OK);
+    add_mixed(gs, 0, 100, "flood", 0, 50, 5, 1000);
+    for (uint64_t i = 1; i < 4; i++)
+        add_mixed(gs, i * 100, i * 100 + 100, "flood", i * 50, 50, 0, 1000 + (int64_t)i);
+    genset_view_t *stale = genset_view(gs);
+    assert_int_equal(genset_merge(gs, stale, 0, 1, NULL), GEN_OK);      /* the winner */
+    assert_int_equal(genset_merge(gs, stale, 0, 1, NULL), GEN_CHANGED); /* the loser */
+    assert_int_equal(files_in(fx->dir), 4); /* no staged file left, the live one still there */
+    genset_view_release(stale);
+    genset_close(gs);
+    assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
+    assert_int_equal(genset_set_budget(gs, 100), GEN_OK);
+    genset_view_t *v = genset_view(gs);
+    assert_int_equal(genset_view_count(v), 4);
+    for (uint64_t k = 10000; k < 10005; k++)
+        assert_true(has_from(v, "calm", k));
+    genset_view_release(v);
+    /* A drop lands between the plan and the publish: the rewrite publishes nothing. */
+    add_mixed(gs, 400, 500, "flood", 200, 50, 0, 1004); /* generation 1 is now cut too */
+    add_mixed(gs, 500, 600, "flood", 250, 50, 0, 1005);
+    stale = genset_view(gs);
+    assert_int_equal(genset_drop_oldest(gs, stale, 2), GEN_OK);
+    assert_int_equal(genset_merge(gs, stale, 1, 1, NULL), GEN_CHANGED);
+    genset_view_release(stale);
+    assert_int_equal(files_in(fx->dir), 4);
+    genset_close(gs);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -572,6 +618,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_open_refuses_overlap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_plan, setup, teardown),
         cmocka_unit_test_setup_teardown(test_budget_per_source, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stale_rewrite_keeps_live_file, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,4 +1,4 @@
-/* test_worker_merge.c: the Kafka worker's merger thread: merges in the background with a view held
+/* test_merger.c: the merger thread (storage/merger.h): rewrites in the background with a view held
  * across them, and a removal that cancels a merge under way. Real generation files in a temporary
  * directory. */
 #include <dirent.h>
@@ -14,7 +14,7 @@
 
 #include <cmocka.h>
 
-#include "cluster/worker_merge.h"
+#include "storage/merger.h"
 #include "common/clock.h"
 #include "storage/genset.h"
 #include "storage/keyhash.h"
@@ -112,16 +112,16 @@ static void test_merges_in_background(void **state)
         add(gs, i * 10, 10);
     genset_view_t *before = genset_view(gs);
     genset_policy_t p = genset_policy_for(3600 * 1000, 0, 100); /* under 75 keys is small */
-    worker_merger_t *m = NULL;
-    worker_merge_part_t *mp = NULL;
-    assert_int_equal(worker_merger_new(&p, NULL, NULL, &m), 0);
-    assert_int_equal(worker_merger_add(m, 7, gs, &mp), 0);
+    merger_t *m = NULL;
+    merger_set_t *mp = NULL;
+    assert_int_equal(merger_new(&p, NULL, NULL, &m), 0);
+    assert_int_equal(merger_add(m, 7, gs, &mp), 0);
     int64_t deadline = clk_mono_ms() + WAIT_MS;
-    while (worker_merger_merges(mp) < 2 && clk_mono_ms() < deadline)
+    while (merger_merges(mp) < 2 && clk_mono_ms() < deadline)
         pause_ms(1);
-    assert_int_equal(worker_merger_merges(mp), 2);
+    assert_int_equal(merger_merges(mp), 2);
     /* No third merge: two generations of 40 are fewer than the fan-in. A kick finds nothing. */
-    worker_merger_kick(mp);
+    merger_kick(mp);
     genset_view_t *after = genset_view(gs);
     assert_int_equal(genset_view_count(after), 2);
     assert_int_equal(genset_view_count(before), 8);
@@ -130,9 +130,9 @@ static void test_merges_in_background(void **state)
     genset_view_release(before);
     genset_view_release(after);
     assert_int_equal(files_ending(fx->dir, ".gen"), 2);
-    worker_merger_remove(mp);
-    worker_merger_free(m);
-    assert_int_equal(worker_merger_merges(NULL), 0);
+    merger_remove(mp);
+    merger_free(m);
+    assert_int_equal(merger_merges(NULL), 0);
     genset_close(gs);
 }
 
@@ -147,24 +147,23 @@ static void test_remove_cancels_merge(void **state)
     for (uint64_t i = 0; i < 4; i++)
         add(gs, i * per, per);
     genset_policy_t p = genset_policy_for(3600 * 1000, 0, 4 * per); /* each one is small */
-    worker_merger_t *m = NULL;
-    worker_merge_part_t *mp = NULL;
-    assert_int_equal(worker_merger_new(&p, NULL, NULL, &m), 0);
-    assert_int_equal(worker_merger_add(m, 0, gs, &mp), 0);
+    merger_t *m = NULL;
+    merger_set_t *mp = NULL;
+    assert_int_equal(merger_new(&p, NULL, NULL, &m), 0);
+    assert_int_equal(merger_add(m, 0, gs, &mp), 0);
     /* The merge is under way once its file is being written. */
     int64_t deadline = clk_mono_ms() + WAIT_MS;
-    while (files_ending(fx->dir, ".tmp") == 0 && worker_merger_merges(mp) == 0 &&
-           clk_mono_ms() < deadline)
+    while (files_ending(fx->dir, ".tmp") == 0 && merger_merges(mp) == 0 && clk_mono_ms() < deadline)
         ;
-    assert_int_equal(worker_merger_merges(mp), 0); /* caught it mid-merge */
+    assert_int_equal(merger_merges(mp), 0); /* caught it mid-merge */
     assert_int_equal(files_ending(fx->dir, ".tmp"), 1);
-    worker_merger_remove(mp);
+    merger_remove(mp);
     genset_view_t *v = genset_view(gs);
     assert_int_equal(genset_view_count(v), 4);
     genset_view_release(v);
     assert_int_equal(files_ending(fx->dir, ".tmp"), 0);
     assert_int_equal(files_ending(fx->dir, ".gen"), 4);
-    worker_merger_free(m);
+    merger_free(m);
     genset_close(gs);
 }
 
@@ -175,17 +174,17 @@ static void test_add_remove_free(void **state)
     genset_t *gs = NULL;
     assert_int_equal(genset_open(fx->dir, 0, &gs), GEN_OK);
     genset_policy_t p = genset_policy_for(3600 * 1000, 0, 100);
-    worker_merger_t *m = NULL;
-    worker_merge_part_t *a = NULL, *b = NULL;
-    assert_int_equal(worker_merger_new(&p, NULL, NULL, &m), 0);
-    assert_int_equal(worker_merger_add(m, 1, gs, &a), 0);
-    assert_int_equal(worker_merger_add(m, 2, gs, &b), 0);
-    worker_merger_remove(a);
-    worker_merger_kick(b);
-    worker_merger_remove(b);
-    worker_merger_remove(NULL);
-    worker_merger_free(m);
-    worker_merger_free(NULL);
+    merger_t *m = NULL;
+    merger_set_t *a = NULL, *b = NULL;
+    assert_int_equal(merger_new(&p, NULL, NULL, &m), 0);
+    assert_int_equal(merger_add(m, 1, gs, &a), 0);
+    assert_int_equal(merger_add(m, 2, gs, &b), 0);
+    merger_remove(a);
+    merger_kick(b);
+    merger_remove(b);
+    merger_remove(NULL);
+    merger_free(m);
+    merger_free(NULL);
     genset_close(gs);
 }
 
