@@ -330,7 +330,7 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
     // clang-format off
     json_t *j = json_pack(
         "{s:s, s:I, s:o, s:{s:I, s:I, s:I}, s:{s:I, s:o}, s:o, s:o, s:o,"
-        " s:{s:I, s:I, s:b}, s:{s:b, s:I}}",
+        " s:{s:I, s:I, s:b, s:I, s:I, s:I}, s:{s:b, s:I}}",
         "version", INGESTD_VERSION,
         "uptime_seconds", (json_int_t)uptime_s(api),
         "dedupe", dedupe_json(api, &s, now_ms),
