@@ -17,6 +17,7 @@
 
 #include "storage/commit.h"
 #include "storage/fsutil.h"
+#include "storage/secret.h"
 #include "storage/genset.h"
 #include "storage/keyhash.h"
 #include "storage/log.h"
@@ -55,18 +56,6 @@ static void path_of(char *out, const char *dir, const char *name)
 {
     if (snprintf(out, PATH_LEN, "%s/%s", dir, name) >= PATH_LEN)
         out[PATH_LEN - 1] = '\0';
-}
-
-static int read_secret_file(const char *data_dir, uint8_t secret[KEYHASH_SECRET_LEN])
-{
-    char path[PATH_LEN];
-    path_of(path, data_dir, "secret");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    ssize_t n = read(fd, secret, KEYHASH_SECRET_LEN);
-    close(fd);
-    return n == KEYHASH_SECRET_LEN ? 0 : -1;
 }
 
 /* ---- check ---- */
@@ -391,7 +380,7 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
         "store: %" PRIu64 " keys, applied offset %" PRIu64 ", map %" PRIu64 " bytes (%" PRIu64
         " used)",
         si.keys, si.applied, si.map_size, si.used_bytes);
-    if (read_secret_file(data_dir, fsecret) != 0)
+    if (secret_read(data_dir, fsecret) != 1)
         problem(&ck, "secret: %s/secret is missing or not %d bytes", data_dir, KEYHASH_SECRET_LEN);
     else if (store_secret(st, NULL, ssecret) == STORE_OK &&
              memcmp(fsecret, ssecret, sizeof(fsecret)) != 0)
@@ -418,7 +407,7 @@ out:
 static int find_secret(const char *data_dir, const char *old_store, uint8_t secret[16],
                        admin_report_fn report, void *arg)
 {
-    if (read_secret_file(data_dir, secret) == 0)
+    if (secret_read(data_dir, secret) == 1)
         return 0;
     store_t *st = NULL;
     store_options_t so = {.read_only = true, .older_ok = true}; /* the secret of any format */
@@ -455,12 +444,11 @@ static int rebuild_new_store(const char *data_dir, const char *storedir,
                              const uint8_t secret[KEYHASH_SECRET_LEN], uint64_t first,
                              admin_report_fn report, void *arg)
 {
-    char secretp[PATH_LEN];
     store_options_t so = {0};
     store_t *st = NULL;
     uint8_t got[KEYHASH_SECRET_LEN];
 
-    if (mkdir(storedir, 0755) != 0) {
+    if (fsutil_mkdir(storedir) != 0) {
         say(report, arg, 1, "creating %s: %s", storedir, strerror(errno));
         return -1;
     }
@@ -472,18 +460,12 @@ static int rebuild_new_store(const char *data_dir, const char *storedir,
         return -1;
     }
     store_close(st);
-    if (read_secret_file(data_dir, got) == 0)
+    if (secret_read(data_dir, got) == 1)
         return 0;
-    path_of(secretp, data_dir, "secret");
-    int fd = open(secretp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, secret, KEYHASH_SECRET_LEN) != (ssize_t)KEYHASH_SECRET_LEN ||
-        fsync(fd) != 0) {
-        say(report, arg, 1, "writing %s: %s", secretp, strerror(errno));
-        if (fd >= 0)
-            close(fd);
+    if (secret_write(data_dir, secret) != 0) {
+        say(report, arg, 1, "writing %s/%s: %s", data_dir, SECRET_FILE, strerror(errno));
         return -1;
     }
-    close(fd);
     return 0;
 }
 
@@ -679,7 +661,7 @@ static int backup_gens(genset_t *before, const char *src, const char *dst, uint6
     genset_view_t *v1 = genset_view(before), *v2 = genset_view(after);
     size_t n = 0, kept = 0;
     pick_t *picks = calloc(genset_view_count(v1) + genset_view_count(v2) + 1, sizeof(*picks));
-    int rc = picks && (mkdir(dst, 0700) == 0 || errno == EEXIST) ? 0 : -1;
+    int rc = picks && (fsutil_mkdir(dst) == 0 || errno == EEXIST) ? 0 : -1;
     if (rc == 0) {
         pick_from(v1, sealed_below, picks, &n);
         pick_from(v2, sealed_below, picks, &n);
@@ -721,8 +703,9 @@ static int backup_make_dirs(const char *to_dir, const char *dst_store, const cha
         say(report, arg, 1, "%s exists and is not empty", to_dir);
         return -1;
     }
-    if ((mkdir(to_dir, 0755) != 0 && errno != EEXIST) || mkdir(dst_store, 0755) != 0 ||
-        mkdir(dst_log, 0755) != 0) {
+    /* Durably, to_dir's name in its parent too: "all fsynced" covers the directories. */
+    if ((fsutil_mkdir(to_dir) != 0 && errno != EEXIST) || fsutil_mkdir(dst_store) != 0 ||
+        fsutil_mkdir(dst_log) != 0) {
         say(report, arg, 1, "creating %s: %s", to_dir, strerror(errno));
         return -1;
     }
@@ -830,16 +813,8 @@ static int backup_finish(const char *to_dir, const char *dst_store, const char *
                          const uint8_t secret[KEYHASH_SECRET_LEN], uint64_t cut, uint64_t applied,
                          admin_report_fn report, void *arg)
 {
-    char dst[PATH_LEN];
-    path_of(dst, to_dir, "secret");
-    int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 || write(fd, secret, KEYHASH_SECRET_LEN) != (ssize_t)KEYHASH_SECRET_LEN ||
-        fsync(fd) != 0) {
-        if (fd >= 0)
-            close(fd);
+    if (secret_write(to_dir, secret) != 0)
         goto io;
-    }
-    close(fd);
     /* The records past the copy's applied offset were acknowledged: readers of the backup
      * (`log cat`) show them, and a server started on it replays them. */
     if (cut > applied && commit_write_acked_file(to_dir, cut) != 0)
@@ -882,7 +857,7 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
     path_of(dst_log, to_dir, "log");
     if (backup_make_dirs(to_dir, dst_store, dst_log, report, arg) != 0)
         return ADMIN_ERROR;
-    if (read_secret_file(data_dir, secret) != 0) {
+    if (secret_read(data_dir, secret) != 1) {
         say(report, arg, 1, "%s/secret is missing or unreadable", data_dir);
         return ADMIN_ERROR;
     }

@@ -207,11 +207,36 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
 }
 
 /*
+ * Lazy mode: DIR/store/UNSYNCED names this boot before LMDB's first unsynced
+ * write. store_open itself writes (a new store's databases), so this comes
+ * before it, not just before the replay. Other modes: nothing to do.
+ */
+static int recover_mark_if_lazy(commit_t *c, const char *marker, char *errbuf, size_t errlen)
+{
+    if (c->opts.store_sync != STORE_SYNC_NONE)
+        return 0;
+    return commit_files_mark_unsynced(c, marker, errbuf, errlen);
+}
+
+/*
  * Moves the store aside (to *aside, malloc'ed) and opens a fresh one that
  * starts at the log's first retained offset; the replay then fills it.
+ *
+ * The order is what makes a power loss at any step harmless. The rename and
+ * the new directory are made durable together (one fsync of the data dir);
+ * lost, the old store and its marker from another boot are still there, and
+ * the next start resets again. Then, in lazy mode, the marker naming this
+ * boot goes into the new directory, durably, before LMDB writes a byte there:
+ * a machine crash from then on leaves a marker from another boot, and the
+ * next start resets the fresh store too. Between the two the new directory is
+ * empty: the next start creates a store there and replays the whole log into
+ * it (a new store over a shortened log starts at its first offset), which is
+ * the same rebuild. Writing the marker after the fresh store's first commit,
+ * as before, left a window where an unsynced, possibly torn store had no
+ * marker and was trusted (or refused) at the next start.
  */
-static int recover_reset_store(commit_t *c, const char *path, const char *logdir, char **aside,
-                               char *errbuf, size_t errlen)
+static int recover_reset_store(commit_t *c, const char *path, const char *logdir,
+                               const char *marker, char **aside, char *errbuf, size_t errlen)
 {
     log_info_t li;
     store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
@@ -226,6 +251,8 @@ static int recover_reset_store(commit_t *c, const char *path, const char *logdir
         errbuf_printf(errbuf, errlen, "moving the unsynced store aside: %s", strerror(errno));
         return -1;
     }
+    if (recover_mark_if_lazy(c, marker, errbuf, errlen) != 0)
+        return -1;
     int src = store_open(path, &so, &c->store);
     if (src == STORE_OK)
         src = store_begin(c->store);
@@ -244,12 +271,13 @@ static int recover_reset_store(commit_t *c, const char *path, const char *logdir
  * Opens DIR/store: as it is, or, when the machine restarted with it unsynced
  * (lazy mode) or it has another format version, a fresh one with the old
  * one moved aside to *aside (the replay then fills it from the log). In lazy
- * mode, then writes the marker. *crashed: the first case.
+ * mode the marker is written before LMDB's first write either way.
+ * *crashed: the first case.
  */
 static int recover_open_store(commit_t *c, const char *path, const char *logdir, const char *marker,
                               int *crashed, char **aside, char *errbuf, size_t errlen)
 {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    if (fsutil_mkdir(path) != 0 && errno != EEXIST) {
         errbuf_printf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
         return -1;
     }
@@ -263,6 +291,8 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
                       "rebuilding the store from the log");
     } else {
         store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
+        if (recover_mark_if_lazy(c, marker, errbuf, errlen) != 0)
+            return -1;
         int src = store_open(path, &so, &c->store);
         if (src == STORE_VERSION) {
             /* Written by another format version: the log is the truth, rebuild from it. */
@@ -275,16 +305,12 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
         }
     }
     if (reset) {
-        if (recover_reset_store(c, path, logdir, aside, errbuf, errlen) != 0)
+        if (recover_reset_store(c, path, logdir, marker, aside, errbuf, errlen) != 0)
             return -1;
         pthread_mutex_lock(&c->mu);
         c->stats.rebuilt_at_open = true;
         pthread_mutex_unlock(&c->mu);
     }
-    /* Before the first unsynced commit (the replay's): a machine crash from here on rebuilds. */
-    if (c->opts.store_sync == STORE_SYNC_NONE &&
-        commit_files_mark_unsynced(c, marker, errbuf, errlen) != 0)
-        return -1;
     /* LMDB never syncs its directory: make the names of its files durable once. */
     if (fsutil_sync_dir(path) != 0) {
         errbuf_printf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));

@@ -12,6 +12,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "storage/fsutil.h"
+
 #define SEG_MAGIC   "INGDLOG1"
 #define SEG_VERSION 1u
 #define SEG_SUFFIX  ".seg"
@@ -409,7 +411,7 @@ int log_open(const char *dir, const log_options_t *opts, log_t **out)
     *out = NULL;
     if (!dir || !opts)
         return LOG_INVALID;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (fsutil_mkdir(dir) != 0 && errno != EEXIST) /* durable before a segment is in it */
         return io_status(errno);
     log = calloc(1, sizeof(*log));
     if (!log)

@@ -2,11 +2,16 @@
 #include "storage/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "storage/fsutil.h"
 
 #define DEFAULT_MAP_SIZE (1ull << 30)
+#define DATA_FILE        "data.mdb" /* LMDB's name for the environment's file in its dir */
 /*
  * `seq` is MDB_DUPSORT | MDB_DUPFIXED too: the bucket seq / B (u64,
  * MDB_INTEGERKEY) -> packed 33-byte duplicates (seq % B | key | receivedAt |
@@ -1245,7 +1250,19 @@ int store_reader_info(store_reader_t *r, store_info_t *info)
 
 int store_copy(store_t *st, const char *dir)
 {
-    return xlate(st, mdb_env_copy2(st->env, dir, MDB_CP_COMPACT));
+    int rc = xlate(st, mdb_env_copy2(st->env, dir, MDB_CP_COMPACT));
+    if (rc != STORE_OK)
+        return rc;
+    /* mdb_env_copy2 writes the file without syncing it, nor its name: a backup that says it
+     * is durable must be. */
+    char *path = fsutil_join(dir, DATA_FILE);
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0 || fsync(fd) != 0 || fsutil_sync_dir(dir) != 0)
+        rc = path ? STORE_EIO : STORE_NOMEM;
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return rc;
 }
 
 int store_reader_check(store_t *st, int *cleared)

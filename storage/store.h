@@ -321,7 +321,11 @@ int store_reader_info(store_reader_t *r, store_info_t *info);
 int store_reader_entry(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,
                        store_entry_t *e);
 
-/* Writes a compacted copy of the environment into the existing directory `dir`. */
+/*
+ * Writes a compacted copy of the environment into the existing directory
+ * `dir`, durably: the file is fsynced and so is `dir` (its entry). STORE_OK,
+ * STORE_EIO when a sync fails, or LMDB's error of the copy.
+ */
 int store_copy(store_t *st, const char *dir);
 
 /* Clears stale reader slots left by dead processes; *cleared gets their number. */
