@@ -70,6 +70,28 @@ static int read_secret_file(const char *data_dir, uint8_t secret[KEYHASH_SECRET_
     return n == KEYHASH_SECRET_LEN ? 0 : -1;
 }
 
+/* Reads the record at `offset` (tagged as the replay tags it) into *rec. LOG_OK or an error. */
+static int read_record(const char *logdir, const uint8_t *secret, uint64_t tagged_from,
+                       uint64_t offset, log_record_t *rec, log_reader_t **r)
+{
+    /* A short way forward is read through; a longer one, or back, opens the reader there. */
+    log_record_t skip;
+    while (*r && log_reader_position(*r) < offset && offset - log_reader_position(*r) <= 64 &&
+           log_reader_next(*r, offset, &skip) == LOG_OK)
+        ;
+    if (!*r || log_reader_position(*r) != offset) {
+        log_reader_close(*r);
+        *r = NULL;
+        int lrc = log_reader_open(logdir, offset, r);
+        if (lrc != LOG_OK)
+            return lrc;
+    }
+    int lrc = log_reader_next(*r, offset + 1, rec);
+    if (lrc == LOG_OK)
+        retag_record(secret, tagged_from, rec);
+    return lrc;
+}
+
 /* ---- check ---- */
 
 typedef struct {
@@ -79,10 +101,14 @@ typedef struct {
     admin_check_result_t *res;
     const char *logdir;
     log_reader_t *r;     /* walks the log in step with the sequence index */
-    uint64_t expect_off; /* offset the next sequence entry must name */
+    log_reader_t *r2;    /* reads the records of carried keys and of the generations' keys */
+    uint64_t run_start;  /* the young store's run of log offsets: its first, */
+    uint64_t expect_off; /* and the offset the next entry of the run must name */
     bool started;
-    bool compare_off;       /* the log can no longer be walked in step with the index */
-    uint64_t retained_away; /* window keys whose records retention deleted */
+    bool carries;           /* per-source budgets may carry keys (max_keys > 0 or not known) */
+    uint64_t carried;       /* young store keys the budgets carried (offsets before the run) */
+    uint64_t retained_away; /* young store keys whose records retention deleted */
+    uint64_t gens_away;     /* generations' keys whose records retention deleted */
     uint64_t seq_entries, key_entries, bad_keys;
     const store_info_t *info;       /* the snapshot's, filled before the callbacks run */
     const uint8_t *secret;          /* the store's, to tag keys of records before tagged_from */
@@ -161,59 +187,74 @@ static void check_log(check_t *ck, const uint64_t *bases, uint64_t nseg, uint64_
     }
 }
 
-/* Per sequence entry in order: dense offsets, matching the log record's key and time. */
+/*
+ * Whether the log record at `offset` holds `key` and `received_ms`, when retention kept it
+ * (else counted in *away): `what` names the entry in a problem. Reads through *r.
+ */
+static void compare_record(check_t *ck, log_reader_t **r, const char *what, uint64_t offset,
+                           const uint8_t key[KEYHASH_LEN], int64_t received_ms, uint64_t *away)
+{
+    log_record_t rec;
+    if (offset < ck->res->first_offset) {
+        (*away)++; /* in the window, its record deleted by retention: no problem */
+        return;
+    }
+    /* The limit makes a short or bad record an error rather than "the end, for now". */
+    int lrc = read_record(ck->logdir, ck->secret, ck->tagged_from, offset, &rec, r);
+    if (lrc != LOG_OK)
+        problem(ck, "%s names log offset %" PRIu64 ", which cannot be read (%s)", what, offset,
+                lrc == LOG_END ? "beyond the log" : log_strerror(lrc));
+    else if (memcmp(rec.key, key, KEYHASH_LEN) != 0 || rec.received_ms != received_ms)
+        problem(ck, "%s disagrees with log offset %" PRIu64 " (key or receivedAt differ)", what,
+                offset);
+}
+
+/*
+ * Per sequence entry in order. The young store's keys name one run of log offsets, each
+ * record after the one before, up to the applied offset; what per-source budgets carried
+ * (docs/window.md) was put again at the young end with its old offset, below the run. Such a
+ * carry can also leave the run starting after a gap (the flood's keys in between left), so
+ * with budgets a gap starts the run anew and what came before counts as carried. Every
+ * entry's key and receivedAt must be its log record's.
+ */
 static int on_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
                   uint64_t log_offset)
 {
     check_t *ck = arg;
-    log_record_t rec;
+    char what[64];
 
     ck->seq_entries++;
     step(ck->progress, ck->arg, "checking the window", "keys", ck->seq_entries, ck->info->keys);
     if (seq < ck->info->evicting_below)
         ck->seq_below++;
-    if (!ck->started) {
-        ck->started = true;
-        ck->expect_off = log_offset;
-    }
-    if (log_offset < ck->res->first_offset && log_offset == ck->expect_off) {
-        /* Retention deleted this record; its key still dedupes, a rebuild would forget it. */
-        ck->retained_away++;
-        ck->expect_off++;
+    snprintf(what, sizeof(what), "store: sequence %" PRIu64, seq);
+    if (ck->started && log_offset < ck->run_start) {
+        ck->carried++;
+        compare_record(ck, &ck->r2, what, log_offset, key, received_ms, &ck->retained_away);
         return 0;
     }
-    if (!ck->r && !ck->compare_off && log_reader_open(ck->logdir, log_offset, &ck->r) != LOG_OK) {
-        problem(ck, "store: sequence %" PRIu64 " names log offset %" PRIu64 ", not in the log", seq,
-                log_offset);
-        ck->compare_off = true;
+    if (ck->started && log_offset < ck->expect_off) {
+        problem(ck,
+                "store: sequence %" PRIu64 " names log offset %" PRIu64 ", which an earlier "
+                "entry of the window's run already named",
+                seq, log_offset);
+        compare_record(ck, &ck->r2, what, log_offset, key, received_ms, &ck->retained_away);
+        return 0;
     }
-    if (log_offset != ck->expect_off) {
+    if (!ck->started) {
+        ck->started = true;
+        ck->run_start = log_offset;
+    } else if (log_offset > ck->expect_off && ck->carries) {
+        ck->carried += ck->expect_off - ck->run_start; /* the run so far was carried keys */
+        ck->run_start = log_offset;
+    } else if (log_offset > ck->expect_off) {
         problem(ck,
                 "store: sequence %" PRIu64 " names log offset %" PRIu64 ", expected %" PRIu64
                 " (the window must cover a contiguous range of the log)",
                 seq, log_offset, ck->expect_off);
-        ck->expect_off = log_offset; /* resynchronise; the log can no longer be walked in step */
-        ck->compare_off = true;
     }
-    ck->expect_off++;
-    if (ck->compare_off)
-        return 0;
-    /* The limit makes a short or bad record an error rather than "the end, for now". */
-    int lrc = log_reader_next(ck->r, log_offset + 1, &rec);
-    if (lrc != LOG_OK) {
-        problem(ck,
-                "store: sequence %" PRIu64 " names log offset %" PRIu64
-                ", which cannot be read (%s); the window is not compared past it",
-                seq, log_offset, lrc == LOG_END ? "beyond the log" : log_strerror(lrc));
-        ck->compare_off = true;
-        return 0;
-    }
-    retag_record(ck->secret, ck->tagged_from, &rec); /* as the replay tagged it */
-    if (memcmp(rec.key, key, KEYHASH_LEN) != 0 || rec.received_ms != received_ms)
-        problem(ck,
-                "store: sequence %" PRIu64 " disagrees with log offset %" PRIu64
-                " (key or receivedAt differ)",
-                seq, log_offset);
+    ck->expect_off = log_offset + 1;
+    compare_record(ck, &ck->r, what, log_offset, key, received_ms, &ck->retained_away);
     return 0;
 }
 
@@ -237,28 +278,97 @@ static int on_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool 
     return 0;
 }
 
-/* One generation file: whole (gen_verify), and after the one before it in the log. */
-static void check_gen(check_t *ck, const gen_t *g, const gen_info_t *prev)
+/* A generation's key whose record retention kept, for comparing in log order. */
+typedef struct {
+    uint64_t offset;
+    int64_t received_ms;
+    uint8_t key[KEYHASH_LEN];
+} gen_key_t;
+
+static int cmp_gen_key(const void *a, const void *b)
+{
+    uint64_t x = ((const gen_key_t *)a)->offset, y = ((const gen_key_t *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Every key of generation `g` against the log, as the young store's: the record at its offset
+ * (read in offset order) holds its key and receivedAt; a key whose record retention deleted
+ * counts as in the window, its record deleted. Keys are not in log order: a carried key keeps
+ * its old offset in a newer generation (docs/window.md).
+ */
+static void check_gen_keys(check_t *ck, const gen_t *g, const char *name)
+{
+    gen_iter_t *it = NULL;
+    gen_entry_t e;
+    gen_info_t info;
+    gen_key_t *keys = NULL;
+    size_t n = 0;
+    char what[GEN_NAME_MAX + 32];
+    int grc;
+
+    gen_get_info(g, &info);
+    keys = calloc(info.keys ? info.keys : 1, sizeof(*keys));
+    if (!keys || gen_iter_open(g, &it) != GEN_OK) {
+        problem(ck, "generation %s: cannot read its keys", name);
+        goto out;
+    }
+    while ((grc = gen_iter_next(it, &e)) == GEN_OK && n < info.keys) {
+        if (e.offset < ck->res->first_offset) {
+            ck->gens_away++;
+            continue;
+        }
+        keys[n] = (gen_key_t){.offset = e.offset, .received_ms = e.received_ms};
+        memcpy(keys[n++].key, e.key, KEYHASH_LEN);
+    }
+    if (grc < 0)
+        problem(ck, "generation %s: reading its keys: %s", name, gen_strerror(grc));
+    qsort(keys, n, sizeof(*keys), cmp_gen_key);
+    snprintf(what, sizeof(what), "generation %s: a key", name);
+    for (size_t i = 0; i < n; i++)
+        compare_record(ck, &ck->r2, what, keys[i].offset, keys[i].key, keys[i].received_ms,
+                       &ck->gens_away);
+out:
+    gen_iter_close(it);
+    free(keys);
+}
+
+/*
+ * One generation file: whole (gen_verify), its sequence range after the one before it and
+ * within the store's numbering (recovery refuses a range past the store's next sequence), and
+ * its keys against the log. Its log offsets need not follow the one before it: a carried key
+ * keeps its old offset.
+ */
+static void check_gen(check_t *ck, const gen_t *g, const gen_info_t *prev, const store_info_t *si)
 {
     gen_info_t info;
     char name[GEN_NAME_MAX];
     gen_get_info(g, &info);
     gen_file_name(info.id, name, sizeof(name));
     int grc = gen_verify(g);
-    if (grc != GEN_OK)
+    if (grc != GEN_OK) {
         problem(ck, "generation %s: %s (run `ingestd rebuild`)", name, gen_strerror(grc));
-    if (prev && prev->keys > 0 && info.keys > 0 && info.min_offset <= prev->max_offset)
+        return;
+    }
+    if (prev && info.id.first < prev->id.end)
         problem(ck,
-                "generation %s: its log offsets begin at %" PRIu64 ", before the end of the "
-                "generation before it (%" PRIu64 ")",
-                name, info.min_offset, prev->max_offset);
+                "generation %s: its sequences begin at %" PRIu64 ", inside the generation "
+                "before it (which ends at %" PRIu64 ")",
+                name, info.id.first, prev->id.end);
+    if (info.id.end > si->next_seq)
+        problem(ck,
+                "generation %s: its sequences end at %" PRIu64 ", past the store's next "
+                "sequence %" PRIu64 ": it does not belong to this store (run `ingestd rebuild`)",
+                name, info.id.end, si->next_seq);
+    check_gen_keys(ck, g, name);
 }
 
 /*
  * The sealed generations (docs/window.md) under DIR/store/gens: each file
- * whole, in log order, and below the store's sealed bound; a newer one is a
- * seal whose LMDB transaction is still to come (its keys are counted once,
- * in the store). Adds their keys to the result.
+ * whole, in sequence order, within the store's numbering, its keys matching
+ * their log records; a newer one than the store's sealed bound is a seal whose
+ * LMDB transaction is still to come (its keys are counted once, in the store).
+ * Adds their keys to the result.
  */
 static void check_gens(check_t *ck, const char *storedir, const store_info_t *si)
 {
@@ -267,7 +377,8 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
     path_of(dir, storedir, "gens");
     int grc = genset_open_read_only(dir, &gs);
     if (grc != GEN_OK) {
-        problem(ck, "generations: cannot open %s: %s", dir, gen_strerror(grc));
+        problem(ck, "generations: cannot open %s: %s (run `ingestd rebuild`)", dir,
+                gen_strerror(grc));
         return;
     }
     genset_view_t *v = genset_view(gs);
@@ -275,7 +386,7 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
     uint64_t keys = 0, bytes = 0, sealing = 0;
     size_t n = genset_view_count(v);
     for (size_t i = 0; i < n; i++) {
-        check_gen(ck, genset_view_gen(v, i), i > 0 ? &prev : NULL);
+        check_gen(ck, genset_view_gen(v, i), i > 0 ? &prev : NULL, si);
         gen_get_info(genset_view_gen(v, i), &info);
         if (info.id.end > si->sealed_below)
             sealing += info.keys;
@@ -297,6 +408,27 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
             "generations: %" PRIu64 " keys belong to a seal still being written (the store "
             "still holds them; the next start finishes it)",
             sealing);
+    if (ck->gens_away > 0)
+        say(ck->report, ck->arg, 0,
+            "generations: %" PRIu64 " keys are in the window, their records deleted by log "
+            "retention (`ingestd rebuild` keeps them with the generations)",
+            ck->gens_away);
+}
+
+/* The window's settings the server recorded (DIR/WINDOW): whether budgets may carry keys. */
+static void check_settings(check_t *ck, const char *data_dir)
+{
+    winsettings_t w;
+    int rc = winsettings_read(data_dir, &w);
+    ck->carries = rc != 0 || w.max_keys > 0;
+    if (rc == 0)
+        say(ck->report, ck->arg, 0,
+            "window settings (the server's, %s): window %" PRId64 "s, max keys %" PRIu64
+            ", young keys %" PRIu64,
+            WINSETTINGS_FILE, w.window_ms / 1000, w.max_keys, w.young_keys);
+    else if (rc < 0)
+        problem(ck, "%s/%s: %s", data_dir, WINSETTINGS_FILE,
+                errno == EINVAL ? "malformed" : strerror(errno));
 }
 
 int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn progress, void *arg,
@@ -351,6 +483,7 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
     }
     ck.secret = ssecret;
     ck.info = &si;
+    check_settings(&ck, data_dir);
     src = store_scan(st, &si, on_seq, on_key, &ck);
     if (src != STORE_OK) {
         problem(&ck, "store: unreadable: %s (%s)", store_strerror(src), store_detail(st));
@@ -363,15 +496,22 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
     check_log(&ck, bases, li.segments, si.applied);
     say(report, arg, 0, "log: %" PRIu64 " records, offsets %" PRIu64 "..%" PRIu64, res.records,
         res.first_offset, res.next_offset);
-    if (ck.started && ck.expect_off != si.applied)
+    /* Budgets may have evicted the newest of a flood while keeping a carried key after it. */
+    if (ck.started && (ck.expect_off > si.applied || (ck.expect_off < si.applied && !ck.carries)))
         problem(&ck,
                 "store: the window ends at log offset %" PRIu64
                 " but the applied offset is %" PRIu64,
                 ck.expect_off, si.applied);
+    if (ck.carried > 0)
+        say(report, arg, 0,
+            "store: %" PRIu64 " keys were carried by per-source budgets (older log offsets at "
+            "the young end)",
+            ck.carried);
     if (ck.retained_away > 0)
         say(report, arg, 0,
             "store: %" PRIu64 " keys of the window name records that log retention deleted: "
-            "they still deduplicate, but `ingestd rebuild` could not restore them",
+            "they still deduplicate, but `ingestd rebuild` could not restore them (it refuses "
+            "unless --allow-shrink)",
             ck.retained_away);
     if (ck.in_checkpoint > 0)
         say(report, arg, 0,
@@ -404,6 +544,7 @@ done:
     rc = res.problems ? ADMIN_PROBLEMS : ADMIN_OK;
 out:
     log_reader_close(ck.r);
+    log_reader_close(ck.r2);
     store_close(st);
     free(bases);
     if (res.problems > 100)
@@ -689,23 +830,6 @@ static int rebuild_link_gens(const survey_t *sv, const char *old, const char *st
         rc = -1;
     }
     return rc;
-}
-
-/* Reads the record at `offset` (tagged as the replay tags it) into *rec. LOG_OK or an error. */
-static int read_record(const char *logdir, const uint8_t *secret, uint64_t tagged_from,
-                       uint64_t offset, log_record_t *rec, log_reader_t **r)
-{
-    if (!*r || log_reader_position(*r) != offset) {
-        log_reader_close(*r);
-        *r = NULL;
-        int lrc = log_reader_open(logdir, offset, r);
-        if (lrc != LOG_OK)
-            return lrc;
-    }
-    int lrc = log_reader_next(*r, offset + 1, rec);
-    if (lrc == LOG_OK)
-        retag_record(secret, tagged_from, rec);
-    return lrc;
 }
 
 /*
