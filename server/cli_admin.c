@@ -59,9 +59,10 @@ static const opts_cmd_t CMDS[] = {
     [CMD_CHECK] = {"check", "Usage: ingestd check [--data DIR]\n",
                    "Verifies a data dir, also while a server runs on it: every log segment\n"
                    "header and record (length, offset, CRC), LMDB's applied offset, the\n"
-                   "sequence index against the log, keys against the sequence index, and the\n"
-                   "secret file against LMDB. Prints one line per finding (\"PROBLEM: ...\")\n"
-                   "and a summary.\n",
+                   "sequence index against the log, keys against the sequence index, each\n"
+                   "sealed generation (whole, its sequence range, its keys against the log),\n"
+                   "and the secret file against LMDB, with the server's window settings\n"
+                   "(DIR/WINDOW). Prints one line per finding (\"PROBLEM: ...\") and a summary.\n",
                    "Exit 0: consistent; 1: problems found or check failed; 2: usage.\n", CHECK,
                    sizeof CHECK / sizeof CHECK[0], false},
     [CMD_REBUILD] = {"rebuild",

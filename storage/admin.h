@@ -43,11 +43,15 @@ typedef struct admin_check_result {
  * Verifies a data dir, also while a server runs on it (LMDB is read in one
  * read-only snapshot, the log up to that snapshot's applied offset):
  * every segment header, every record's length, offset sequence and CRC;
- * LMDB's applied offset within the log; the sequence index covering exactly
- * the offsets [oldest retained, applied) with each entry's key and
- * receivedAt equal to its log record's; `keys` and `seq` agreeing one to
- * one; the secret file matching LMDB's; each sealed generation file whole
- * and in log order. Returns ADMIN_OK, ADMIN_PROBLEMS or ADMIN_ERROR.
+ * LMDB's applied offset within the log; the sequence index covering one run
+ * of offsets up to the applied one (keys carried by per-source budgets keep
+ * older offsets below it; DIR/WINDOW says whether budgets are on) with each
+ * entry's key and receivedAt equal to its log record's; `keys` and `seq`
+ * agreeing one to one; the secret file matching LMDB's; each sealed
+ * generation file whole, after the one before it and within the store's
+ * sequence numbering, each of its keys equal to its log record's. A key
+ * whose record retention deleted is in the window, not a problem.
+ * Returns ADMIN_OK, ADMIN_PROBLEMS or ADMIN_ERROR.
  */
 int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn progress, void *arg,
                 admin_check_result_t *out);

@@ -167,7 +167,7 @@ class Usage(AdminCase):
 
     def test_help(self):
         for cmd, flags in (("check", ["--data"]),
-                           ("rebuild", ["--data", "--window", "--max-keys"]),
+                           ("rebuild", ["--data", "--window", "--max-keys", "--young-keys", "--allow-shrink"]),
                            ("backup", ["--data", "--to"])):
             with self.subTest(cmd=cmd):
                 p = admin(cmd, "--help")
