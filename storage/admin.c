@@ -23,6 +23,7 @@
 #include "storage/log.h"
 #include "storage/retag.h"
 #include "storage/store.h"
+#include "storage/winsettings.h"
 
 #define PATH_LEN 4096
 
@@ -58,6 +59,28 @@ static void path_of(char *out, const char *dir, const char *name)
         out[PATH_LEN - 1] = '\0';
 }
 
+/* Reads the record at `offset` (tagged as the replay tags it) into *rec. LOG_OK or an error. */
+static int read_record(const char *logdir, const uint8_t *secret, uint64_t tagged_from,
+                       uint64_t offset, log_record_t *rec, log_reader_t **r)
+{
+    /* A short way forward is read through; a longer one, or back, opens the reader there. */
+    log_record_t skip;
+    while (*r && log_reader_position(*r) < offset && offset - log_reader_position(*r) <= 64 &&
+           log_reader_next(*r, offset, &skip) == LOG_OK)
+        ;
+    if (!*r || log_reader_position(*r) != offset) {
+        log_reader_close(*r);
+        *r = NULL;
+        int lrc = log_reader_open(logdir, offset, r);
+        if (lrc != LOG_OK)
+            return lrc;
+    }
+    int lrc = log_reader_next(*r, offset + 1, rec);
+    if (lrc == LOG_OK)
+        retag_record(secret, tagged_from, rec);
+    return lrc;
+}
+
 /* ---- check ---- */
 
 typedef struct {
@@ -67,10 +90,14 @@ typedef struct {
     admin_check_result_t *res;
     const char *logdir;
     log_reader_t *r;     /* walks the log in step with the sequence index */
-    uint64_t expect_off; /* offset the next sequence entry must name */
+    log_reader_t *r2;    /* reads the records of carried keys and of the generations' keys */
+    uint64_t run_start;  /* the young store's run of log offsets: its first, */
+    uint64_t expect_off; /* and the offset the next entry of the run must name */
     bool started;
-    bool compare_off;       /* the log can no longer be walked in step with the index */
-    uint64_t retained_away; /* window keys whose records retention deleted */
+    bool carries;           /* per-source budgets may carry keys (max_keys > 0 or not known) */
+    uint64_t carried;       /* young store keys the budgets carried (offsets before the run) */
+    uint64_t retained_away; /* young store keys whose records retention deleted */
+    uint64_t gens_away;     /* generations' keys whose records retention deleted */
     uint64_t seq_entries, key_entries, bad_keys;
     const store_info_t *info;       /* the snapshot's, filled before the callbacks run */
     const uint8_t *secret;          /* the store's, to tag keys of records before tagged_from */
@@ -149,59 +176,74 @@ static void check_log(check_t *ck, const uint64_t *bases, uint64_t nseg, uint64_
     }
 }
 
-/* Per sequence entry in order: dense offsets, matching the log record's key and time. */
+/*
+ * Whether the log record at `offset` holds `key` and `received_ms`, when retention kept it
+ * (else counted in *away): `what` names the entry in a problem. Reads through *r.
+ */
+static void compare_record(check_t *ck, log_reader_t **r, const char *what, uint64_t offset,
+                           const uint8_t key[KEYHASH_LEN], int64_t received_ms, uint64_t *away)
+{
+    log_record_t rec;
+    if (offset < ck->res->first_offset) {
+        (*away)++; /* in the window, its record deleted by retention: no problem */
+        return;
+    }
+    /* The limit makes a short or bad record an error rather than "the end, for now". */
+    int lrc = read_record(ck->logdir, ck->secret, ck->tagged_from, offset, &rec, r);
+    if (lrc != LOG_OK)
+        problem(ck, "%s names log offset %" PRIu64 ", which cannot be read (%s)", what, offset,
+                lrc == LOG_END ? "beyond the log" : log_strerror(lrc));
+    else if (memcmp(rec.key, key, KEYHASH_LEN) != 0 || rec.received_ms != received_ms)
+        problem(ck, "%s disagrees with log offset %" PRIu64 " (key or receivedAt differ)", what,
+                offset);
+}
+
+/*
+ * Per sequence entry in order. The young store's keys name one run of log offsets, each
+ * record after the one before, up to the applied offset; what per-source budgets carried
+ * (docs/window.md) was put again at the young end with its old offset, below the run. Such a
+ * carry can also leave the run starting after a gap (the flood's keys in between left), so
+ * with budgets a gap starts the run anew and what came before counts as carried. Every
+ * entry's key and receivedAt must be its log record's.
+ */
 static int on_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
                   uint64_t log_offset)
 {
     check_t *ck = arg;
-    log_record_t rec;
+    char what[64];
 
     ck->seq_entries++;
     step(ck->progress, ck->arg, "checking the window", "keys", ck->seq_entries, ck->info->keys);
     if (seq < ck->info->evicting_below)
         ck->seq_below++;
-    if (!ck->started) {
-        ck->started = true;
-        ck->expect_off = log_offset;
-    }
-    if (log_offset < ck->res->first_offset && log_offset == ck->expect_off) {
-        /* Retention deleted this record; its key still dedupes, a rebuild would forget it. */
-        ck->retained_away++;
-        ck->expect_off++;
+    snprintf(what, sizeof(what), "store: sequence %" PRIu64, seq);
+    if (ck->started && log_offset < ck->run_start) {
+        ck->carried++;
+        compare_record(ck, &ck->r2, what, log_offset, key, received_ms, &ck->retained_away);
         return 0;
     }
-    if (!ck->r && !ck->compare_off && log_reader_open(ck->logdir, log_offset, &ck->r) != LOG_OK) {
-        problem(ck, "store: sequence %" PRIu64 " names log offset %" PRIu64 ", not in the log", seq,
-                log_offset);
-        ck->compare_off = true;
+    if (ck->started && log_offset < ck->expect_off) {
+        problem(ck,
+                "store: sequence %" PRIu64 " names log offset %" PRIu64 ", which an earlier "
+                "entry of the window's run already named",
+                seq, log_offset);
+        compare_record(ck, &ck->r2, what, log_offset, key, received_ms, &ck->retained_away);
+        return 0;
     }
-    if (log_offset != ck->expect_off) {
+    if (!ck->started) {
+        ck->started = true;
+        ck->run_start = log_offset;
+    } else if (log_offset > ck->expect_off && ck->carries) {
+        ck->carried += ck->expect_off - ck->run_start; /* the run so far was carried keys */
+        ck->run_start = log_offset;
+    } else if (log_offset > ck->expect_off) {
         problem(ck,
                 "store: sequence %" PRIu64 " names log offset %" PRIu64 ", expected %" PRIu64
                 " (the window must cover a contiguous range of the log)",
                 seq, log_offset, ck->expect_off);
-        ck->expect_off = log_offset; /* resynchronise; the log can no longer be walked in step */
-        ck->compare_off = true;
     }
-    ck->expect_off++;
-    if (ck->compare_off)
-        return 0;
-    /* The limit makes a short or bad record an error rather than "the end, for now". */
-    int lrc = log_reader_next(ck->r, log_offset + 1, &rec);
-    if (lrc != LOG_OK) {
-        problem(ck,
-                "store: sequence %" PRIu64 " names log offset %" PRIu64
-                ", which cannot be read (%s); the window is not compared past it",
-                seq, log_offset, lrc == LOG_END ? "beyond the log" : log_strerror(lrc));
-        ck->compare_off = true;
-        return 0;
-    }
-    retag_record(ck->secret, ck->tagged_from, &rec); /* as the replay tagged it */
-    if (memcmp(rec.key, key, KEYHASH_LEN) != 0 || rec.received_ms != received_ms)
-        problem(ck,
-                "store: sequence %" PRIu64 " disagrees with log offset %" PRIu64
-                " (key or receivedAt differ)",
-                seq, log_offset);
+    ck->expect_off = log_offset + 1;
+    compare_record(ck, &ck->r, what, log_offset, key, received_ms, &ck->retained_away);
     return 0;
 }
 
@@ -225,28 +267,97 @@ static int on_key(void *arg, const uint8_t key[KEYHASH_LEN], uint64_t seq, bool 
     return 0;
 }
 
-/* One generation file: whole (gen_verify), and after the one before it in the log. */
-static void check_gen(check_t *ck, const gen_t *g, const gen_info_t *prev)
+/* A generation's key whose record retention kept, for comparing in log order. */
+typedef struct {
+    uint64_t offset;
+    int64_t received_ms;
+    uint8_t key[KEYHASH_LEN];
+} gen_key_t;
+
+static int cmp_gen_key(const void *a, const void *b)
+{
+    uint64_t x = ((const gen_key_t *)a)->offset, y = ((const gen_key_t *)b)->offset;
+    return x < y ? -1 : x > y;
+}
+
+/*
+ * Every key of generation `g` against the log, as the young store's: the record at its offset
+ * (read in offset order) holds its key and receivedAt; a key whose record retention deleted
+ * counts as in the window, its record deleted. Keys are not in log order: a carried key keeps
+ * its old offset in a newer generation (docs/window.md).
+ */
+static void check_gen_keys(check_t *ck, const gen_t *g, const char *name)
+{
+    gen_iter_t *it = NULL;
+    gen_entry_t e;
+    gen_info_t info;
+    gen_key_t *keys = NULL;
+    size_t n = 0;
+    char what[GEN_NAME_MAX + 32];
+    int grc;
+
+    gen_get_info(g, &info);
+    keys = calloc(info.keys ? info.keys : 1, sizeof(*keys));
+    if (!keys || gen_iter_open(g, &it) != GEN_OK) {
+        problem(ck, "generation %s: cannot read its keys", name);
+        goto out;
+    }
+    while ((grc = gen_iter_next(it, &e)) == GEN_OK && n < info.keys) {
+        if (e.offset < ck->res->first_offset) {
+            ck->gens_away++;
+            continue;
+        }
+        keys[n] = (gen_key_t){.offset = e.offset, .received_ms = e.received_ms};
+        memcpy(keys[n++].key, e.key, KEYHASH_LEN);
+    }
+    if (grc < 0)
+        problem(ck, "generation %s: reading its keys: %s", name, gen_strerror(grc));
+    qsort(keys, n, sizeof(*keys), cmp_gen_key);
+    snprintf(what, sizeof(what), "generation %s: a key", name);
+    for (size_t i = 0; i < n; i++)
+        compare_record(ck, &ck->r2, what, keys[i].offset, keys[i].key, keys[i].received_ms,
+                       &ck->gens_away);
+out:
+    gen_iter_close(it);
+    free(keys);
+}
+
+/*
+ * One generation file: whole (gen_verify), its sequence range after the one before it and
+ * within the store's numbering (recovery refuses a range past the store's next sequence), and
+ * its keys against the log. Its log offsets need not follow the one before it: a carried key
+ * keeps its old offset.
+ */
+static void check_gen(check_t *ck, const gen_t *g, const gen_info_t *prev, const store_info_t *si)
 {
     gen_info_t info;
     char name[GEN_NAME_MAX];
     gen_get_info(g, &info);
     gen_file_name(info.id, name, sizeof(name));
     int grc = gen_verify(g);
-    if (grc != GEN_OK)
+    if (grc != GEN_OK) {
         problem(ck, "generation %s: %s (run `ingestd rebuild`)", name, gen_strerror(grc));
-    if (prev && prev->keys > 0 && info.keys > 0 && info.min_offset <= prev->max_offset)
+        return;
+    }
+    if (prev && info.id.first < prev->id.end)
         problem(ck,
-                "generation %s: its log offsets begin at %" PRIu64 ", before the end of the "
-                "generation before it (%" PRIu64 ")",
-                name, info.min_offset, prev->max_offset);
+                "generation %s: its sequences begin at %" PRIu64 ", inside the generation "
+                "before it (which ends at %" PRIu64 ")",
+                name, info.id.first, prev->id.end);
+    if (info.id.end > si->next_seq)
+        problem(ck,
+                "generation %s: its sequences end at %" PRIu64 ", past the store's next "
+                "sequence %" PRIu64 ": it does not belong to this store (run `ingestd rebuild`)",
+                name, info.id.end, si->next_seq);
+    check_gen_keys(ck, g, name);
 }
 
 /*
  * The sealed generations (docs/window.md) under DIR/store/gens: each file
- * whole, in log order, and below the store's sealed bound; a newer one is a
- * seal whose LMDB transaction is still to come (its keys are counted once,
- * in the store). Adds their keys to the result.
+ * whole, in sequence order, within the store's numbering, its keys matching
+ * their log records; a newer one than the store's sealed bound is a seal whose
+ * LMDB transaction is still to come (its keys are counted once, in the store).
+ * Adds their keys to the result.
  */
 static void check_gens(check_t *ck, const char *storedir, const store_info_t *si)
 {
@@ -255,7 +366,8 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
     path_of(dir, storedir, "gens");
     int grc = genset_open_read_only(dir, &gs);
     if (grc != GEN_OK) {
-        problem(ck, "generations: cannot open %s: %s", dir, gen_strerror(grc));
+        problem(ck, "generations: cannot open %s: %s (run `ingestd rebuild`)", dir,
+                gen_strerror(grc));
         return;
     }
     genset_view_t *v = genset_view(gs);
@@ -263,7 +375,7 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
     uint64_t keys = 0, bytes = 0, sealing = 0;
     size_t n = genset_view_count(v);
     for (size_t i = 0; i < n; i++) {
-        check_gen(ck, genset_view_gen(v, i), i > 0 ? &prev : NULL);
+        check_gen(ck, genset_view_gen(v, i), i > 0 ? &prev : NULL, si);
         gen_get_info(genset_view_gen(v, i), &info);
         if (info.id.end > si->sealed_below)
             sealing += info.keys;
@@ -285,6 +397,27 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
             "generations: %" PRIu64 " keys belong to a seal still being written (the store "
             "still holds them; the next start finishes it)",
             sealing);
+    if (ck->gens_away > 0)
+        say(ck->report, ck->arg, 0,
+            "generations: %" PRIu64 " keys are in the window, their records deleted by log "
+            "retention (`ingestd rebuild` keeps them with the generations)",
+            ck->gens_away);
+}
+
+/* The window's settings the server recorded (DIR/WINDOW): whether budgets may carry keys. */
+static void check_settings(check_t *ck, const char *data_dir)
+{
+    winsettings_t w;
+    int rc = winsettings_read(data_dir, &w);
+    ck->carries = rc != 0 || w.max_keys > 0;
+    if (rc == 0)
+        say(ck->report, ck->arg, 0,
+            "window settings (the server's, %s): window %" PRId64 "s, max keys %" PRIu64
+            ", young keys %" PRIu64,
+            WINSETTINGS_FILE, w.window_ms / 1000, w.max_keys, w.young_keys);
+    else if (rc < 0)
+        problem(ck, "%s/%s: %s", data_dir, WINSETTINGS_FILE,
+                errno == EINVAL ? "malformed" : strerror(errno));
 }
 
 int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn progress, void *arg,
@@ -339,6 +472,7 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
     }
     ck.secret = ssecret;
     ck.info = &si;
+    check_settings(&ck, data_dir);
     src = store_scan(st, &si, on_seq, on_key, &ck);
     if (src != STORE_OK) {
         problem(&ck, "store: unreadable: %s (%s)", store_strerror(src), store_detail(st));
@@ -351,15 +485,22 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
     check_log(&ck, bases, li.segments, si.applied);
     say(report, arg, 0, "log: %" PRIu64 " records, offsets %" PRIu64 "..%" PRIu64, res.records,
         res.first_offset, res.next_offset);
-    if (ck.started && ck.expect_off != si.applied)
+    /* Budgets may have evicted the newest of a flood while keeping a carried key after it. */
+    if (ck.started && (ck.expect_off > si.applied || (ck.expect_off < si.applied && !ck.carries)))
         problem(&ck,
                 "store: the window ends at log offset %" PRIu64
                 " but the applied offset is %" PRIu64,
                 ck.expect_off, si.applied);
+    if (ck.carried > 0)
+        say(report, arg, 0,
+            "store: %" PRIu64 " keys were carried by per-source budgets (older log offsets at "
+            "the young end)",
+            ck.carried);
     if (ck.retained_away > 0)
         say(report, arg, 0,
             "store: %" PRIu64 " keys of the window name records that log retention deleted: "
-            "they still deduplicate, but `ingestd rebuild` could not restore them",
+            "they still deduplicate, but `ingestd rebuild` could not restore them (it refuses "
+            "unless --allow-shrink)",
             ck.retained_away);
     if (ck.in_checkpoint > 0)
         say(report, arg, 0,
@@ -392,6 +533,7 @@ done:
     rc = res.problems ? ADMIN_PROBLEMS : ADMIN_OK;
 out:
     log_reader_close(ck.r);
+    log_reader_close(ck.r2);
     store_close(st);
     free(bases);
     if (res.problems > 100)
@@ -469,23 +611,25 @@ static int rebuild_new_store(const char *data_dir, const char *storedir,
     return 0;
 }
 
-/* Replays the whole retained log into the new store through commit_open (the lock is held all
- * along: no server may start meanwhile). 0 or -1 (reported). */
-static int rebuild_replay(const char *data_dir, int64_t window_ms, uint64_t max_keys,
-                          uint64_t first, admin_report_fn report, admin_progress_fn progress,
+/* Replays the retained log from `from` into the new store through commit_open (the lock is held
+ * all along: no server may start meanwhile); *keys gets the window's keys after it. 0 or -1
+ * (reported). */
+static int rebuild_replay(const char *data_dir, const winsettings_t *w, uint64_t from,
+                          uint64_t *keys, admin_report_fn report, admin_progress_fn progress,
                           void *arg)
 {
     commit_t *c = NULL;
     char err[512];
     struct replay_progress rp = {progress, arg};
     commit_options_t co = {.data_dir = data_dir,
-                           .window_ms = window_ms,
-                           .max_keys = max_keys,
+                           .window_ms = w->window_ms,
+                           .max_keys = w->max_keys,
+                           .young_keys = w->young_keys,
                            .lock_held = true,
                            .replay_progress = progress ? on_replay : NULL,
                            .replay_progress_arg = &rp};
 
-    say(report, arg, 0, "replaying the log from offset %" PRIu64 " ...", first);
+    say(report, arg, 0, "replaying the log from offset %" PRIu64 " ...", from);
     if (commit_open(&co, &c, err, sizeof(err)) != COMMIT_OK) {
         say(report, arg, 1, "rebuild failed: %s", err);
         return -1;
@@ -493,20 +637,323 @@ static int rebuild_replay(const char *data_dir, int64_t window_ms, uint64_t max_
     commit_stats_t s;
     commit_get_stats(c, &s);
     commit_close(c);
+    *keys = s.keys;
     say(report, arg, 0,
         "store: rebuilt from %" PRIu64 " log records; %" PRIu64 " keys in the window",
         s.replayed_at_open, s.keys);
     return 0;
 }
 
-int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
-                  admin_report_fn report, admin_progress_fn progress, void *arg)
+/*
+ * What the old store and its generations hold, read before anything moves (docs/window.md,
+ * "rebuild"). The generations are kept when every one of them is whole and the old young store
+ * can be read: the young store is then rebuilt from the log records after the generations'
+ * newest (`from`), plus the keys it carried from before (per-source budgets), each read back
+ * from its log record. Otherwise everything is rebuilt from the retained log, as a store of
+ * another format is.
+ */
+/* A key the old young store holds from before the replay's start: carried by a budget. */
+struct carried {
+    uint64_t offset;
+    uint8_t key[KEYHASH_LEN];
+};
+
+typedef struct survey {
+    uint64_t first;         /* the log's first retained offset */
+    bool keep_gens;         /* the generations stay; else the whole log is replayed */
+    genset_t *gs;           /* the old generations (read-only), when keep_gens */
+    uint64_t end_seq;       /* the kept generations' end (0: none) */
+    uint64_t from;          /* where the replay starts */
+    uint64_t young, sealed; /* keys before: the old young store's and the generations' */
+    uint64_t lost;          /* keys of the old window whose records retention deleted */
+    bool unknown;           /* the old window cannot be read whole: what it loses is unknown */
+    struct carried *carry;  /* the young store's keys with records in [first, from), in order */
+    size_t ncarry, carry_cap;
+} survey_t;
+
+static void survey_free(survey_t *sv)
+{
+    genset_close(sv->gs);
+    free(sv->carry);
+}
+
+/* Every generation whole (gen_verify): 0 and the newest record's offset, or -1 (reported). */
+static int survey_gens(survey_t *sv, const char *gensdir, uint64_t *max_offset,
+                       admin_report_fn report, void *arg)
+{
+    int grc = genset_open_read_only(gensdir, &sv->gs);
+    if (grc != GEN_OK) {
+        say(report, arg, 0, "generations: cannot open %s (%s): replaying the whole log", gensdir,
+            gen_strerror(grc));
+        return -1;
+    }
+    genset_view_t *v = genset_view(sv->gs);
+    int rc = 0;
+    for (size_t i = 0; i < genset_view_count(v); i++) {
+        gen_info_t info;
+        char name[GEN_NAME_MAX];
+        gen_get_info(genset_view_gen(v, i), &info);
+        gen_file_name(info.id, name, sizeof(name));
+        if ((grc = gen_verify(genset_view_gen(v, i))) != GEN_OK) {
+            say(report, arg, 0, "generation %s: %s: replaying the whole log", name,
+                gen_strerror(grc));
+            rc = -1;
+            break;
+        }
+        sv->sealed += info.keys;
+        sv->end_seq = info.id.end;
+        if (info.keys > 0 && info.max_offset > *max_offset)
+            *max_offset = info.max_offset;
+    }
+    genset_view_release(v);
+    return rc;
+}
+
+static int on_old_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], int64_t received_ms,
+                      uint64_t log_offset)
+{
+    survey_t *sv = arg;
+    (void)received_ms;
+    if (seq < sv->end_seq)
+        return 0; /* a seal cut short: its generation holds the key */
+    sv->young++;
+    if (log_offset < sv->first) {
+        sv->lost++;
+        return 0;
+    }
+    if (log_offset >= sv->from)
+        return 0; /* the replay gives it back */
+    if (sv->ncarry == sv->carry_cap) {
+        size_t cap = sv->carry_cap ? 2 * sv->carry_cap : 1024;
+        struct carried *p = realloc(sv->carry, cap * sizeof(*p));
+        if (!p)
+            return -1;
+        sv->carry = p;
+        sv->carry_cap = cap;
+    }
+    sv->carry[sv->ncarry].offset = log_offset;
+    memcpy(sv->carry[sv->ncarry++].key, key, KEYHASH_LEN);
+    return 0;
+}
+
+/* The old young store: its keys, those retention took, those it carried. 0 or -1. */
+static int survey_young(survey_t *sv, const char *storedir)
+{
+    store_options_t so = {.read_only = true};
+    store_t *st = NULL;
+    store_info_t si;
+    if (store_open(storedir, &so, &st) != STORE_OK) {
+        store_close(st);
+        return -1;
+    }
+    int rc = store_scan(st, &si, on_old_seq, NULL, sv);
+    store_close(st);
+    /* Keys of evictions a checkpoint left half done were counted: they go at the next start. */
+    return rc == STORE_OK ? 0 : -1;
+}
+
+static int survey(survey_t *sv, const char *storedir, admin_report_fn report, void *arg)
+{
+    char gensdir[PATH_LEN];
+    uint64_t max_offset = 0;
+    bool have = false;
+    path_of(gensdir, storedir, "gens");
+    sv->keep_gens = survey_gens(sv, gensdir, &max_offset, report, arg) == 0;
+    have = sv->keep_gens && sv->sealed > 0;
+    sv->from = have && max_offset + 1 > sv->first ? max_offset + 1 : sv->first;
+    if (sv->keep_gens && survey_young(sv, storedir) != 0) {
+        say(report, arg, 0, "store: the old store cannot be read: replaying the whole log");
+        sv->keep_gens = false;
+    }
+    if (!sv->keep_gens) {
+        genset_close(sv->gs);
+        sv->gs = NULL;
+        sv->end_seq = sv->young = sv->sealed = sv->lost = 0;
+        sv->ncarry = 0;
+        sv->from = sv->first;
+        /* Nothing of the old window can be read whole: only a whole log gives it all back. */
+        sv->unknown = sv->first > 0;
+    }
+    return 0;
+}
+
+/* The kept generations, linked into the new DIR/store/gens (the old store keeps its own links,
+ * so a failed rebuild puts it back whole). 0 or -1 (reported). */
+static int rebuild_link_gens(const survey_t *sv, const char *old, const char *storedir,
+                             admin_report_fn report, void *arg)
+{
+    char from[PATH_LEN], to[PATH_LEN], odir[PATH_LEN], ndir[PATH_LEN];
+    path_of(odir, old, "gens");
+    path_of(ndir, storedir, "gens");
+    if (mkdir(ndir, 0755) != 0) {
+        say(report, arg, 1, "creating %s: %s", ndir, strerror(errno));
+        return -1;
+    }
+    genset_view_t *v = genset_view(sv->gs);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < genset_view_count(v); i++) {
+        gen_info_t info;
+        char name[GEN_NAME_MAX];
+        gen_get_info(genset_view_gen(v, i), &info);
+        gen_file_name(info.id, name, sizeof(name));
+        path_of(from, odir, name);
+        path_of(to, ndir, name);
+        if (link(from, to) != 0) {
+            say(report, arg, 1, "linking %s to %s: %s", from, to, strerror(errno));
+            rc = -1;
+        }
+    }
+    if (rc == 0 && genset_view_count(v) > 0)
+        say(report, arg, 0, "generations: %zu files kept, sealed below sequence %" PRIu64,
+            genset_view_count(v), sv->end_seq);
+    genset_view_release(v);
+    if (rc == 0 && (fsutil_sync_dir(ndir) != 0 || fsutil_sync_dir(storedir) != 0)) {
+        say(report, arg, 1, "syncing %s: %s", ndir, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
+/*
+ * The new young store's start: numbered after the kept generations, the keys the old one
+ * carried from before `from` put back from their log records (in the old order, so they stay
+ * the oldest), and the replay's start. 0 or -1 (reported).
+ */
+static int rebuild_seed(const survey_t *sv, const char *data_dir, const char *storedir,
+                        const uint8_t *secret, admin_report_fn report, void *arg)
+{
+    char logdir[PATH_LEN];
+    store_options_t so = {0};
+    store_t *st = NULL;
+    log_reader_t *r = NULL;
+    uint64_t tagged_from = 0, skipped = 0;
+    int rc = -1;
+    path_of(logdir, data_dir, "log");
+    if (retag_read_from(data_dir, &tagged_from) < 0) {
+        say(report, arg, 1, "reading %s/%s: %s", data_dir, RETAG_FILE, strerror(errno));
+        return -1;
+    }
+    if (store_open(storedir, &so, &st) != STORE_OK || store_begin(st) != STORE_OK)
+        goto fail;
+    if (sv->end_seq > 0 &&
+        (store_advance_seq(st, sv->end_seq) != STORE_OK || store_seal(st, sv->end_seq) != STORE_OK))
+        goto abort;
+    for (size_t i = 0; i < sv->ncarry; i++) {
+        log_record_t rec;
+        int lrc = read_record(logdir, secret, tagged_from, sv->carry[i].offset, &rec, &r);
+        if (lrc != LOG_OK) {
+            say(report, arg, 1, "log: offset %" PRIu64 ": %s", sv->carry[i].offset,
+                log_strerror(lrc));
+            goto abort;
+        }
+        /* The old store's entry is taken only where its log record says the same. */
+        if (memcmp(rec.key, sv->carry[i].key, KEYHASH_LEN) != 0) {
+            skipped++;
+            continue;
+        }
+        if (store_upsert(st, rec.key, rec.received_ms, rec.offset, NULL) != STORE_OK)
+            goto abort;
+    }
+    if (store_set_applied(st, sv->from) != STORE_OK || store_commit(st) != STORE_OK)
+        goto fail;
+    if (sv->ncarry > 0)
+        say(report, arg, 0,
+            "store: %zu keys carried by per-source budgets put back from their log records",
+            sv->ncarry - (size_t)skipped);
+    if (skipped > 0)
+        say(report, arg, 0,
+            "store: %" PRIu64 " keys of the old store disagree with their log records: left out",
+            skipped);
+    rc = 0;
+    goto out;
+abort:
+    store_abort(st);
+fail:
+    say(report, arg, 1, "seeding the new store: %s", store_detail(st));
+out:
+    log_reader_close(r);
+    store_close(st);
+    return rc;
+}
+
+/* Whether the rebuild may go on: it refuses to shrink the window unless allowed. */
+static bool rebuild_allowed(const survey_t *sv, bool allow_shrink, admin_report_fn report,
+                            void *arg)
+{
+    if (sv->keep_gens)
+        say(report, arg, 0,
+            "window before: %" PRIu64 " keys (%" PRIu64 " in generations, %" PRIu64
+            " in the young store); %" PRIu64 " of them name records log retention deleted",
+            sv->young + sv->sealed, sv->sealed, sv->young, sv->lost);
+    if (sv->lost == 0 && !sv->unknown)
+        return true;
+    if (allow_shrink) {
+        if (sv->unknown)
+            say(report, arg, 0,
+                "--allow-shrink: the window keeps only the keys of the log from offset %" PRIu64,
+                sv->first);
+        else
+            say(report, arg, 0, "--allow-shrink: the window loses %" PRIu64 " keys", sv->lost);
+        return true;
+    }
+    if (sv->unknown)
+        say(report, arg, 1,
+            "the old store or its generations cannot be read whole, and log retention deleted "
+            "the records before offset %" PRIu64 ": rebuilding from the log would forget the "
+            "keys only those records held, and acknowledged ids would be accepted again. "
+            "Restore the store from a backup, or run rebuild with --allow-shrink to accept that",
+            sv->first);
+    else
+        say(report, arg, 1,
+            "%" PRIu64 " keys of the window name records log retention deleted: a rebuild "
+            "cannot give them back, and their ids would be accepted again. Keep the old store "
+            "(nothing was changed), or run rebuild with --allow-shrink to accept that",
+            sv->lost);
+    return false;
+}
+
+/* Moves the old store aside, builds the new one and replays into it. 0 or -1 (reported). */
+static int rebuild_store(const survey_t *sv, const char *data_dir, const char *storedir,
+                         const char *old, const winsettings_t *w, uint64_t *after,
+                         admin_report_fn report, admin_progress_fn progress, void *arg)
+{
+    uint8_t secret[KEYHASH_SECRET_LEN];
+    struct stat sb;
+    bool moved = false;
+    if (stat(storedir, &sb) == 0) {
+        if (rename(storedir, old) != 0) {
+            say(report, arg, 1, "moving %s aside: %s", storedir, strerror(errno));
+            return -1;
+        }
+        moved = true;
+        say(report, arg, 0, "store: old store moved to %s", old);
+    }
+    if (find_secret(data_dir, old, secret, report, arg) != 0 ||
+        rebuild_new_store(data_dir, storedir, secret, sv->first, report, arg) != 0 ||
+        (sv->keep_gens && rebuild_link_gens(sv, old, storedir, report, arg) != 0) ||
+        rebuild_seed(sv, data_dir, storedir, secret, report, arg) != 0 ||
+        rebuild_replay(data_dir, w, sv->from, after, report, progress, arg) != 0) {
+        if (moved) { /* put the old store back */
+            fsutil_rm_tree(storedir);
+            if (rename(old, storedir) == 0)
+                say(report, arg, 0, "store: old store put back");
+        }
+        return -1;
+    }
+    if (moved && fsutil_rm_tree(old) != 0)
+        say(report, arg, 0, "could not remove %s: %s (remove it by hand)", old, strerror(errno));
+    fsutil_sync_dir(data_dir);
+    return 0;
+}
+
+int admin_rebuild(const char *data_dir, const admin_rebuild_options_t *o, admin_report_fn report,
+                  admin_progress_fn progress, void *arg)
 {
     char lock[PATH_LEN], storedir[PATH_LEN], logdir[PATH_LEN], old[PATH_LEN];
-    uint8_t secret[KEYHASH_SECRET_LEN];
     log_info_t li;
+    survey_t sv = {0};
+    uint64_t after = 0;
     int rc = ADMIN_ERROR, lockfd = -1;
-    bool moved = false;
 
     path_of(lock, data_dir, "LOCK");
     path_of(storedir, data_dir, "store");
@@ -527,31 +974,23 @@ int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
         say(report, arg, 1, "log: nothing to rebuild from in %s", logdir);
         goto out;
     }
-    struct stat sb;
-    if (stat(storedir, &sb) == 0) {
-        if (rename(storedir, old) != 0) {
-            say(report, arg, 1, "moving %s aside: %s", storedir, strerror(errno));
-            goto out;
-        }
-        moved = true;
-        say(report, arg, 0, "store: old store moved to %s", old);
-    }
-    if (find_secret(data_dir, old, secret, report, arg) != 0 ||
-        rebuild_new_store(data_dir, storedir, secret, li.first_offset, report, arg) != 0 ||
-        rebuild_replay(data_dir, window_ms, max_keys, li.first_offset, report, progress, arg) !=
-            0) {
-        if (moved) { /* put the old store back */
-            fsutil_rm_tree(storedir);
-            if (rename(old, storedir) == 0)
-                say(report, arg, 0, "store: old store put back");
-        }
+    sv.first = li.first_offset;
+    if (survey(&sv, storedir, report, arg) != 0)
+        goto out;
+    if (!rebuild_allowed(&sv, o->allow_shrink, report, arg)) {
+        rc = ADMIN_SHRINK;
         goto out;
     }
-    if (moved && fsutil_rm_tree(old) != 0)
-        say(report, arg, 0, "could not remove %s: %s (remove it by hand)", old, strerror(errno));
-    fsutil_sync_dir(data_dir);
+    if (rebuild_store(&sv, data_dir, storedir, old, &o->window, &after, report, progress, arg) != 0)
+        goto out;
+    if (sv.keep_gens)
+        say(report, arg, 0,
+            "window after: %" PRIu64 " keys (before: %" PRIu64 "; the window's own rules may "
+            "have aged keys out meanwhile)",
+            after, sv.young + sv.sealed);
     rc = ADMIN_OK;
 out:
+    survey_free(&sv);
     if (lockfd >= 0)
         close(lockfd);
     return rc;

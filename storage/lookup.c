@@ -16,6 +16,7 @@
 #include "storage/retag.h"
 #include "storage/secret.h"
 #include "storage/store.h"
+#include "storage/winsettings.h"
 
 struct lookup {
     char *store_dir, *gens_dir, *log_dir;
@@ -116,6 +117,13 @@ int lookup_open(const char *data_dir, lookup_t **out, char *errbuf, size_t errle
     }
     if (genset_open_read_only(lk->gens_dir, &lk->gens) != GEN_OK) {
         errbuf_printf(errbuf, errlen, "reading the generations in %s", lk->gens_dir);
+        goto fail;
+    }
+    /* The server's per-source budget cuts generations as its own lookups do (DIR/WINDOW). */
+    winsettings_t ws;
+    if (winsettings_read(data_dir, &ws) == 0 &&
+        genset_set_budget(lk->gens, ws.max_keys) != GEN_OK) {
+        errbuf_printf(errbuf, errlen, "out of memory");
         goto fail;
     }
     lk->gview = genset_view(lk->gens);

@@ -613,7 +613,8 @@ static void test_budget_per_source(void **state)
     commit_close(c);
 
     /* Rebuilt from the log: 310 records replayed through a window of 100 keys per source. */
-    assert_int_equal(admin_rebuild(fx->dir, o.window_ms, o.max_keys, NULL, NULL, NULL), ADMIN_OK);
+    admin_rebuild_options_t ro = {.window = {o.window_ms, o.max_keys, o.young_keys}};
+    assert_int_equal(admin_rebuild(fx->dir, &ro, NULL, NULL, NULL), ADMIN_OK);
     c = open_commit(&o);
     submit_from(c, "calm", 0, 100, now, COMMIT_DUPLICATE);
     submit_from(c, "flood", 1060, 90, now, COMMIT_DUPLICATE); /* its newest 100 */
