@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1463,7 +1464,8 @@ static void test_retention_inside_window(void **state)
     assert_true(s.retention_records > 0);
     assert_int_equal(s.retention_window_records, s.retention_records); /* all within 1 h */
     assert_true(s.log_first_offset > 0);
-    assert_true(s.log_bytes <= o.log_max_bytes + o.segment_bytes + 4096);
+    /* Over the bound by the active segment, and by what the store had not applied yet. */
+    assert_true(s.log_bytes <= o.log_max_bytes + o.segment_bytes + 4096 + s.retention_held_bytes);
     pthread_mutex_lock(&n.mu);
     assert_true(n.warnings > 0);
     pthread_mutex_unlock(&n.mu);
@@ -1471,6 +1473,122 @@ static void test_retention_inside_window(void **state)
     /* Keys of deleted records are still remembered. */
     submit_range(c, 0, 5, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
+}
+
+/* Retention passes that acted on a log over its bound: deleted segments, or kept them. */
+typedef struct {
+    pthread_mutex_t mu;
+    unsigned passes;
+} retain_notes_t;
+
+static void retain_note(void *arg, int level, const char *msg)
+{
+    retain_notes_t *n = arg;
+    (void)level;
+    pthread_mutex_lock(&n->mu);
+    if (strstr(msg, "log retention deleted") || strstr(msg, "log retention is waiting"))
+        n->passes++;
+    pthread_mutex_unlock(&n->mu);
+}
+
+static unsigned retain_passes(retain_notes_t *n)
+{
+    pthread_mutex_lock(&n->mu);
+    unsigned v = n->passes;
+    pthread_mutex_unlock(&n->mu);
+    return v;
+}
+
+/* Tight size-bound retention: segments of 4 KiB, the log bound to 16 KiB. */
+static commit_options_t tight_retention_opts(const fx_t *fx)
+{
+    commit_options_t o = default_opts(fx);
+    o.segment_bytes = 4096;
+    o.log_max_bytes = 16384;
+    return o;
+}
+
+/*
+ * The child's part of test_retention_keeps_unapplied: writes in batches of 20 until a retention
+ * pass has acted on the log (over its bound) after `checkpoints` checkpoints, then dies at once
+ * as a kill -9 would (no close, no last checkpoint), telling the parent through `fd` how many
+ * ids it had acknowledged and how many checkpoints had been written by then.
+ */
+static void retention_child(const fx_t *fx, uint64_t checkpoints, int fd)
+{
+    retain_notes_t n = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    commit_options_t o = tight_retention_opts(fx);
+    o.notify = retain_note;
+    o.notify_arg = &n;
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    uint64_t out[2] = {0, 0};
+    unsigned seen = 0;
+    bool armed = false;
+    int64_t deadline = tu_monotonic_ms() + 60000;
+    do {
+        submit_range(c, (unsigned)out[0], 20, tu_now_ms(), COMMIT_ACCEPTED);
+        out[0] += 20;
+        commit_get_stats(c, &s);
+        if (!armed && s.checkpoints >= checkpoints) {
+            armed = true; /* from here on, the next pass counts */
+            seen = retain_passes(&n);
+        }
+    } while (!(armed && retain_passes(&n) > seen && s.log_bytes > 4 * o.log_max_bytes) &&
+             tu_monotonic_ms() < deadline);
+    out[1] = s.checkpoints;
+    if (write(fd, out, sizeof(out)) != (ssize_t)sizeof(out))
+        _exit(2);
+    _exit(0);
+}
+
+/*
+ * Retention never deletes what LMDB has not durably applied. A server writing far past
+ * --log-max-bytes dies (as by kill -9) once retention has acted: before its first checkpoint
+ * (nothing applied: no segment may go) and after one (only below what that applied). The next
+ * open must start, and know every acknowledged id as a duplicate.
+ */
+static void check_retention_keeps_unapplied(const fx_t *fx, uint64_t checkpoints)
+{
+    int p[2];
+    uint64_t got[2] = {0, 0};
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        retention_child(fx, checkpoints, p[1]);
+    }
+    close(p[1]);
+    assert_int_equal(read(p[0], got, sizeof(got)), (ssize_t)sizeof(got));
+    close(p[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (checkpoints == 0)
+        assert_int_equal(got[1], 0); /* it died before its first checkpoint */
+    else
+        assert_true(got[1] >= checkpoints);
+
+    commit_options_t o = tight_retention_opts(fx);
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    commit_get_stats(c, &s);
+    assert_int_equal(s.log_next_offset, got[0]);
+    for (unsigned i = 0; i < got[0]; i += 1000)
+        submit_range(c, i, got[0] - i < 1000 ? (unsigned)(got[0] - i) : 1000, tu_now_ms(),
+                     COMMIT_DUPLICATE);
+    commit_close(c);
+}
+
+static void test_retention_keeps_unapplied(void **state)
+{
+    check_retention_keeps_unapplied(*state, 0);
+}
+
+static void test_retention_keeps_unapplied_after_checkpoint(void **state)
+{
+    check_retention_keeps_unapplied(*state, 1);
 }
 
 /* Age-bound retention also runs while no events arrive: the idle writer wakes for it. */
@@ -2125,6 +2243,8 @@ int main(void)
         T(test_watch),
         T(test_retention_inside_window),
         T(test_retention_while_idle),
+        T(test_retention_keeps_unapplied),
+        T(test_retention_keeps_unapplied_after_checkpoint),
         T(test_lazy_clean_close),
         T(test_lazy_machine_crash_rebuilds),
         T(test_lazy_marker_cleared_by_synced_mode),
