@@ -899,6 +899,17 @@ static void test_replay_lagging_store(void **state)
     expect_log_records(fx, 13);
 }
 
+/* Removes the LMDB files of DIR/store, as an operator who lost them would find it. */
+static void remove_store(const fx_t *fx)
+{
+    const char *files[] = {"data.mdb", "lock.mdb"};
+    char path[512];
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/store/%s", fx->dir, files[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+}
+
 /* A lost store (e.g. deleted by an operator) is rebuilt from the log with the same secret. */
 static void test_rebuild_missing_store(void **state)
 {
@@ -907,16 +918,11 @@ static void test_rebuild_missing_store(void **state)
     commit_t *c = open_commit(&o);
     commit_stats_t s;
     uint8_t secret[KEYHASH_SECRET_LEN];
-    char path[512];
 
     memcpy(secret, commit_secret(c), sizeof(secret));
     submit_range(c, 0, 6, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
-    const char *files[] = {"data.mdb", "lock.mdb"};
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/store/%s", fx->dir, files[i]);
-        assert_int_equal(unlink(path), 0);
-    }
+    remove_store(fx);
     c = open_commit(&o);
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
     commit_get_stats(c, &s);
@@ -1619,12 +1625,7 @@ static void test_log_gap_at_open(void **state)
     commit_close(c);
 
     /* No store: a new one starts at the log's first offset. */
-    const char *files[] = {"data.mdb", "lock.mdb"};
-    char path[600];
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/store/%s", fx->dir, files[i]);
-        assert_int_equal(unlink(path), 0);
-    }
+    remove_store(fx);
     uint64_t first = delete_first_segments(fx, 2);
     c = open_commit(&o);
     commit_get_stats(c, &s);
