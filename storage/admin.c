@@ -485,6 +485,13 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
     check_log(&ck, bases, li.segments, si.applied);
     say(report, arg, 0, "log: %" PRIu64 " records, offsets %" PRIu64 "..%" PRIu64, res.records,
         res.first_offset, res.next_offset);
+    /* Retention never deletes what LMDB has not applied (commit_retain.c): the start refuses. */
+    if (li.segments > 0 && si.applied < li.first_offset)
+        problem(&ck,
+                "log: it starts at offset %" PRIu64 " but LMDB has applied only up to %" PRIu64
+                ": records deleted before LMDB applied them, their keys are in no store (put "
+                "those segments back; `ingestd rebuild --allow-shrink` forgets them)",
+                li.first_offset, si.applied);
     /* Budgets may have evicted the newest of a flood while keeping a carried key after it. */
     if (ck.started && (ck.expect_off > si.applied || (ck.expect_off < si.applied && !ck.carries)))
         problem(&ck,

@@ -176,6 +176,10 @@ typedef struct commit_stats {
     uint64_t retention_segments, retention_records; /* deleted by log retention */
     uint64_t retention_window_records; /* of those, records still inside the dedupe window:
                                           `rebuild` can no longer restore their keys */
+    uint64_t retention_held_bytes;     /* at the last retention pass: bytes of segments past the
+                                          bounds kept because the store had not durably applied
+                                          their records yet (0: none) */
+    uint64_t retention_waits;          /* retention passes that kept segments so */
     int64_t duplicate_age_max_ms;      /* the oldest first copy a duplicate had (its age) */
     bool window_below_floor;           /* see commit_options_t.window_floor_ms */
 } commit_stats_t;

@@ -228,6 +228,8 @@ static void *ckpt_thread(void *arg)
 
         double t0 = clk_mono_msf();
         int rc = ckpt_run(c, &j);
+        if (rc == STORE_OK) /* log retention may now delete what the job applied */
+            rc = commit_retain_store_durable(c, j.applied);
         double ms = clk_mono_msf() - t0;
         ckpt_seal_result_t sr = {0};
         if (rc == STORE_OK)

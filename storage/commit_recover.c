@@ -15,7 +15,7 @@
  * from before DIR/TAGGED_FROM theirs, storage/retag.h).
  *
  * Functions, in order: the replay (recover_replay_chunk,
- * recover_finish_evictions, recover_replay); the open, in its steps
+ * recover_finish_evictions, recover_gap, recover_replay); the open, in its steps
  * (recover_reset_store, recover_open_store, recover_open_log,
  * recover_catch_up, then commit_recover_open_lmdb, LMDB mode's open);
  * commit_recover_open_storage / _close_storage for either mode;
@@ -128,6 +128,46 @@ static int recover_finish_evictions(commit_t *c, uint64_t below, uint64_t *grows
     return rc;
 }
 
+/*
+ * The log starts past LMDB's applied offset. A store this open created (none was there: a start
+ * after an operator removed it) starts where the log does, as `ingestd rebuild` would: that is
+ * recorded first, so a crash before its first checkpoint finds it again. Any other store lacks the
+ * keys of the records in between, which retention never deletes (commit_retain.c): someone else
+ * did, and only putting them back keeps the window whole, so the start refuses and says so.
+ */
+static int recover_gap(commit_t *c, store_info_t *si, const log_info_t *li, char *errbuf,
+                       size_t errlen)
+{
+    if (!store_created(c->store)) {
+        errbuf_printf(
+            errbuf, errlen,
+            "LMDB has applied the log up to offset %llu but the log starts at %llu: records "
+            "%llu..%llu were deleted before LMDB applied them (by the log retention of an older "
+            "release, or by hand), and their keys are in no store. Put those segments back into "
+            "the log directory (from a copy or `ingestd backup`) and start again; `ingestd "
+            "rebuild --allow-shrink` keeps the sealed generations but forgets the young "
+            "store's keys of those records",
+            (unsigned long long)si->applied, (unsigned long long)li->first_offset,
+            (unsigned long long)si->applied, (unsigned long long)li->first_offset - 1);
+        return -1;
+    }
+    int rc = store_begin(c->store);
+    if (rc == STORE_OK)
+        rc = store_set_applied(c->store, li->first_offset);
+    if (rc == STORE_OK)
+        rc = store_commit(c->store);
+    else
+        store_abort(c->store);
+    if (rc != STORE_OK) {
+        errbuf_printf(errbuf, errlen, "starting a new store at log offset %llu: %s (%s)",
+                      (unsigned long long)li->first_offset, store_strerror(rc),
+                      store_detail(c->store));
+        return -1;
+    }
+    si->applied = li->first_offset;
+    return 0;
+}
+
 /* Applies log records past LMDB's applied offset: the log is the source of truth. */
 static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, uint64_t *grows,
                           char *errbuf, size_t errlen)
@@ -151,14 +191,8 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
             (unsigned long long)si.applied, (unsigned long long)li.next_offset);
         return -1;
     }
-    if (si.applied == 0 && si.keys == 0)
-        si.applied = li.first_offset; /* a new store over a log retention has shortened */
-    if (si.applied < li.first_offset) {
-        errbuf_printf(errbuf, errlen,
-                      "the store's applied offset %llu is older than the log's start %llu",
-                      (unsigned long long)si.applied, (unsigned long long)li.first_offset);
+    if (si.applied < li.first_offset && recover_gap(c, &si, &li, errbuf, errlen) != 0)
         return -1;
-    }
     if (si.evicting_below > 0 && (rc = recover_finish_evictions(c, si.evicting_below, grows))) {
         errbuf_printf(errbuf, errlen, "finishing a checkpoint's evictions: %s (%s)",
                       store_strerror(rc), store_detail(c->store));
@@ -415,6 +449,14 @@ static int recover_catch_up(commit_t *c, const char *logdir, char *errbuf, size_
     if (lrc != LOG_OK) {
         errbuf_printf(errbuf, errlen, "syncing log %s: %s (%s)", logdir, log_strerror(lrc),
                       strerror(log_errno(c->log)));
+        return -1;
+    }
+    /* What the store has applied now (the whole log), once durable, retention may delete. */
+    store_info_t si;
+    if ((rc = store_get_info(c->store, &si)) != STORE_OK ||
+        (rc = commit_retain_store_durable(c, si.applied)) != STORE_OK) {
+        errbuf_printf(errbuf, errlen, "syncing the LMDB store: %s (%s)", store_strerror(rc),
+                      store_detail(c->store));
         return -1;
     }
     /* The names of store/ and log/ themselves live in the data dir. */

@@ -43,6 +43,7 @@ struct store {
     uint64_t txn_seq;  /* next sequence inside the open transaction */
     bool read_only;
     bool older_ok;   /* store_options_t.older_ok */
+    bool created;    /* store_created() */
     int last_mdb;    /* last LMDB error code, for store_detail() */
     uint32_t *order; /* sort space of key_order */
     size_t order_cap;
@@ -243,6 +244,10 @@ int store_open(const char *dir, const store_options_t *opts, store_t **out)
         flags |= MDB_NOSYNC;
     if ((rc = xlate(st, mdb_env_open(st->env, dir, flags, 0644))))
         goto fail;
+    MDB_envinfo ei;
+    if ((rc = xlate(st, mdb_env_info(st->env, &ei))))
+        goto fail;
+    st->created = ei.me_last_txnid == 0; /* nothing ever committed: a new environment */
     MDB_stat ms;
     if ((rc = xlate(st, mdb_env_stat(st->env, &ms))))
         goto fail;
@@ -259,6 +264,11 @@ int store_open(const char *dir, const store_options_t *opts, store_t **out)
 fail:
     store_close(st);
     return rc;
+}
+
+bool store_created(const store_t *st)
+{
+    return st->created;
 }
 
 void store_close(store_t *st)

@@ -85,6 +85,10 @@ typedef struct store_info {
 int store_open(const char *dir, const store_options_t *opts, store_t **out);
 void store_close(store_t *st);
 
+/* True when store_open created the environment (no commit had ever been made in `dir`): a new
+ * store, not one that has simply applied nothing yet. */
+bool store_created(const store_t *st);
+
 /*
  * Returns the hash secret, creating and committing a random one when the
  * store has none yet: `secret_in` (may be NULL) is used instead of a random
