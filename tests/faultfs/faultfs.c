@@ -1469,6 +1469,12 @@ int unlinkat(int dirfd, const char *path, int flags)
     return do_unlink(dirfd, path, flags, "unlinkat");
 }
 
+/* rmdir is unlinkat(AT_REMOVEDIR): `rebuild` removes the store it moved aside with it. */
+int rmdir(const char *path)
+{
+    return do_unlink(AT_FDCWD, path, AT_REMOVEDIR, "rmdir");
+}
+
 static int do_mkdir(int dirfd, const char *path, mode_t mode, const char *fn)
 {
     char buf[PATH_MAX];

@@ -283,9 +283,12 @@ class Timeline:
 
     Durable file content starts from IMG/base/<id> (files found at start) or empty (files
     created since); a file's writes and truncates stay pending until a successful fsync of it
-    (a failed one loses them, O_DSYNC writes excepted); a name operation (create, mkdir,
-    rename, unlink) stays pending until its directory is fsynced, or (ext4) until any
-    successful fsync, which commits the one metadata journal in order."""
+    (a failed one loses them, O_DSYNC writes excepted). Directories are tracked as instances,
+    not paths, so that a directory made anew where another was renamed away keeps its own
+    entries: a name operation (create, mkdir, rename, unlink) belongs to the directory instance
+    it was made in (a rename to its new directory) and stays pending until that directory is
+    fsynced, or (ext4) until any successful fsync, which commits the one metadata journal in
+    order. The state is what is reachable from the root through durable entries."""
 
     PERSIST = (J_SETTLE, J_DIRSYNC, J_RENAME)
 
@@ -296,8 +299,9 @@ class Timeline:
         self.pos = 0
         self.content = {}      # inode id -> durable bytes
         self.pending = {}      # inode id -> [(record index, op)]
-        self.names = {}        # durable rel -> inode id
-        self.linked = {""}     # durable directories
+        self.dur = {0: {}}     # directory instance -> {name: ("f", id) | ("d", instance)}
+        self.live = {0: {}}    # the same, as the process saw it
+        self.ninst = 1
         self.npending = []     # [(record index, name op)] not yet durable, in journal order
         self.where = {}        # inode id -> its latest name (for reports)
 
@@ -331,38 +335,80 @@ class Timeline:
     def pending_count(self):
         return sum(len(v) for v in self.pending.values()) + len(self.npending)
 
+    def _resolve(self, tree, rel):
+        """The directory instance at `rel` in `tree` (live or durable), or None."""
+        inst = 0
+        for part in [p for p in rel.split("/") if p]:
+            obj = tree.get(inst, {}).get(part)
+            if not obj or obj[0] != "d":
+                return None
+            inst = obj[1]
+        return inst
+
+    def _new_dir(self):
+        inst = self.ninst
+        self.ninst += 1
+        self.live[inst] = {}
+        self.dur[inst] = {}
+        return inst
+
     @staticmethod
-    def apply_name(op, names, linked):
-        typ, n = op["t"], op["names"]
-        if typ == J_CREATE:
-            names[join(n[0], n[1])] = op["id"]
-        elif typ == J_MKDIR:
-            linked.add(join(n[0], n[1]))
-        elif typ == J_RENAME:
-            old, new = join(n[0], n[1]), join(n[2], n[3])
-            if old in names:
-                names[new] = names.pop(old)
-            elif old in linked:  # a directory: everything below it moves
-                for d in [d for d in linked if d == old or d.startswith(old + "/")]:
-                    linked.discard(d)
-                    linked.add(new + d[len(old):])
-                for r in [r for r in names if r.startswith(old + "/")]:
-                    names[new + r[len(old):]] = names.pop(r)
-        elif typ == J_UNLINK:
-            rel = join(n[0], n[1])
-            if op["flag"]:
-                linked.discard(rel)
-            else:
-                names.pop(rel, None)
+    def apply_name(op, dur):
+        """Makes a name operation durable in `dur` (directory instance -> entries)."""
+        if op["from"] is not None:  # rename: the old name goes if it still names the object
+            o1, n1 = op["from"]
+            if dur.setdefault(o1, {}).get(n1) == op["obj"]:
+                del dur[o1][n1]
+        entries = dur.setdefault(op["owner"], {})
+        if op["kind"] == "unlink":
+            if entries.get(op["name"]) == op["obj"]:
+                del entries[op["name"]]
+        else:
+            entries[op["name"]] = op["obj"]
 
     def _commit_names(self, owner=None):
         keep = []
         for idx, op in self.npending:
             if owner is None or op["owner"] == owner:
-                self.apply_name(op, self.names, self.linked)
+                self.apply_name(op, self.dur)
             else:
                 keep.append((idx, op))
         self.npending = keep
+
+    def _name_op(self, i, typ, ident, a, names):
+        live = self.live
+        o = self._resolve(live, names[0])
+        if o is None:  # below a directory the model never saw: outside the tree
+            return
+        if typ == J_CREATE:
+            obj = ("f", ident)
+            self.content[ident] = bytearray()
+            self.where[ident] = join(names[0], names[1])
+            op = {"kind": "link", "owner": o, "name": names[1], "obj": obj, "from": None}
+        elif typ == J_MKDIR:
+            obj = ("d", self._new_dir())
+            op = {"kind": "link", "owner": o, "name": names[1], "obj": obj, "from": None}
+        elif typ == J_RENAME:
+            o2 = self._resolve(live, names[2])
+            obj = live[o].get(names[1])
+            if o2 is None or obj is None:
+                return
+            live[o].pop(names[1], None)
+            op = {"kind": "link", "owner": o2, "name": names[3], "obj": obj,
+                  "from": (o, names[1])}
+            if obj[0] == "f":
+                self.where[obj[1]] = join(names[2], names[3])
+            o = o2
+        else:
+            obj = live[o].get(names[1])
+            if obj is None:
+                return
+            op = {"kind": "unlink", "owner": o, "name": names[1], "obj": obj, "from": None}
+        if op["kind"] == "link":
+            live[o][op["name"]] = obj
+        else:
+            live[o].pop(op["name"], None)
+        self.npending.append((i, op))
 
     def advance(self, k):
         """Replays records up to (not including) index k."""
@@ -382,31 +428,30 @@ class Timeline:
                 if self.dirsync == "ext4" and a == 0:
                     self._commit_names()
             elif typ in (J_CREATE, J_MKDIR, J_RENAME, J_UNLINK):
-                names = parse_names(payload)
-                op = {"t": typ, "id": ident, "flag": a, "names": names,
-                      "owner": names[2] if typ == J_RENAME else names[0]}
-                if typ == J_CREATE:
-                    self.content[ident] = bytearray()
-                    self.where[ident] = join(names[0], names[1])
-                elif typ == J_RENAME:
-                    for fid, rel in list(self.where.items()):
-                        if rel == join(names[0], names[1]):
-                            self.where[fid] = join(names[2], names[3])
-                self.npending.append((i, op))
+                self._name_op(i, typ, ident, a, parse_names(payload))
             elif typ == J_DIRSYNC:
-                self._commit_names(payload.decode())
-            elif typ == J_BASEDIR:
-                self.linked.add(payload.decode())
-            elif typ == J_BASEFILE:
+                inst = self._resolve(self.live, payload.decode())
+                if inst is not None:
+                    self._commit_names(inst)
+            elif typ in (J_BASEDIR, J_BASEFILE):
                 rel = payload.decode()
-                base = os.path.join(self.image, "base", str(ident))
-                if not os.path.exists(base):
-                    raise SystemExit("powerloss.py: %s missing: --at needs an image written by "
-                                     "a faultfs that keeps base/ copies" % base)
-                with open(base, "rb") as f:
-                    self.content[ident] = bytearray(f.read())
-                self.names[rel] = ident
-                self.where[ident] = rel
+                if not rel:
+                    continue
+                parent, _sep, name = rel.rpartition("/")
+                pd = self._resolve(self.dur, parent)
+                if typ == J_BASEDIR:
+                    obj = ("d", self._new_dir())
+                else:
+                    obj = ("f", ident)
+                    base = os.path.join(self.image, "base", str(ident))
+                    if not os.path.exists(base):
+                        raise SystemExit("powerloss.py: %s missing: --at needs an image written "
+                                         "by a faultfs that keeps base/ copies" % base)
+                    with open(base, "rb") as f:
+                        self.content[ident] = bytearray(f.read())
+                    self.where[ident] = rel
+                self.dur[pd][name] = obj
+                self.live[pd][name] = obj
         self.pos = k
 
     def build(self, keep, out):
@@ -414,7 +459,7 @@ class Timeline:
         the pending operations (none, all, prefix:J, random:SEED), into `out` (None: only
         the digest). Returns a summary with a digest of the state (equal digests: equal
         data dirs)."""
-        names, linked = dict(self.names), set(self.linked)
+        dur = {inst: dict(entries) for inst, entries in self.dur.items()}
         contents = {}
         summary = {"at": self.pos, "keep": keep, "dirsync": self.dirsync,
                    "pending": self.pending_count(), "files": {}}
@@ -432,8 +477,7 @@ class Timeline:
                     summary["files"][self.where.get(ident, str(ident))] = choose_file(
                         rng, "random", ops, content_of(ident))
             if self.dirsync == "ext4":
-                n = rng.randint(0, len(self.npending))
-                chosen = self.npending[:n]
+                chosen = self.npending[:rng.randint(0, len(self.npending))]
             else:
                 chosen, owners = [], {}
                 for idx, op in self.npending:
@@ -443,7 +487,7 @@ class Timeline:
                     chosen += ops[:rng.randint(0, len(ops))]
                 chosen.sort(key=lambda x: x[0])
             for _i, op in chosen:
-                self.apply_name(op, names, linked)
+                self.apply_name(op, dur)
             summary["names_kept"] = len(chosen)
         else:
             allops = [(i, "f", ident, op) for ident, ops in self.pending.items()
@@ -460,30 +504,36 @@ class Timeline:
             for j, (_i, kind, ident, op) in enumerate(allops):
                 if kind == "n":
                     if j < n:
-                        self.apply_name(op, names, linked)
+                        self.apply_name(op, dur)
                 elif j < n or op.get("dsync"):
                     apply_op(content_of(ident), op)
             summary["kept"] = n
 
-        def visible(rel):
-            parts = rel.split("/")[:-1]
-            return all("/".join(parts[:i + 1]) in linked for i in range(len(parts)))
-
+        # What is reachable from the root through durable entries.
+        dirs, files, stack, seen = [], [], [("", 0)], set()
+        while stack:
+            rel, inst = stack.pop()
+            if inst in seen:
+                continue
+            seen.add(inst)
+            for name, obj in dur.get(inst, {}).items():
+                child = join(rel, name)
+                if obj[0] == "d":
+                    dirs.append(child)
+                    stack.append((child, obj[1]))
+                else:
+                    files.append((child, obj[1]))
         if out is not None:
             if os.path.exists(out) and os.listdir(out):
                 raise SystemExit("powerloss.py: %s exists and is not empty" % out)
             os.makedirs(out, exist_ok=True)
         digest = hashlib.sha256()
-        for d in sorted(linked):
-            if d and visible(d + "/x"):
-                if out is not None:
-                    os.makedirs(os.path.join(out, d), exist_ok=True)
-                digest.update(b"D" + d.encode() + b"\0")
-        for rel in sorted(names):
-            if not visible(rel):
-                continue
-            data = contents[names[rel]] if names[rel] in contents else \
-                self.content.get(names[rel], b"")
+        for d in sorted(dirs):
+            if out is not None:
+                os.makedirs(os.path.join(out, d), exist_ok=True)
+            digest.update(b"D" + d.encode() + b"\0")
+        for rel, ident in sorted(files):
+            data = contents[ident] if ident in contents else self.content.get(ident, b"")
             if out is not None:
                 with open(os.path.join(out, rel), "wb") as f:
                     f.write(data)
