@@ -65,13 +65,14 @@ import powerloss  # noqa: E402
 KNOWN_BUGS = [
     {"item": "1", "what": "the checkpointer and the merger both rewrite a half-cut generation; "
      "the loser unlinks the live file", "workloads": {"merge-of-one", "cut"}, "model": None,
-     "match": r"^(start|duplicate|log):"},
+     "match": r"^(duplicate|log): |^start: .*(No such file|cannot open .*\.gen)"},
     {"item": "2", "what": "--store-sync meta: a power loss right after a seal makes the next "
      "start refuse (\"the generations do not belong to this store\")", "workloads": None,
      "model": None, "match": r"^start: data refused: .*generations do not belong to this store"},
     {"item": "3", "what": "DATA/store/gens/ and DATA/groups/ are created but their parent is "
      "never fsynced: the strict model loses them (and the keys sealed into them)",
-     "workloads": None, "model": "strict",
+     "workloads": {"seal", "merge", "merge-of-one", "cut", "drop", "rebuild", "backup",
+                   "small-files"}, "model": "strict",
      "match": r"^duplicate: data: |^extra: group .* now None"},
     {"item": "3", "what": "(as above) DATA/groups/ lost under ext4 too when nothing is fsynced "
      "after its creation", "workloads": {"small-files"}, "model": None,
@@ -82,7 +83,8 @@ KNOWN_BUGS = [
     {"item": "5", "what": "rebuild drops the generations and shrinks the window",
      "workloads": {"rebuild"}, "phase": "rebuild", "model": None, "match": r"^duplicate: "},
     {"item": "6", "what": "check fails a healthy dir with carried keys",
-     "workloads": {"cut", "merge-of-one"}, "model": None, "match": r"^check: "},
+     "workloads": {"cut", "cut-young", "merge-of-one"}, "model": None,
+     "match": r"^check: data: check (after recovery|on the crashed dir failed)(?!.*secret)"},
     {"item": "7", "what": "backup does not fsync the copied data.mdb: a finished backup "
      "starts without its store's keys, or is refused",
      "workloads": {"backup"}, "model": None, "match": r"backup \(finished"},
@@ -91,7 +93,16 @@ KNOWN_BUGS = [
      "model": "strict", "match": r"backup \(finished.*(no data directory|acknowledged events "
      "lost|'duplicates': 0)"},
     {"item": "8", "what": "the secret file is not written atomically; lazy-mode reset order",
-     "workloads": {"small-files"}, "model": None, "match": r"secret"},
+     "workloads": {"small-files"}, "model": None, "match": r"^start: .*secret"},
+    {"item": "N4", "what": "after a power loss in a checkpoint that carries keys, the "
+     "recovered store has keys whose sequence entry does not name them back: `ingestd lookup` "
+     "says unseen for ids the server still rejects as duplicates (maybe (6)'s cause)",
+     "workloads": {"cut-young"}, "model": None, "match": r"^duplicate: data: lookup says unseen"},
+    {"item": "N5", "what": "--max-keys under --young-keys (key-by-key eviction, carried keys): "
+     "a power loss that undoes a checkpoint's last transaction leaves a store whose next start "
+     "ends with an empty window (/stats keys 0): in-window ids are accepted again",
+     "workloads": {"cut-young"}, "model": None,
+     "match": r"^duplicate: data: re-send of .*'accepted': [1-9]"},
     {"item": "N1", "what": "check reports a problem (\"cannot read the secret\") on a dir "
      "whose first checkpoint has not happened yet, which start accepts and replays",
      "workloads": None, "model": None,
@@ -280,6 +291,18 @@ def wl_cut(ctx):
         sealing_rounds(ctx, ph, srv, 2, [("k1", 90, "cut-a", 30), ("k2", 10, "cut-b", 10)])
 
 
+def wl_cut_young(ctx):
+    # Per-source budgets in the young store alone (--max-keys under --young-keys: nothing is
+    # sealed, eviction goes key by key): the trickling source's keys met below the floor
+    # while the flooding one is over its budget are carried.
+    with serving(ctx, "serve", ["--max-keys", "200"]) as (ph, srv):
+        for _ in range(3):
+            ctx.send(ph, srv, "k1", ctx.ids(300, "cy-a"), batch=100)
+            ctx.send(ph, srv, "k2", ctx.ids(20, "cy-b"), batch=20)
+            want = srv.stats()["commit"]["checkpoints"] + 1
+            ctx.wait(srv, lambda st: st["commit"]["checkpoints"] >= want, "a checkpoint")
+
+
 def wl_drop(ctx):
     with serving(ctx, "serve", ["--young-keys", "300", "--max-keys", "900"]) as (ph, srv):
         sealing_rounds(ctx, ph, srv, 5, [("k1", 300, "drop", 100)])
@@ -334,6 +357,7 @@ WORKLOADS = collections.OrderedDict([
     ("merge", wl_merge),
     ("merge-of-one", wl_merge_of_one),
     ("cut", wl_cut),
+    ("cut-young", wl_cut_young),
     ("drop", wl_drop),
     ("checkpoint", wl_checkpoint),
     ("retention", wl_retention),
@@ -371,9 +395,13 @@ def problems(text):
 
 
 def first_line(text):
+    """The line that says what went wrong: the server's ERROR line first."""
     lines = [l for l in text.splitlines() if l.strip()]
-    err = [l for l in lines if "ERROR" in l or "error" in l or "refus" in l]
-    return (err or lines or [""])[-1][:300]
+    for words in (("ERROR",), ("error", "refus", "timed out", "exited")):
+        err = [l for l in lines if any(w in l for w in words)]
+        if err:
+            return err[-1][:300]
+    return (lines or [""])[-1][:300]
 
 
 def check_dir(data, serve_args, must, logged_rule, dup, label):
@@ -562,6 +590,7 @@ def explore_workload(name, args, lib, deadline_fn):
               "acks": len(acked(ctx)), "workdir": workdir, "run_seconds": t_run,
               "phases": [ph["name"] for ph in ctx.phases], "truncated": False}
     lock = threading.Lock()
+    queue = []  # every phase's and model's states, recovered in one priority order
     for pi, ph in enumerate(ctx.phases):
         if not ph.get("explore", True):
             continue
@@ -573,50 +602,49 @@ def explore_workload(name, args, lib, deadline_fn):
                                            args.randoms, scratch)
             result["points"] += npts
             result["candidates"] += ncand
-            # Pass 2: build the chosen states (forwards), then recover them in priority order.
+            # Pass 2: build the chosen states, forwards through the journal.
             tl = powerloss.Timeline(ph["image"], model)
-            built = []
             for rank, k, spec, digest in sorted(plan, key=lambda x: (x[1], x[0])):
                 tl.advance(k)
                 d = os.path.join(scratch, "%d-%s" % (k, spec.replace(":", "-")))
                 tl.build(spec, d)
-                built.append((rank, k, spec, d, tl.describe(k)))
-            built.sort()
-            queue = list(built)
+                queue.append((rank, pi, model, k, spec, d, tl.describe(k), ends))
+    queue.sort(key=lambda x: x[:3])
 
-            def worker():
-                while True:
-                    with lock:
-                        if not queue:
-                            return
-                        if time.monotonic() > deadline:
-                            result["truncated"] = True
-                            return
-                        rank, k, spec, d, what = queue.pop(0)
-                    try:
-                        fails = check_state(name, ctx, pi, k, ends, d)
-                    except Exception as e:  # a harness failure is a finding, not a crash
-                        fails = [("harness", repr(e)[:300])]
-                    cmd = ("python3 tests/faultfs/powerloss.py --image %s --out STATE --at %d "
-                           "--keep %s --dirsync %s && build/ingestd serve --data STATE/data %s"
-                           % (ph["image"], k, spec, model,
-                              " ".join("--write-key %s:%s" % kv for kv in KEYS.items()) +
-                              (" " + " ".join(ph["serve_args"]) if ph["serve_args"] else "")))
-                    with lock:
-                        result["explored"] += 1
-                        for check, detail in fails:
-                            result["failures"].append({
-                                "workload": name, "phase": ph["name"], "point": k,
-                                "after": what, "model": model, "state": spec,
-                                "check": check, "detail": detail, "rebuild": cmd})
-                    if not fails:
-                        shutil.rmtree(d, ignore_errors=True)
+    def worker():
+        while True:
+            with lock:
+                if not queue:
+                    return
+                if time.monotonic() > deadline:
+                    result["truncated"] = True
+                    return
+                _rank, pi, model, k, spec, d, what, ends = queue.pop(0)
+            ph = ctx.phases[pi]
+            try:
+                fails = check_state(name, ctx, pi, k, ends, d)
+            except Exception as e:  # a harness failure is a finding, not a crash
+                fails = [("harness", repr(e)[:300])]
+            cmd = ("python3 tests/faultfs/powerloss.py --image %s --out STATE --at %d "
+                   "--keep %s --dirsync %s && build/ingestd serve --data STATE/data %s"
+                   % (ph["image"], k, spec, model,
+                      " ".join("--write-key %s:%s" % kv for kv in KEYS.items()) +
+                      (" " + " ".join(ph["serve_args"]) if ph["serve_args"] else "")))
+            with lock:
+                result["explored"] += 1
+                for check, detail in fails:
+                    result["failures"].append({
+                        "workload": name, "phase": ph["name"], "point": k,
+                        "after": what, "model": model, "state": spec,
+                        "check": check, "detail": detail, "rebuild": cmd})
+            if not fails:
+                shutil.rmtree(d, ignore_errors=True)
 
-            ts = [threading.Thread(target=worker) for _ in range(args.jobs)]
-            for t in ts:
-                t.start()
-            for t in ts:
-                t.join()
+    ts = [threading.Thread(target=worker) for _ in range(args.jobs)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
     return result
 
 
@@ -635,7 +663,7 @@ def classify(wl, fails, strict_xfail=False):
     for group in by_state.values():
         start = sorted({it for f in group if f["check"] == "start" for it in f["items"]})
         for f in group:
-            if not f["items"] and "check said OK on a dir start refused" in f["detail"]:
+            if "check said OK on a dir start refused" in f["detail"]:
                 f["items"] = start
 
 
