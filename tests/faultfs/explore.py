@@ -57,6 +57,7 @@ sys.path.insert(0, HERE)
 from harness import (BIN, HarnessError, Server, basic, clean_env, deadline_wait,  # noqa: E402
                      http_request, log_cat, run_cli, track)
 import powerloss  # noqa: E402
+from test_powerloss import preload  # noqa: E402  (an ASan build's runtime goes first)
 
 # The known storage bugs the explorer finds on today's main, each fixed on another branch or
 # reported: a failure that matches one (its workloads, model, and a pattern over "check:
@@ -144,8 +145,8 @@ class Ctx:
         return ph
 
     def env(self, ph):
-        env = {"LD_PRELOAD": self.lib, "FAULTFS_ROOT": self.root, "FAULTFS_IMAGE": ph["image"]}
-        return env
+        return {"LD_PRELOAD": preload(self.lib), "FAULTFS_ROOT": self.root,
+                "FAULTFS_IMAGE": ph["image"]}
 
     def jbytes(self, ph):
         return os.path.getsize(os.path.join(ph["image"], "journal"))
@@ -412,7 +413,10 @@ def check_dir(data, serve_args, must, logged_rule, dup, label):
     try:
         srv.start()
     except HarnessError as e:
-        fails.append(("start", "%s refused: %s" % (label, first_line(str(e)))))
+        # The server's last lines may still be in the pipe when its exit is seen: read them.
+        if srv._reader:
+            srv._reader.join(timeout=5)
+        fails.append(("start", "%s refused: %s" % (label, first_line(srv.log(200) or str(e)))))
         if raw.returncode == 0:
             fails.append(("check", "%s: check said OK on a dir start refused" % label))
         srv.kill()
