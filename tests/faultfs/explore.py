@@ -696,7 +696,9 @@ def main(argv=None):
                     help="prefixes of the pending operations per point (all when fewer)")
     ap.add_argument("--randoms", type=int, default=2, help="random subsets per point")
     ap.add_argument("--jobs", type=int, default=2, help="states recovered at once")
-    ap.add_argument("--workdir", default=None, help="where images and states go (kept)")
+    ap.add_argument("--workdir", default=None,
+                    help="where images and states go (kept; default: a temporary directory, "
+                         "removed unless something unexpected failed)")
     ap.add_argument("--strict-xfail", action="store_true",
                     help="treat the KNOWN_BUGS as failures too")
     ap.add_argument("--json", help="write the results here")
@@ -709,6 +711,7 @@ def main(argv=None):
     if args.seed is None:
         env_seed = os.environ.get("INGESTD_EXPLORE_SEED")
         args.seed = int(env_seed) if env_seed else random.randrange(1 << 30)
+    keep_workdir = bool(args.workdir)
     if args.workdir:
         os.makedirs(args.workdir, exist_ok=True)
     else:
@@ -785,7 +788,9 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"seed": args.seed, "results": results}, f, indent=1)
-    if not bad and not any(r["failures"] for r in results):
+    # Images and failing states are kept for reproduction when something unexpected failed,
+    # or in a --workdir given; a CI run whose failures were all expected leaves nothing.
+    if not bad and not keep_workdir:
         shutil.rmtree(args.workdir, ignore_errors=True)
     return 1 if bad else 0
 
