@@ -105,7 +105,8 @@ KNOWN_BUGS = [
      "workloads": {"cut-young"}, "model": None,
      "match": r"^duplicate: data: re-send of .*'accepted': [1-9]"},
     {"item": "N1", "what": "check reports a problem (\"cannot read the secret\") on a dir "
-     "whose first checkpoint has not happened yet, which start accepts and replays",
+     "whose LMDB commit recording the secret was undone by the power loss (meta mode), which "
+     "start accepts and repairs",
      "workloads": None, "model": None,
      "match": r"^check: .*crashed dir failed.*cannot read the secret"},
     {"item": "N2", "what": "check reports a problem (\"cannot open the store\") on a dir left by "
