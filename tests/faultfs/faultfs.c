@@ -38,6 +38,7 @@
  *                    tree/        the durable namespace: hard links to inodes/<id>
  *                    journal      every operation not yet durable, in order, appended
  *                                 before the intercepted call returns (survives kill -9)
+ *                    base/<id>    content of each file found at start (J_BASEFILE), as found
  *                  tests/faultfs/powerloss.py turns an image into a post-power-loss data dir.
  *   FAULTFS_SYNC_DELAY_US  a slow disk: every fsync/fdatasync below the root waits this long
  *                  first, so a kill more often finds writes that are not yet durable.
@@ -770,20 +771,28 @@ static struct inode *adopt(const char *rel, const struct stat *st)
     in = inode_new(st->st_dev, st->st_ino, st->st_mode);
     pathf(src, sizeof(src), "%s%s%s", g.root, *rel ? "/" : "", rel);
     inode_path(ipath, sizeof(ipath), in->id);
+    /* base/<id> keeps the content as found, which settles never change: powerloss.py --at
+     * rebuilds the durable state at any journal position from it and the journal. */
+    char bdir[PATH_MAX], bpath[PATH_MAX];
+    pathf(bdir, sizeof(bdir), "%s/base", g.img);
+    mkdirs(bdir);
+    pathf(bpath, sizeof(bpath), "%s/%llu", bdir, (unsigned long long)in->id);
     int s = real_open(src, O_RDONLY | O_CLOEXEC);
     int d = real_open(ipath, O_WRONLY | O_CLOEXEC);
-    if (s < 0 || d < 0)
+    int b = real_open(bpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st->st_mode & 0777);
+    if (s < 0 || d < 0 || b < 0)
         die("copying %s: %s", src, strerror(errno));
     static char buf[COPY_CHUNK];
     ssize_t n;
     off_t off = 0;
     while ((n = read(s, buf, sizeof(buf))) > 0) {
-        if (real_pwrite(d, buf, (size_t)n, off) != n)
+        if (real_pwrite(d, buf, (size_t)n, off) != n || real_pwrite(b, buf, (size_t)n, off) != n)
             die("copying %s: %s", src, strerror(errno));
         off += n;
     }
     real_close(s);
     real_close(d);
+    real_close(b);
     split(rel, dir, sizeof(dir), &name);
     tree_path(dpath, sizeof(dpath), dir);
     mkdirs(dpath);
@@ -1458,6 +1467,12 @@ int unlink(const char *path)
 int unlinkat(int dirfd, const char *path, int flags)
 {
     return do_unlink(dirfd, path, flags, "unlinkat");
+}
+
+/* rmdir is unlinkat(AT_REMOVEDIR): `rebuild` removes the store it moved aside with it. */
+int rmdir(const char *path)
+{
+    return do_unlink(AT_FDCWD, path, AT_REMOVEDIR, "rmdir");
 }
 
 static int do_mkdir(int dirfd, const char *path, mode_t mode, const char *fn)
