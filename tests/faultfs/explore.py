@@ -471,10 +471,9 @@ def check_state(wl, ctx, pi, k, ends_k, state_root):
     if wl == "small-files" and pi == ctx.state.get("group_phase") and \
             powerloss.records_before(ends, ph["end"]) <= k:
         p = run(["log", "groups", "--data", data, "--json"])
-        try:
-            doc = json.loads(p.stdout)
-            groups = doc if isinstance(doc, list) else doc.get("groups", [])
-            off = {g["name"]: g["offset"] for g in groups}.get("g1")
+        try:  # one JSON object per group and line: {"group", "offset", "lag"}
+            groups = [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
+            off = {g["group"]: g["offset"] for g in groups}.get("g1")
         except (ValueError, KeyError, TypeError):
             off = None
         if off != ctx.state["group_offset"]:
