@@ -323,9 +323,9 @@ out:
 }
 
 /*
- * One generation file: whole (gen_verify), its sequence range after the one before it and
- * within the store's numbering (recovery refuses a range past the store's next sequence), and
- * its keys against the log. Its log offsets need not follow the one before it: a carried key
+ * One generation file: whole (gen_verify), its sequence range after the one before it, and
+ * its keys against the log (a range past the store's next sequence is a seal a power loss cut
+ * short, which recovery finishes: seal_recover). Its log offsets need not follow the one before it: a carried key
  * keeps its old offset.
  */
 static void check_gen(check_t *ck, const gen_t *g, const gen_info_t *prev, const store_info_t *si)
@@ -344,11 +344,12 @@ static void check_gen(check_t *ck, const gen_t *g, const gen_info_t *prev, const
                 "generation %s: its sequences begin at %" PRIu64 ", inside the generation "
                 "before it (which ends at %" PRIu64 ")",
                 name, info.id.first, prev->id.end);
-    if (info.id.end > si->next_seq)
-        problem(ck,
-                "generation %s: its sequences end at %" PRIu64 ", past the store's next "
-                "sequence %" PRIu64 ": it does not belong to this store (run `ingestd rebuild`)",
-                name, info.id.end, si->next_seq);
+    if (info.id.end > si->next_seq) /* its keys are checked against the log all the same */
+        say(ck->report, ck->arg, 0,
+            "generation %s: its sequences end at %" PRIu64 ", past the store's next sequence "
+            "%" PRIu64 ": a seal (or a rebuild) whose LMDB commits a power loss undid; the next "
+            "start finishes it and replays the log (recovery.seals_rebased)",
+            name, info.id.end, si->next_seq);
     check_gen_keys(ck, g, name);
 }
 

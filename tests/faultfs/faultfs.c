@@ -169,6 +169,7 @@ static int (*real_fdatasync)(int);
 static int (*real_msync)(void *, size_t, int);
 static int (*real_rename)(const char *, const char *);
 static int (*real_renameat)(int, const char *, int, const char *);
+static int (*real_linkat)(int, const char *, int, const char *, int);
 static int (*real_unlink)(const char *);
 static int (*real_unlinkat)(int, const char *, int);
 static int (*real_mkdir)(const char *, mode_t);
@@ -200,6 +201,7 @@ static void resolve(void)
     RESOLVE(msync);
     RESOLVE(rename);
     RESOLVE(renameat);
+    RESOLVE(linkat);
     RESOLVE(unlink);
     RESOLVE(unlinkat);
     RESOLVE(mkdir);
@@ -721,7 +723,7 @@ static void tree_apply(const struct dirop *o)
         char ipath[PATH_MAX];
         inode_path(ipath, sizeof(ipath), o->id);
         real_unlinkat(AT_FDCWD, path, 0);
-        if (link(ipath, path) != 0)
+        if (real_linkat(AT_FDCWD, ipath, AT_FDCWD, path, 0) != 0)
             die("linking %s: %s", path, strerror(errno));
         break;
     }
@@ -798,7 +800,7 @@ static struct inode *adopt(const char *rel, const struct stat *st)
     mkdirs(dpath);
     tree_path(tpath, sizeof(tpath), rel);
     real_unlinkat(AT_FDCWD, tpath, 0);
-    if (link(ipath, tpath) != 0)
+    if (real_linkat(AT_FDCWD, ipath, AT_FDCWD, tpath, 0) != 0)
         die("linking %s: %s", tpath, strerror(errno));
     journal(J_BASEFILE, in->id, 0, 0, rel, strlen(rel), NULL);
     return in;
@@ -1424,6 +1426,44 @@ int rename(const char *oldpath, const char *newpath)
 int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
     return do_rename(olddirfd, oldpath, newdirfd, newpath, "renameat");
+}
+
+/* A hard link is a new name for a file that exists: recorded as a create of that name for the
+ * file's inode, durable (as any name) only after its directory's fsync. */
+static int do_link(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
+{
+    char b1[PATH_MAX], b2[PATH_MAX];
+    REAL();
+    int rc = real_linkat(olddirfd, oldpath, newdirfd, newpath, flags);
+    if (rc != 0 || !g.active)
+        return rc;
+    int saved = errno;
+    pthread_mutex_lock(&g.mu);
+    const char *r1 = rel_path(olddirfd, oldpath, b1, sizeof(b1));
+    const char *r2 = rel_path(newdirfd, newpath, b2, sizeof(b2));
+    struct stat st;
+    if (g.image && r1 && r2 && fstatat(newdirfd, newpath, &st, 0) == 0 && S_ISREG(st.st_mode)) {
+        struct inode *in = inode_by_ino(st.st_dev, st.st_ino);
+        if (!in)
+            in = adopt(r1, &st);
+        char dir[PATH_MAX];
+        const char *name;
+        split(r2, dir, sizeof(dir), &name);
+        dir_op(J_CREATE, in->id, 0, dir, name, NULL, NULL);
+    }
+    pthread_mutex_unlock(&g.mu);
+    errno = saved;
+    return rc;
+}
+
+int link(const char *oldpath, const char *newpath)
+{
+    return do_link(AT_FDCWD, oldpath, AT_FDCWD, newpath, 0);
+}
+
+int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
+{
+    return do_link(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
 static int do_unlink(int dirfd, const char *path, int flags, const char *fn)

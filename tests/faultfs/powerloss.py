@@ -382,8 +382,9 @@ class Timeline:
             return
         if typ == J_CREATE:
             obj = ("f", ident)
-            self.content[ident] = bytearray()
-            self.where[ident] = join(names[0], names[1])
+            if ident not in self.content:  # else a hard link: a new name for a known file
+                self.content[ident] = bytearray()
+                self.where[ident] = join(names[0], names[1])
             op = {"kind": "link", "owner": o, "name": names[1], "obj": obj, "from": None}
         elif typ == J_MKDIR:
             obj = ("d", self._new_dir())

@@ -213,13 +213,16 @@ class CheckGenerations(Case):
         self.assertEqual(p.returncode, 1, show(p))
         self.assertTrue([l for l in problems(p) if ga[1] in l and "disagrees with log" in l],
                         show(p))
-        # A range past the store's numbering: recovery refuses it, so check must flag it.
+        # A range past the store's numbering is what a power loss after a seal leaves, which
+        # recovery finishes (seal_recover): check says so, and still checks its keys against
+        # the log, so another data dir's generation is flagged.
         shutil.move(os.path.join(a.data_dir, "saved.gen"), os.path.join(gens_a, ga[1]))
         self.assertCheckOk(a.data_dir)
         shutil.copy(os.path.join(gens_b, gb[2]), os.path.join(gens_a, gb[2]))
         p = cli("check", "--data", a.data_dir)
         self.assertEqual(p.returncode, 1, show(p))
-        self.assertTrue([l for l in problems(p) if gb[2] in l and "next sequence" in l], show(p))
+        self.assertIn("next sequence", p.stdout + p.stderr, show(p))
+        self.assertTrue([l for l in problems(p) if gb[2] in l], show(p))
 
 
 if __name__ == "__main__":
