@@ -325,8 +325,8 @@ out:
 /*
  * One generation file: whole (gen_verify), its sequence range after the one before it, and
  * its keys against the log (a range past the store's next sequence is a seal a power loss cut
- * short, which recovery finishes: seal_recover). Its log offsets need not follow the one before it: a carried key
- * keeps its old offset.
+ * short, which recovery finishes: seal_recover). Its log offsets need not follow the one before it:
+ * a carried key keeps its old offset.
  */
 static void check_gen(check_t *ck, const gen_t *g, const gen_info_t *prev, const store_info_t *si)
 {
@@ -465,10 +465,21 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
         check_log(&ck, bases, li.segments, 0);
         goto done;
     }
-    /* One LMDB snapshot for everything; the log is checked up to its applied offset. */
-    if (store_secret(st, NULL, ssecret) != STORE_OK ||
-        retag_read_from(data_dir, &ck.tagged_from) < 0) {
-        problem(&ck, "store: cannot read the secret or %s/%s", data_dir, RETAG_FILE);
+    /* One LMDB snapshot for everything; the log is checked up to its applied offset. A store
+     * without the secret (a power loss undid the commit that recorded it) takes the file's, as
+     * the next start does. */
+    bool store_has_secret = store_secret(st, NULL, ssecret) == STORE_OK;
+    if (!store_has_secret && secret_read(data_dir, ssecret) == 1)
+        say(report, arg, 0,
+            "store: the secret is not recorded yet (its commit was lost); the next start records "
+            "%s/secret's",
+            data_dir);
+    else if (!store_has_secret) {
+        problem(&ck, "store: cannot read the secret, in the store or in %s/secret", data_dir);
+        goto done;
+    }
+    if (retag_read_from(data_dir, &ck.tagged_from) < 0) {
+        problem(&ck, "store: cannot read %s/%s", data_dir, RETAG_FILE);
         goto done;
     }
     ck.secret = ssecret;
@@ -531,8 +542,7 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
         si.keys, si.applied, si.map_size, si.used_bytes);
     if (secret_read(data_dir, fsecret) != 1)
         problem(&ck, "secret: %s/secret is missing or not %d bytes", data_dir, KEYHASH_SECRET_LEN);
-    else if (store_secret(st, NULL, ssecret) == STORE_OK &&
-             memcmp(fsecret, ssecret, sizeof(fsecret)) != 0)
+    else if (store_has_secret && memcmp(fsecret, ssecret, sizeof(fsecret)) != 0)
         problem(&ck,
                 "secret: %s/secret differs from the store's: they belong to different data "
                 "dirs",

@@ -102,29 +102,40 @@ static int recover_seal(commit_t *c, bool *sealed_some)
 
 /*
  * A checkpoint cut short may have deleted keys below its eviction mark ahead
- * of their sequence entries (commit_checkpoint.c: ckpt_run). Finishes those evictions before the
- * replay, so that every sequence entry names its key again and the replay's
- * size bound counts keys that exist.
+ * of their sequence entries, and not carried the within-budget ones yet
+ * (commit_checkpoint.c: ckpt_run). Settles every entry below the mark before
+ * the replay (store_settle_evictions): an eviction that landed is finished, a
+ * key whose eviction or carry did not land stays, at the young end. So every
+ * sequence entry names its key again, the replay's size bound counts keys that
+ * exist, and no key a landed transaction kept is lost (a blind eviction below
+ * the mark lost the carried keys of a within-budget source).
  */
 static int recover_finish_evictions(commit_t *c, uint64_t below, uint64_t *grows)
 {
-    uint64_t evicted = CHUNK_BIG_WINDOW;
+    size_t done = CHUNK_BIG_WINDOW;
+    uint64_t kept = 0;
     int rc = STORE_OK, tries = 0;
-    while (rc == STORE_OK && evicted == CHUNK_BIG_WINDOW) {
-        evicted = 0;
+    while (rc == STORE_OK && done == CHUNK_BIG_WINDOW) {
+        uint64_t k = 0;
         if ((rc = store_begin(c->store)) != STORE_OK)
             break;
-        rc = store_evict_below(c->store, below, CHUNK_BIG_WINDOW, &evicted);
+        rc = store_settle_evictions(c->store, below, CHUNK_BIG_WINDOW, &done, &k);
         if (rc == STORE_OK)
             rc = store_commit(c->store);
         else
             store_abort(c->store);
+        kept += rc == STORE_OK ? k : 0;
         if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
             (*grows)++;
             rc = STORE_OK;
-            evicted = CHUNK_BIG_WINDOW; /* again */
+            done = CHUNK_BIG_WINDOW; /* again */
         }
     }
+    if (rc == STORE_OK && kept > 0)
+        commit_notify(c, 2,
+                      "a checkpoint cut short had not evicted or carried %llu key(s) yet: they "
+                      "stay in the window, at its young end",
+                      (unsigned long long)kept);
     return rc;
 }
 

@@ -929,6 +929,40 @@ int store_read_front(store_t *st, uint64_t below_seq, store_entry_t *out, size_t
     return rc;
 }
 
+int store_settle_evictions(store_t *st, uint64_t below_seq, size_t max_steps, size_t *done,
+                           uint64_t *kept)
+{
+    size_t n = 0;
+    *done = 0;
+    if (!st->txn)
+        return STORE_ERROR;
+    store_entry_t *gone = malloc((max_steps ? max_steps : 1) * sizeof(*gone));
+    if (!gone)
+        return STORE_NOMEM;
+    int rc = store_read_front(st, below_seq, gone, max_steps, &n);
+    MDB_cursor *cur = NULL;
+    if (rc == STORE_OK && n > 0)
+        rc = cursor(st, &cur);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        const store_entry_t *e = &gone[i];
+        bool found = false, dup = false;
+        uint64_t seq = 0;
+        if ((rc = find_key(st, cur, e->key, &found, &seq)) != STORE_OK || !found || seq != e->seq)
+            continue; /* its eviction landed (or a newer entry of the key stands) */
+        /* The eviction (or carry) never landed: the key stays, moved to the young end. */
+        rc = put_one(st, e->key, e->received_ms, e->offset, true, &dup);
+        *kept += rc == STORE_OK;
+    }
+    uint64_t cut = 0;
+    if (rc == STORE_OK && n > 0)
+        rc = store_cut_front(st, gone[n - 1].seq + 1, &cut);
+    if (rc == STORE_OK && n < max_steps)
+        rc = store_mark_evicting(st, 0); /* all below the mark settled */
+    *done = n;
+    free(gone);
+    return rc;
+}
+
 int store_mark_evicting(store_t *st, uint64_t below_seq)
 {
     return st->txn ? meta_put(st, st->txn, "evicting", &below_seq, sizeof(below_seq)) : STORE_ERROR;
