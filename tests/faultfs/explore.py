@@ -78,10 +78,6 @@ KNOWN_BUGS = [
      "start accepts and repairs",
      "workloads": None, "model": None,
      "match": r"^check: .*crashed dir failed.*cannot read the secret"},
-    {"item": "N2", "what": "check reports a problem (\"cannot open the store\") on a dir left by "
-     "a crash during rebuild, which start accepts and replays",
-     "workloads": {"rebuild"}, "model": None,
-     "match": r"^check: .*crashed dir failed.*store: cannot open"},
 ]
 
 KEYS = {"k1": "default", "k2": "mobile"}
@@ -488,7 +484,7 @@ def check_state(wl, ctx, pi, k, ends_k, state_root):
 def interesting(tl, k):
     """A point after a rename, a directory fsync, or an fsync of a file outside the log."""
     typ, _seq, ident, _a, _b, _p = tl.recs[k - 1] if k else (0, 0, 0, 0, 0, b"")
-    if typ in (powerloss.J_DIRSYNC, powerloss.J_RENAME):
+    if typ in (powerloss.J_DIRSYNC, powerloss.J_RENAME, powerloss.J_EXCHANGE):
         return True
     if typ == powerloss.J_SETTLE:
         return "/log/" not in "/" + tl.where.get(ident, "") and \
