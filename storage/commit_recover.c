@@ -16,8 +16,9 @@
  *
  * Functions, in order: the replay (recover_replay_chunk,
  * recover_finish_evictions, recover_gap, recover_replay); the open, in its steps
- * (recover_reset_store, recover_open_store, recover_open_log,
- * recover_catch_up, then commit_recover_open_lmdb, LMDB mode's open);
+ * (recover_reset_store, recover_open_store, recover_rebuild_leftovers,
+ * recover_report_gens, recover_open_gens, recover_open_log, recover_catch_up,
+ * then commit_recover_open_lmdb, LMDB mode's open);
  * commit_recover_open_storage / _close_storage for either mode;
  * commit_recover_probe_write; commit_recover (re-establish after a failure).
  */
