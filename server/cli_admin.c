@@ -73,8 +73,9 @@ static const opts_cmd_t CMDS[] = {
                      "de-duplication window with the server's settings (DIR/WINDOW; a flag\n"
                      "given wins). Refuses, changing nothing, when the window would lose keys\n"
                      "whose records log retention deleted, unless --allow-shrink. The server\n"
-                     "must be stopped. The old store is kept as DIR/store.old-<unix time> until\n"
-                     "the rebuild succeeded.\n",
+                     "must be stopped. The new store is built in DIR/store.rebuild-<time>-<pid>\n"
+                     "and swapped with DIR/store atomically once durable: a crash leaves the old\n"
+                     "store or the new one, whole.\n",
                      "Exit 0: rebuilt; 1: failed, refused (the window would shrink) or a server\n"
                      "runs; 2: usage.\n",
                      REBUILD, sizeof REBUILD / sizeof REBUILD[0], false},

@@ -12,7 +12,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "storage/commit.h"
@@ -23,6 +22,7 @@
 #include "storage/log.h"
 #include "storage/retag.h"
 #include "storage/store.h"
+#include "storage/storeswap.h"
 #include "storage/winsettings.h"
 
 #define PATH_LEN 4096
@@ -446,6 +446,12 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
     res.first_offset = li.first_offset;
     say(report, arg, 0, "log: %" PRIu64 " segments, %" PRIu64 " bytes, first offset %" PRIu64,
         li.segments, li.bytes, li.first_offset);
+    int64_t left = storeswap_leftovers(data_dir, 0);
+    if (left > 0) /* never DIR/store: information, not a problem */
+        say(report, arg, 0,
+            "store: %lld leftover %s/%s* of a rebuild cut short: not the store, ignored; the "
+            "next `ingestd serve` or `ingestd rebuild` removes it",
+            (long long)left, data_dir, STORESWAP_PREFIX);
 
     store_options_t so = {.read_only = true};
     int src = store_open(storedir, &so, &st);
@@ -629,17 +635,18 @@ static int rebuild_new_store(const char *data_dir, const char *storedir,
     return 0;
 }
 
-/* Replays the retained log from `from` into the new store through commit_open (the lock is held
- * all along: no server may start meanwhile); *keys gets the window's keys after it. 0 or -1
+/* Replays the retained log from `from` into the new store `side` through commit_open (the lock is
+ * held all along: no server may start meanwhile); *keys gets the window's keys after it. 0 or -1
  * (reported). */
-static int rebuild_replay(const char *data_dir, const winsettings_t *w, uint64_t from,
-                          uint64_t *keys, admin_report_fn report, admin_progress_fn progress,
-                          void *arg)
+static int rebuild_replay(const char *data_dir, const char *side, const winsettings_t *w,
+                          uint64_t from, uint64_t *keys, admin_report_fn report,
+                          admin_progress_fn progress, void *arg)
 {
     commit_t *c = NULL;
     char err[512];
     struct replay_progress rp = {progress, arg};
     commit_options_t co = {.data_dir = data_dir,
+                           .store_dir = side,
                            .window_ms = w->window_ms,
                            .max_keys = w->max_keys,
                            .young_keys = w->young_keys,
@@ -795,14 +802,14 @@ static int survey(survey_t *sv, const char *storedir, admin_report_fn report, vo
     return 0;
 }
 
-/* The kept generations, linked into the new DIR/store/gens (the old store keeps its own links,
- * so a failed rebuild puts it back whole). 0 or -1 (reported). */
-static int rebuild_link_gens(const survey_t *sv, const char *old, const char *storedir,
+/* The kept generations of DIR/store/gens, linked into the new store's gens/ (the old store keeps
+ * its own links, whole, until the new one replaced it). 0 or -1 (reported). */
+static int rebuild_link_gens(const survey_t *sv, const char *storedir, const char *side,
                              admin_report_fn report, void *arg)
 {
     char from[PATH_LEN], to[PATH_LEN], odir[PATH_LEN], ndir[PATH_LEN];
-    path_of(odir, old, "gens");
-    path_of(ndir, storedir, "gens");
+    path_of(odir, storedir, "gens");
+    path_of(ndir, side, "gens");
     if (mkdir(ndir, 0755) != 0) {
         say(report, arg, 1, "creating %s: %s", ndir, strerror(errno));
         return -1;
@@ -825,7 +832,7 @@ static int rebuild_link_gens(const survey_t *sv, const char *old, const char *st
         say(report, arg, 0, "generations: %zu files kept, sealed below sequence %" PRIu64,
             genset_view_count(v), sv->end_seq);
     genset_view_release(v);
-    if (rc == 0 && (fsutil_sync_dir(ndir) != 0 || fsutil_sync_dir(storedir) != 0)) {
+    if (rc == 0 && (fsutil_sync_dir(ndir) != 0 || fsutil_sync_dir(side) != 0)) {
         say(report, arg, 1, "syncing %s: %s", ndir, strerror(errno));
         rc = -1;
     }
@@ -930,44 +937,106 @@ static bool rebuild_allowed(const survey_t *sv, bool allow_shrink, admin_report_
     return false;
 }
 
-/* Moves the old store aside, builds the new one and replays into it. 0 or -1 (reported). */
+/* The new store wholly durable before it is swapped in: LMDB flushed (the replay's last commit
+ * may have left its meta page unsynced), the names in its directory and gens/ fsynced (its
+ * files' data is: LMDB's by the flush, the generation files' by their seal). 0 or -1. */
+static int rebuild_durable(const char *side, admin_report_fn report, void *arg)
+{
+    store_options_t so = {0};
+    store_t *st = NULL;
+    if (store_open(side, &so, &st) != STORE_OK || store_flush(st) != STORE_OK) {
+        say(report, arg, 1, "flushing the new store %s: %s", side, store_detail(st));
+        store_close(st);
+        return -1;
+    }
+    store_close(st);
+    if (storeswap_sync_sibling(side) != 0) {
+        say(report, arg, 1, "syncing %s: %s", side, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* Swaps the new store `side` with DIR/store (storage/storeswap.h). 0; -1 when nothing changed
+ * (reported); -2 when the exchange was done but the data dir's fsync failed (reported): both
+ * stores must then stay, as a power loss may yet undo the exchange. */
+static int rebuild_swap(const char *data_dir, const char *side, admin_report_fn report, void *arg)
+{
+    int exchanged = 0;
+    if (storeswap_exchange(data_dir, side, &exchanged) == 0) {
+        say(report, arg, 0, "store: the rebuilt store took the old one's place (%s)",
+            exchanged ? "one atomic exchange" : "there was none");
+        return 0;
+    }
+    int err = errno;
+    if (exchanged) {
+        say(report, arg, 1,
+            "%s/store is the rebuilt store, but syncing %s failed: %s. The old store is kept in "
+            "%s: a power loss could still bring it back as the store. Remove it once `ingestd "
+            "check` passes after the next start",
+            data_dir, data_dir, strerror(err), side);
+        return -2;
+    }
+    if (err == EINVAL || err == ENOSYS)
+        say(report, arg, 1,
+            "the file system of %s cannot exchange two directories atomically "
+            "(renameat2 RENAME_EXCHANGE: %s), which rebuild needs so that a crash never leaves a "
+            "partial store; nothing was changed. With the server stopped, copy the data dir to a "
+            "local file system that can (ext4, xfs, btrfs, tmpfs), rebuild the copy there and "
+            "move it back",
+            data_dir, strerror(err));
+    else
+        say(report, arg, 1, "swapping %s with %s/store: %s; nothing was changed", side, data_dir,
+            strerror(err));
+    return -1;
+}
+
+/*
+ * Builds the new store in the sibling `side` (storage/storeswap.h), replays into it, makes it
+ * durable and swaps it with DIR/store, then removes the old store (by then under `side`). Until
+ * the swap DIR/store is the old store, untouched; from it on, the whole new one. 0 or -1
+ * (reported).
+ */
 static int rebuild_store(const survey_t *sv, const char *data_dir, const char *storedir,
-                         const char *old, const winsettings_t *w, uint64_t *after,
+                         const char *side, const winsettings_t *w, uint64_t *after,
                          admin_report_fn report, admin_progress_fn progress, void *arg)
 {
     uint8_t secret[KEYHASH_SECRET_LEN];
-    struct stat sb;
-    bool moved = false;
-    if (stat(storedir, &sb) == 0) {
-        if (rename(storedir, old) != 0) {
-            say(report, arg, 1, "moving %s aside: %s", storedir, strerror(errno));
-            return -1;
-        }
-        moved = true;
-        say(report, arg, 0, "store: old store moved to %s", old);
-    }
-    if (find_secret(data_dir, old, secret, report, arg) != 0 ||
-        rebuild_new_store(data_dir, storedir, secret, sv->first, report, arg) != 0 ||
-        (sv->keep_gens && rebuild_link_gens(sv, old, storedir, report, arg) != 0) ||
-        rebuild_seed(sv, data_dir, storedir, secret, report, arg) != 0 ||
-        rebuild_replay(data_dir, w, sv->from, after, report, progress, arg) != 0) {
-        if (moved) { /* put the old store back */
-            fsutil_rm_tree(storedir);
-            if (rename(old, storedir) == 0)
-                say(report, arg, 0, "store: old store put back");
-        }
+    int64_t left = storeswap_leftovers(data_dir, 1);
+    if (left < 0) {
+        say(report, arg, 1, "removing a leftover %s/%s* of an earlier rebuild: %s", data_dir,
+            STORESWAP_PREFIX, strerror(errno));
         return -1;
     }
-    if (moved && fsutil_rm_tree(old) != 0)
-        say(report, arg, 0, "could not remove %s: %s (remove it by hand)", old, strerror(errno));
-    fsutil_sync_dir(data_dir);
+    if (left > 0)
+        say(report, arg, 0, "removed %lld leftover %s/%s* of an earlier rebuild cut short",
+            (long long)left, data_dir, STORESWAP_PREFIX);
+    if (find_secret(data_dir, storedir, secret, report, arg) != 0 ||
+        rebuild_new_store(data_dir, side, secret, sv->first, report, arg) != 0 ||
+        (sv->keep_gens && rebuild_link_gens(sv, storedir, side, report, arg) != 0) ||
+        rebuild_seed(sv, data_dir, side, secret, report, arg) != 0 ||
+        rebuild_replay(data_dir, side, w, sv->from, after, report, progress, arg) != 0 ||
+        rebuild_durable(side, report, arg) != 0) {
+        fsutil_rm_tree(side); /* DIR/store is still the old store, untouched */
+        return -1;
+    }
+    int src = rebuild_swap(data_dir, side, report, arg);
+    if (src != 0) {
+        if (src == -1)
+            fsutil_rm_tree(side);
+        return -1;
+    }
+    if (fsutil_rm_tree(side) != 0 || fsutil_sync_dir(data_dir) != 0)
+        say(report, arg, 0,
+            "could not remove the old store %s: %s (the next start or rebuild removes it)", side,
+            strerror(errno));
     return 0;
 }
 
 int admin_rebuild(const char *data_dir, const admin_rebuild_options_t *o, admin_report_fn report,
                   admin_progress_fn progress, void *arg)
 {
-    char lock[PATH_LEN], storedir[PATH_LEN], logdir[PATH_LEN], old[PATH_LEN];
+    char lock[PATH_LEN], storedir[PATH_LEN], logdir[PATH_LEN], side[PATH_LEN];
     log_info_t li;
     survey_t sv = {0};
     uint64_t after = 0;
@@ -976,7 +1045,10 @@ int admin_rebuild(const char *data_dir, const admin_rebuild_options_t *o, admin_
     path_of(lock, data_dir, "LOCK");
     path_of(storedir, data_dir, "store");
     path_of(logdir, data_dir, "log");
-    snprintf(old, sizeof(old), "%s/store.old-%lld", data_dir, (long long)time(NULL));
+    if (storeswap_sibling(data_dir, side, sizeof(side)) != 0) {
+        say(report, arg, 1, "%s: %s", data_dir, strerror(errno));
+        goto out;
+    }
 
     lockfd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lockfd < 0) {
@@ -999,7 +1071,8 @@ int admin_rebuild(const char *data_dir, const admin_rebuild_options_t *o, admin_
         rc = ADMIN_SHRINK;
         goto out;
     }
-    if (rebuild_store(&sv, data_dir, storedir, old, &o->window, &after, report, progress, arg) != 0)
+    if (rebuild_store(&sv, data_dir, storedir, side, &o->window, &after, report, progress, arg) !=
+        0)
         goto out;
     if (sv.keep_gens)
         say(report, arg, 0,

@@ -50,7 +50,8 @@ typedef struct admin_check_result {
  * agreeing one to one; the secret file matching LMDB's; each sealed
  * generation file whole, after the one before it and within the store's
  * sequence numbering, each of its keys equal to its log record's. A key
- * whose record retention deleted is in the window, not a problem.
+ * whose record retention deleted is in the window, not a problem. A leftover
+ * DIR/store.rebuild-* of a rebuild cut short is reported as information.
  * Returns ADMIN_OK, ADMIN_PROBLEMS or ADMIN_ERROR.
  */
 int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn progress, void *arg,
@@ -73,8 +74,15 @@ typedef struct admin_rebuild_options {
  * young store whose records log retention deleted, or, when the old window cannot be read
  * whole, any record retention deleted. `o->allow_shrink` rebuilds anyway, and the report says
  * how many keys the window had and has.
- * The old store is moved to DIR/store.old-<unix time> first and removed once the rebuild
- * succeeded (or put back when it failed). Returns ADMIN_OK or an error.
+ * The new store is built in a sibling, DIR/store.rebuild-<unix time>-<pid> (storage/storeswap.h),
+ * made wholly durable (LMDB flushed, its directory and gens/ fsynced), then swapped with
+ * DIR/store in one renameat2(RENAME_EXCHANGE) and the data dir fsynced; the old store, then
+ * under the sibling's name, is removed. So at every instant, power loss included, DIR/store is
+ * the whole old store or the whole new one; a sibling a crash leaves is never the store (the
+ * next rebuild, or `ingestd serve`'s start, removes it; admin_check mentions it). Leftover
+ * siblings are removed first. A rebuild that fails before the swap removes its sibling and
+ * leaves DIR/store untouched; so does a file system that cannot exchange two names (EINVAL,
+ * ENOSYS: reported, with what to do). Returns ADMIN_OK or an error.
  */
 int admin_rebuild(const char *data_dir, const admin_rebuild_options_t *o, admin_report_fn report,
                   admin_progress_fn progress, void *arg);

@@ -93,6 +93,11 @@ typedef struct commit_options {
                                   max_keys do not apply, and a false positive loses a unique
                                   event. The log stays durable as ever */
     bool lock_held;            /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
+    const char *store_dir;     /* the LMDB store and its generations (gens/), a directory of
+                                  the data dir; NULL: DIR/store, and the start removes the
+                                  DIR/store.rebuild-* a rebuild cut short left (notified).
+                                  `ingestd rebuild` replays into such a sibling, which it then
+                                  swaps in (storage/storeswap.h) */
     uint64_t young_keys;       /* keys the young LMDB store holds before they are sealed into a
                                   generation file (docs/window.md); 0: COMMIT_YOUNG_KEYS. With
                                   max_keys at or under it nothing is ever sealed */

@@ -169,10 +169,7 @@ static int boot_id(const commit_t *c, char *out, size_t cap)
 
 char *commit_files_unsynced_path(const commit_t *c)
 {
-    char *dir = fsutil_join(c->data_dir, "store");
-    char *marker = dir ? fsutil_join(dir, UNSYNCED_MARKER) : NULL;
-    free(dir);
-    return marker;
+    return fsutil_join(c->store_dir, UNSYNCED_MARKER);
 }
 
 /*
@@ -215,13 +212,11 @@ int commit_files_mark_unsynced(const commit_t *c, const char *marker, char *errb
  */
 void commit_files_clear_unsynced(commit_t *c, bool only_if_present)
 {
-    char *dir = fsutil_join(c->data_dir, "store");
-    char *marker = dir ? fsutil_join(dir, UNSYNCED_MARKER) : NULL;
+    char *marker = fsutil_join(c->store_dir, UNSYNCED_MARKER);
     if (marker && (!only_if_present || access(marker, F_OK) == 0) &&
         store_flush(c->store) == STORE_OK && unlink(marker) == 0)
-        fsutil_sync_dir(dir);
+        fsutil_sync_dir(c->store_dir);
     free(marker);
-    free(dir);
 }
 
 /* ---- DIR/TAGGED_FROM: where keys began carrying their source's tag ---- */

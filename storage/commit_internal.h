@@ -73,6 +73,8 @@ struct commit {
     commit_options_t opts;
     char *data_dir;
     char *log_dir;
+    char *store_dir;    /* opts.store_dir, or DIR/store */
+    bool sibling_store; /* opts.store_dir was given: a rebuild's, no leftovers to remove */
     int lockfd;
     const struct commit_mode *mode; /* LMDB or memory, chosen once at open */
     store_t *store;                 /* LMDB, or NULL in memory mode */

@@ -16,8 +16,9 @@
  *
  * Functions, in order: the replay (recover_replay_chunk,
  * recover_finish_evictions, recover_gap, recover_replay); the open, in its steps
- * (recover_reset_store, recover_open_store, recover_open_log,
- * recover_catch_up, then commit_recover_open_lmdb, LMDB mode's open);
+ * (recover_reset_store, recover_open_store, recover_rebuild_leftovers,
+ * recover_report_gens, recover_open_gens, recover_open_log, recover_catch_up,
+ * then commit_recover_open_lmdb, LMDB mode's open);
  * commit_recover_open_storage / _close_storage for either mode;
  * commit_recover_probe_write; commit_recover (re-establish after a failure).
  */
@@ -33,6 +34,7 @@
 #include "storage/commit_internal.h"
 #include "storage/fsutil.h"
 #include "storage/seal.h"
+#include "storage/storeswap.h"
 
 #define REPLAY_CHUNK 10000
 
@@ -364,6 +366,26 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
     return 0;
 }
 
+/*
+ * Removes the DIR/store.rebuild-* an `ingestd rebuild` cut short by a crash left (its new store,
+ * or the old one after the swap): never DIR/store, so nothing of the window goes with them, and
+ * a failure to remove one does not stop the start (the next rebuild removes it too).
+ */
+static void recover_rebuild_leftovers(commit_t *c)
+{
+    if (c->sibling_store)
+        return; /* the rebuild's own replay: its store is such a sibling */
+    int64_t n = storeswap_leftovers(c->data_dir, 1);
+    if (n < 0)
+        commit_notify(c, 1, "could not remove a leftover %s/%s* of a rebuild: %s", c->data_dir,
+                      STORESWAP_PREFIX, strerror(errno));
+    else if (n > 0)
+        commit_notify(c, 1,
+                      "removed %lld leftover %s/%s* director%s of an `ingestd rebuild` cut short "
+                      "(the store it was building, or the old one it replaced)",
+                      (long long)n, c->data_dir, STORESWAP_PREFIX, n == 1 ? "y" : "ies");
+}
+
 /* Says what opening the generations repaired, and counts it (commit.h). */
 static void recover_report_gens(commit_t *c, const seal_recovery_t *sr)
 {
@@ -486,7 +508,7 @@ static int recover_catch_up(commit_t *c, const char *logdir, char *errbuf, size_
  */
 int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen)
 {
-    char *path = fsutil_join(c->data_dir, "store");
+    char *path = strdup(c->store_dir);
     char *logdir = fsutil_join(c->data_dir, "log");
     char *marker = commit_files_unsynced_path(c);
     char *aside = NULL;
@@ -494,6 +516,7 @@ int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen)
 
     if (!path || !logdir || !marker)
         goto out;
+    recover_rebuild_leftovers(c);
     if (recover_open_store(c, path, logdir, marker, &crashed, &aside, errbuf, errlen) != 0 ||
         recover_open_gens(c, path, errbuf, errlen) != 0 ||
         recover_open_log(c, logdir, errbuf, errlen) != 0 ||

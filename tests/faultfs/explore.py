@@ -59,16 +59,14 @@ from harness import (BIN, HarnessError, Server, basic, clean_env, deadline_wait,
 import powerloss  # noqa: E402
 from test_powerloss import preload  # noqa: E402  (an ASan build's runtime goes first)
 
-# The known storage bugs the explorer finds on today's main, each fixed on another branch or
-# reported: a failure that matches one (its workloads, model, and a pattern over "check:
-# detail", and "phase" if given) is expected (XFAIL). Remove an entry once its fix is merged: an entry that matched
-# nothing in a run that explored its workloads is reported as XPASS.
-KNOWN_BUGS = [
-    {"item": "N2", "what": "check reports a problem (\"cannot open the store\") on a dir left by "
-     "a crash during rebuild, which start accepts and replays",
-     "workloads": {"rebuild"}, "model": None,
-     "match": r"^check: .*crashed dir failed.*store: cannot open"},
-]
+# Known storage bugs the explorer finds and that are not fixed yet: a failure that matches one
+# (its workloads, model, and a pattern over "check: detail", and "phase" if given) is expected
+# (XFAIL) and does not fail the run; an entry that matched nothing in a run that explored its
+# workloads is reported as XPASS. Each entry: {"item", "what", "workloads" (a set, or None for
+# all), "model" (None for both), "match"}. Empty: every bug found so far (issue #25's items
+# 1-8 and N1-N5) is fixed, and any failure fails the run.
+KNOWN_BUGS = []
+
 
 KEYS = {"k1": "default", "k2": "mobile"}
 SPEC_RANK = {"none": 0, "all": 1}
@@ -486,7 +484,7 @@ def check_state(wl, ctx, pi, k, ends_k, state_root):
 def interesting(tl, k):
     """A point after a rename, a directory fsync, or an fsync of a file outside the log."""
     typ, _seq, ident, _a, _b, _p = tl.recs[k - 1] if k else (0, 0, 0, 0, 0, b"")
-    if typ in (powerloss.J_DIRSYNC, powerloss.J_RENAME):
+    if typ in (powerloss.J_DIRSYNC, powerloss.J_RENAME, powerloss.J_EXCHANGE):
         return True
     if typ == powerloss.J_SETTLE:
         return "/log/" not in "/" + tl.where.get(ident, "") and \

@@ -65,7 +65,11 @@ enum jtype {
     J_UNLINK = 7,  /* a = 1 for rmdir, payload "dir\0name" */
     J_DIRSYNC = 8, /* payload "dir": every earlier op owned by dir is durable */
     J_BASEDIR = 9, /* payload "dir": existed (durably) when the process started */
-    J_BASEFILE = 10 /* id, payload "path": existed when the process started */
+    J_BASEFILE = 10, /* id, payload "path": existed when the process started */
+    J_EXCHANGE = 11  /* payload "dir1\0name1\0dir2\0name2": the two names swap their objects
+                        (renameat2 RENAME_EXCHANGE) in one step; owned by dir2, as a rename, so
+                        an exchange within one directory is durable after that directory's
+                        fsync, whole or not at all */
 };
 
 struct jhdr {
@@ -169,6 +173,7 @@ static int (*real_fdatasync)(int);
 static int (*real_msync)(void *, size_t, int);
 static int (*real_rename)(const char *, const char *);
 static int (*real_renameat)(int, const char *, int, const char *);
+static int (*real_renameat2)(int, const char *, int, const char *, unsigned int);
 static int (*real_linkat)(int, const char *, int, const char *, int);
 static int (*real_unlink)(const char *);
 static int (*real_unlinkat)(int, const char *, int);
@@ -201,6 +206,7 @@ static void resolve(void)
     RESOLVE(msync);
     RESOLVE(rename);
     RESOLVE(renameat);
+    RESOLVE(renameat2);
     RESOLVE(linkat);
     RESOLVE(unlink);
     RESOLVE(unlinkat);
@@ -362,7 +368,7 @@ static const struct {
 } errnames[] = {{"EIO", EIO},       {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"EROFS", EROFS},
                 {"EACCES", EACCES}, {"EPERM", EPERM},   {"EINTR", EINTR},   {"ENOMEM", ENOMEM},
                 {"EFBIG", EFBIG},   {"EAGAIN", EAGAIN}, {"ENOENT", ENOENT}, {"EBADF", EBADF},
-                {"EEXIST", EEXIST}, {"EMFILE", EMFILE}};
+                {"EEXIST", EEXIST}, {"EMFILE", EMFILE}, {"EINVAL", EINVAL}, {"ENOSYS", ENOSYS}};
 
 static int parse_errno(const char *s)
 {
@@ -737,6 +743,27 @@ static void tree_apply(const struct dirop *o)
         tree_path(dpath2, sizeof(dpath2), o->dir2);
         mkdirs(dpath2);
         real_renameat(AT_FDCWD, path, AT_FDCWD, path2);
+        break;
+    }
+    case J_EXCHANGE: { /* the model's own tree: three renames do (nothing else looks at it) */
+        char rel2[PATH_MAX], dpath2[PATH_MAX], tmp[PATH_MAX];
+        struct stat s1, s2;
+        join_rel(rel2, sizeof(rel2), o->dir2, o->name2);
+        tree_path(path2, sizeof(path2), rel2);
+        tree_path(dpath2, sizeof(dpath2), o->dir2);
+        mkdirs(dpath2);
+        int have1 = lstat(path, &s1) == 0, have2 = lstat(path2, &s2) == 0;
+        if (have1 && have2) {
+            pathf(tmp, sizeof(tmp), "%s.faultfs-exchange", path);
+            if (real_renameat(AT_FDCWD, path, AT_FDCWD, tmp) != 0 ||
+                real_renameat(AT_FDCWD, path2, AT_FDCWD, path) != 0 ||
+                real_renameat(AT_FDCWD, tmp, AT_FDCWD, path2) != 0)
+                die("exchanging %s and %s: %s", path, path2, strerror(errno));
+        } else if (have1) {
+            real_renameat(AT_FDCWD, path, AT_FDCWD, path2);
+        } else if (have2) {
+            real_renameat(AT_FDCWD, path2, AT_FDCWD, path);
+        }
         break;
     }
     case J_UNLINK:
@@ -1382,19 +1409,33 @@ int close(int fd)
 
 /* ---- names ---- */
 
+/* rename/renameat (flags 0) and renameat2: RENAME_EXCHANGE is journalled as J_EXCHANGE; any
+ * other flags (RENAME_NOREPLACE) only decide whether it happens: then it is a plain rename. */
+static int call_rename(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+                       unsigned int flags)
+{
+    if (flags == 0)
+        return real_renameat(olddirfd, oldpath, newdirfd, newpath);
+    if (!real_renameat2) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real_renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
 static int do_rename(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
-                     const char *fn)
+                     unsigned int flags, const char *fn)
 {
     char b1[PATH_MAX], b2[PATH_MAX];
     REAL();
     if (!g.active)
-        return real_renameat(olddirfd, oldpath, newdirfd, newpath);
+        return call_rename(olddirfd, oldpath, newdirfd, newpath, flags);
     pthread_mutex_lock(&g.mu);
     const char *r1 = rel_path(olddirfd, oldpath, b1, sizeof(b1));
     const char *r2 = rel_path(newdirfd, newpath, b2, sizeof(b2));
     if (!r1 && !r2) {
         pthread_mutex_unlock(&g.mu);
-        return real_renameat(olddirfd, oldpath, newdirfd, newpath);
+        return call_rename(olddirfd, oldpath, newdirfd, newpath, flags);
     }
     int partial;
     struct rule *r = fault(F_RENAME, fn, r2 ? r2 : r1, &partial);
@@ -1404,14 +1445,14 @@ static int do_rename(int olddirfd, const char *oldpath, int newdirfd, const char
         errno = err;
         return -1;
     }
-    int rc = real_renameat(olddirfd, oldpath, newdirfd, newpath);
+    int rc = call_rename(olddirfd, oldpath, newdirfd, newpath, flags);
     int saved = errno;
     if (rc == 0 && g.image && r1 && r2) {
         char d1[PATH_MAX], d2[PATH_MAX];
         const char *n1, *n2;
         split(r1, d1, sizeof(d1), &n1);
         split(r2, d2, sizeof(d2), &n2);
-        dir_op(J_RENAME, 0, 0, d1, n1, d2, n2);
+        dir_op((flags & RENAME_EXCHANGE) ? J_EXCHANGE : J_RENAME, 0, 0, d1, n1, d2, n2);
     }
     pthread_mutex_unlock(&g.mu);
     errno = saved;
@@ -1420,12 +1461,18 @@ static int do_rename(int olddirfd, const char *oldpath, int newdirfd, const char
 
 int rename(const char *oldpath, const char *newpath)
 {
-    return do_rename(AT_FDCWD, oldpath, AT_FDCWD, newpath, "rename");
+    return do_rename(AT_FDCWD, oldpath, AT_FDCWD, newpath, 0, "rename");
 }
 
 int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
-    return do_rename(olddirfd, oldpath, newdirfd, newpath, "renameat");
+    return do_rename(olddirfd, oldpath, newdirfd, newpath, 0, "renameat");
+}
+
+int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+              unsigned int flags)
+{
+    return do_rename(olddirfd, oldpath, newdirfd, newpath, flags, "renameat2");
 }
 
 /* A hard link is a new name for a file that exists: recorded as a create of that name for the

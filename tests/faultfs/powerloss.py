@@ -18,7 +18,7 @@ file and per directory, which of them reached the disk:
   --mode drop: every file drops; --mode tear: drop/prefix/tear per file; --mode random:
   drop/prefix/tear/subset per file. Writes to O_DSYNC descriptors are always kept.
 
-  names (create, mkdir, rename, unlink), per directory: a random prefix in order (file
+  names (create, mkdir, rename, exchange, unlink), per directory: a random prefix in order (file
   systems journal metadata in order); --mode drop keeps none. --dirsync strict (POSIX):
   only an fsync of the directory makes them durable. --dirsync ext4: any successful
   fsync/fdatasync also commits every earlier name operation (ext4's journal commit).
@@ -53,7 +53,8 @@ MAGIC = 0x4A464646
 SECTOR = 512
 
 J_WRITE, J_TRUNC, J_SETTLE, J_CREATE, J_MKDIR, J_RENAME, J_UNLINK, J_DIRSYNC, J_BASEDIR, \
-    J_BASEFILE = range(1, 11)
+    J_BASEFILE, J_EXCHANGE = range(1, 12)
+NAME_OPS = (J_CREATE, J_MKDIR, J_RENAME, J_UNLINK, J_EXCHANGE)
 
 
 def scan_journal(path):
@@ -103,10 +104,10 @@ class Model:
                 if dirsync == "ext4" and a == 0:
                     for d, ops in self.dir_pending.items():
                         self.forced[d] = len(ops)
-            elif typ in (J_CREATE, J_MKDIR, J_RENAME, J_UNLINK):
+            elif typ in NAME_OPS:
                 names = parse_names(payload)
                 op = {"t": typ, "seq": seq, "id": ident, "flag": a, "names": names}
-                owner = names[2] if typ == J_RENAME else names[0]
+                owner = names[2] if typ in (J_RENAME, J_EXCHANGE) else names[0]
                 self.dir_pending.setdefault(owner, []).append(op)
             elif typ == J_DIRSYNC:
                 d = payload.decode()
@@ -129,6 +130,20 @@ class Model:
             old, new = join(n[0], n[1]), join(n[2], n[3])
             if names is not None and old in names:
                 names[new] = names.pop(old)
+        elif typ == J_EXCHANGE:
+            # Two names swap what they hold: files, or directories with all below them.
+            a, b = join(n[0], n[1]), join(n[2], n[3])
+
+            def swap(rel):
+                for x, y in ((a, b), (b, a)):
+                    if rel == x or rel.startswith(x + "/"):
+                        return y + rel[len(x):]
+                return rel
+            self.linked = {swap(d) for d in self.linked}
+            if names is not None:
+                moved = {swap(rel): ident for rel, ident in names.items()}
+                names.clear()
+                names.update(moved)
         elif typ == J_UNLINK:
             rel = join(n[0], n[1])
             if op["flag"]:
@@ -290,7 +305,7 @@ class Timeline:
     fsynced, or (ext4) until any successful fsync, which commits the one metadata journal in
     order. The state is what is reachable from the root through durable entries."""
 
-    PERSIST = (J_SETTLE, J_DIRSYNC, J_RENAME)
+    PERSIST = (J_SETTLE, J_DIRSYNC, J_RENAME, J_EXCHANGE)
 
     def __init__(self, image, dirsync):
         self.image = image
@@ -321,14 +336,17 @@ class Timeline:
         typ, _seq, ident, a, _b, payload = self.recs[k - 1]
         name = {J_WRITE: "write", J_TRUNC: "truncate", J_SETTLE: "fsync", J_CREATE: "create",
                 J_MKDIR: "mkdir", J_RENAME: "rename", J_UNLINK: "unlink", J_DIRSYNC: "dirsync",
-                J_BASEDIR: "basedir", J_BASEFILE: "basefile"}.get(typ, str(typ))
+                J_BASEDIR: "basedir", J_BASEFILE: "basefile",
+                J_EXCHANGE: "exchange"}.get(typ, str(typ))
         if typ in (J_SETTLE, J_WRITE, J_TRUNC):
             return "%s %s" % (name + (" (failed)" if typ == J_SETTLE and a else ""),
                               self.where.get(ident, "#%d" % ident))
-        if typ in (J_CREATE, J_MKDIR, J_RENAME, J_UNLINK):
+        if typ in NAME_OPS:
             n = parse_names(payload)
             if typ == J_RENAME:
                 return "rename %s -> %s" % (join(n[0], n[1]), join(n[2], n[3]))
+            if typ == J_EXCHANGE:
+                return "exchange %s <-> %s" % (join(n[0], n[1]), join(n[2], n[3]))
             return "%s %s" % (name, join(n[0], n[1]))
         return "%s %s" % (name, payload.decode(errors="replace") or ".")
 
@@ -355,6 +373,15 @@ class Timeline:
     @staticmethod
     def apply_name(op, dur):
         """Makes a name operation durable in `dur` (directory instance -> entries)."""
+        if op["kind"] == "exchange":  # both names at once, to what the process saw
+            for (inst, name), obj in ((op["from"], op["other"]), ((op["owner"], op["name"]),
+                                                                   op["obj"])):
+                entries = dur.setdefault(inst, {})
+                if obj is None:
+                    entries.pop(name, None)
+                else:
+                    entries[name] = obj
+            return
         if op["from"] is not None:  # rename: the old name goes if it still names the object
             o1, n1 = op["from"]
             if dur.setdefault(o1, {}).get(n1) == op["obj"]:
@@ -400,6 +427,24 @@ class Timeline:
             if obj[0] == "f":
                 self.where[obj[1]] = join(names[2], names[3])
             o = o2
+        elif typ == J_EXCHANGE:
+            # One step, owned (as a rename) by the second name's directory: within one
+            # directory, durable with that directory's fsync, both names or neither.
+            o2 = self._resolve(live, names[2])
+            if o2 is None:
+                return
+            obj, other = live[o].get(names[1]), live[o2].get(names[3])
+            for inst, d, name, got in ((o, names[0], names[1], other),
+                                       (o2, names[2], names[3], obj)):
+                if got is None:
+                    live[inst].pop(name, None)
+                else:
+                    live[inst][name] = got
+                    if got[0] == "f":
+                        self.where[got[1]] = join(d, name)
+            self.npending.append((i, {"kind": "exchange", "owner": o2, "name": names[3],
+                                      "obj": obj, "from": (o, names[1]), "other": other}))
+            return
         else:
             obj = live[o].get(names[1])
             if obj is None:
@@ -428,7 +473,7 @@ class Timeline:
                         apply_op(content, op)
                 if self.dirsync == "ext4" and a == 0:
                     self._commit_names()
-            elif typ in (J_CREATE, J_MKDIR, J_RENAME, J_UNLINK):
+            elif typ in NAME_OPS:
                 self._name_op(i, typ, ident, a, parse_names(payload))
             elif typ == J_DIRSYNC:
                 inst = self._resolve(self.live, payload.decode())

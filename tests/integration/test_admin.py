@@ -336,7 +336,7 @@ class Rebuild(AdminCase):
         p = admin("rebuild", "--data", srv.data_dir, *extra)
         self.assertEqual(p.returncode, 0, show(p))
         self.assertEqual(problems(p), [], show(p))
-        self.assertFalse([n for n in os.listdir(srv.data_dir) if n.startswith("store.old")],
+        self.assertFalse([n for n in os.listdir(srv.data_dir) if n.startswith("store.")],
                          "the old store is removed after a successful rebuild")
         self.assertCheckOk(srv.data_dir)
         self.assertEqual(log_cat(srv.data_dir), before, "the log is untouched")

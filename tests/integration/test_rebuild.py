@@ -7,12 +7,15 @@ server's; and check failed a healthy data dir once per-source budgets carried a 
 runs the real binary on a temporary data dir and judges by re-sending ids after a restart.
 """
 
+import glob
 import os
 import re
 import shutil
+import tempfile
 import unittest
 
 from harness import Server, deadline_wait, new_id, run_cli, track
+from test_powerloss import faultfs_lib, shim_env
 
 TOOL_TIMEOUT = 120
 KEY = "k1"
@@ -43,6 +46,21 @@ def send(srv, ids, key=KEY, batch=100):
 
 def seals(srv):
     return srv.stats()["dedupe"]["generations"]["seals"]
+
+
+def siblings(data_dir):
+    """What a rebuild puts beside DIR/store (store.rebuild-*, and store.old-* of old releases)."""
+    return sorted(n for n in os.listdir(data_dir) if n.startswith("store."))
+
+
+def store_files(store):
+    """path -> content of every file of a store but LMDB's lock file (its readers' table)."""
+    out = {}
+    for f in glob.glob(store + "/**", recursive=True):
+        if os.path.isfile(f) and os.path.basename(f) != "lock.mdb":
+            with open(f, "rb") as fh:
+                out[f] = fh.read()
+    return out
 
 
 def gen_files(data_dir):
@@ -120,7 +138,7 @@ class RebuildKeepsTheWindow(Case):
         self.assertIn("--allow-shrink", p.stdout, show(p))
         self.assertRegex(p.stdout, r"PROBLEM: \d+ keys of the window name records log "
                                    r"retention deleted", show(p))
-        self.assertFalse([n for n in os.listdir(srv.data_dir) if n.startswith("store.old")])
+        self.assertEqual(siblings(srv.data_dir), [], "nothing built beside the store")
         with open(store, "rb") as f:
             self.assertEqual(f.read(), old, "nothing changed")
         srv.start()
@@ -223,6 +241,77 @@ class CheckGenerations(Case):
         self.assertEqual(p.returncode, 1, show(p))
         self.assertIn("next sequence", p.stdout + p.stderr, show(p))
         self.assertTrue([l for l in problems(p) if gb[2] in l], show(p))
+
+
+class RebuildSwapsAtomically(Case):
+    """The new store is built beside DIR/store (DIR/store.rebuild-*) and swapped in with one
+    renameat2(RENAME_EXCHANGE): DIR/store is never a partial store, and what a crash leaves
+    under the sibling's name is never the store."""
+
+    def sealed_dir(self):
+        srv = self.server(["--young-keys", "100", "--max-keys", "0"])
+        srv.start()
+        ids = self.sealed_rounds(srv, "s", 2)
+        srv.stop()
+        return srv, ids
+
+    def plant_leftover(self, data_dir, name):
+        """What a rebuild cut short leaves: a copy of the store, its LMDB file torn."""
+        left = os.path.join(data_dir, name)
+        shutil.copytree(os.path.join(data_dir, "store"), left)
+        with open(os.path.join(left, "data.mdb"), "r+b") as f:
+            f.truncate(4096)
+        return left
+
+    def test_leftover_is_reported_by_check_removed_by_start_and_by_rebuild(self):
+        srv, ids = self.sealed_dir()
+        left = self.plant_leftover(srv.data_dir, "store.rebuild-1700000000-42")
+        p = self.assertCheckOk(srv.data_dir)  # information, not a problem
+        self.assertRegex(p.stdout, r"1 leftover .*store\.rebuild-\* of a rebuild cut short",
+                         show(p))
+        srv.start()
+        srv.wait_for_log(r"removed 1 leftover .*store\.rebuild-")
+        self.assertFalse(os.path.exists(left), "start removes the leftover")
+        self.assertEqual(send(srv, ids), (0, len(ids)), "the window is DIR/store's, whole")
+        srv.stop()
+        left = self.plant_leftover(srv.data_dir, "store.rebuild-1700000001-43")
+        p = cli("rebuild", "--data", srv.data_dir)
+        self.assertEqual(p.returncode, 0, show(p))
+        self.assertIn("removed 1 leftover", p.stdout, show(p))
+        self.assertEqual(siblings(srv.data_dir), [], "no leftover, no old store: " + show(p))
+        self.assertCheckOk(srv.data_dir)
+        srv.start()
+        self.assertEqual(send(srv, ids), (0, len(ids)))
+        srv.stop()
+
+    def test_a_file_system_that_cannot_exchange_changes_nothing(self):
+        lib = faultfs_lib()
+        if not lib:
+            self.skipTest("libfaultfs.so not built (set FAULTFS_LIB)")
+        srv, ids = self.sealed_dir()
+        store = os.path.join(srv.data_dir, "store")
+        before = store_files(store)
+        tmp = tempfile.mkdtemp(prefix="ingestd-rebuild-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        ctl = os.path.join(tmp, "ctl")
+        with open(ctl, "w") as f:
+            f.write("fail renameat2 EINVAL store 1\n")
+        p = run_cli(["rebuild", "--data", srv.data_dir], timeout=TOOL_TIMEOUT,
+                    env=shim_env(lib, srv.data_dir, ctl=ctl))
+        self.assertEqual(p.returncode, 1, show(p))
+        self.assertIn("RENAME_EXCHANGE", p.stdout, show(p))
+        self.assertIn("nothing was changed", p.stdout, show(p))
+        with open(ctl + ".hits") as f:
+            self.assertIn("renameat2", f.read(), "the exchange was tried, and refused")
+        self.assertEqual(siblings(srv.data_dir), [], "the new store is removed: " + show(p))
+        after = store_files(store)
+        self.assertEqual(sorted(after), sorted(before))
+        self.assertEqual([f for f in before if after[f] != before[f]], [],
+                         "DIR/store is the old store, byte for byte")
+        self.assertCheckOk(srv.data_dir)
+        srv.start()
+        self.assertEqual(send(srv, ids), (0, len(ids)))
+        srv.stop()
 
 
 if __name__ == "__main__":
