@@ -111,7 +111,7 @@ def parse_args(argv):
 
 def reproduce(a):
     return ("%s --seed %d --seconds %g --kills %d --clients %d --rate %g --budgets %s "
-            "--retention %s --keep" % (os.path.relpath(os.path.abspath(__file__)), a.seed,
+            "--retention %s --keep" % (sys.argv[0], a.seed,
                                        a.seconds, a.kills, a.clients, a.rate,
                                        ",".join(map(str, a.budgets)), a.retention))
 
@@ -163,9 +163,10 @@ class Model:
         """Whether the window must still hold source s's key logged at offset o: in every run
         since, fewer than that run's --max-keys keys of s can be newer. log_offs: the offsets of
         s's records (the final log check passes the log's own; None: the clients' model);
-        upto: judge only the runs up to the one that logged this offset."""
+        upto: count only the offsets below it, in the runs up to the one that logged it."""
         offs = self.offs[s] if log_offs is None else log_offs
         low = bisect.bisect_right(offs, o)
+        cap = len(offs) if upto is None else bisect.bisect_left(offs, upto)
         first = max(0, bisect.bisect_right(self.run_starts, o) - 1)
         phantom = 0
         for r in range(first, len(self.runs)):
@@ -176,7 +177,7 @@ class Model:
             if run.max_keys == 0:
                 continue
             end = self.runs[r + 1].start if r + 1 < len(self.runs) else None
-            hi = len(offs) if end is None else bisect.bisect_left(offs, end)
+            hi = cap if end is None else min(cap, bisect.bisect_left(offs, end))
             if max(0, hi - low) + phantom + self.inflight[s] >= run.max_keys:
                 return False
         return True
@@ -289,6 +290,7 @@ class Model:
                 self.n["resent"] += 1
                 if self.covered(s, prev):
                     self.n["checked"] += 1
+                    self.n["checked:" + s] += 1
                     if o is not None and o > prev:
                         self.n["accepted_twice"] += 1
                         self.violate("run %d: %s id %s acknowledged at offset %d; a re-send is "
@@ -580,9 +582,8 @@ class Torture:
             for a, b in zip(offs, offs[1:]):
                 # Was the first copy still covered when the second was logged? Count from the
                 # log itself the records of s between them.
-                between = by_src[s][:bisect.bisect_left(by_src[s], b)]
                 with m.lock:
-                    ok = not m.covered(s, a, between, upto=b)
+                    ok = not m.covered(s, a, by_src[s], upto=b)
                 if not ok:
                     twice += 1
                     with m.lock:
@@ -608,20 +609,25 @@ class Torture:
         el = time.monotonic() - self.started
         t = self.totals
         print("\n== torture summary (seed %d) ==" % self.a.seed)
-        print("minutes run        %.1f (loaded %.1f)" % (el / 60, self.a.seconds / 60))
+        print("minutes run        %.1f (%.1f planned under load)" % (el / 60, self.a.seconds / 60))
         print("restarts           %d (kills %d, refused starts %d)"
               % (max(0, t["starts"] - 1), t["kills"], t["refused_starts"]))
-        print("acknowledged ids   %d (log holds %d records from offset %d; %d acknowledged "
-              "ids among them)" % (len(m.acked), t["log_records"], t["log_first_offset"],
-                                   t["acked_retained"]))
+        if "log_records" in t:
+            print("acknowledged ids   %d (the final log holds %d records from offset %d, %d "
+                  "acknowledged ids among them)" % (len(m.acked), t["log_records"],
+                                                    t["log_first_offset"], t["acked_retained"]))
+        else:
+            print("acknowledged ids   %d (the final log was not checked)" % len(m.acked))
         print("re-sent            %d; checked (covered, came back duplicates) %d; accepted again "
               "outside the guarantee %d" % (m.n["resent"], m.n["checked"],
                                             m.n["reaccepted_outside"]))
+        print("checked by source  %s" % ", ".join("%s %d" % (s, m.n["checked:" + s])
+                                                  for _, s, _ in SOURCES))
         print("failed requests    %d (%d ids, retried)" % (m.n["failed_requests"],
                                                            m.n["failed_ids"]))
-        print("server work        seals %d, merges %d, keys cut by budgets %d, records deleted "
-              "by retention %d" % (t["seals"], t["merges"], t["evicted_size"],
-                                   t["retention_deleted"]))
+        print("server work        seals %d, merges %d (budget-cut rewrites included), keys the "
+              "young part evicted by budget %d, records deleted by retention %d"
+              % (t["seals"], t["merges"], t["evicted_size"], t["retention_deleted"]))
         print("accepted twice     %d (answers), %d (copies in the final log)"
               % (m.n["accepted_twice"], m.n["logged_twice"]))
         print("violations         %d" % len(m.violations))
