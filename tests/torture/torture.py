@@ -342,10 +342,11 @@ class Torture:
     def server_args(self, max_keys):
         r = self.rng
         args = ["--young-keys", str(YOUNG_KEYS), "--max-keys", str(max_keys), "--window", WINDOW,
-                "--segment-bytes", "128KiB"]
+                "--segment-bytes", "64KiB"]
         if self.a.retention == "on":
-            args += ["--log-max-bytes", r.choice(("1MiB", "2MiB", "4MiB"))]
-            args += ["--log-retention", r.choice(("0", "0", "15s", "30s"))]
+            # A second or two of log at --rate, down to less than a checkpoint's worth.
+            args += ["--log-max-bytes", r.choice(("256KiB", "512KiB", "1MiB", "2MiB"))]
+            args += ["--log-retention", r.choice(("0", "0", "5s", "15s"))]
         return args
 
     def start(self, max_keys, sync_us):
@@ -652,6 +653,8 @@ def main(argv):
         t.loaded()
         if not t.model.violations:
             t.final()
+    except KeyboardInterrupt:
+        t.model.violate("interrupted")
     finally:
         if t.srv is not None:
             t.srv.kill()
