@@ -110,10 +110,10 @@ def parse_args(argv):
 
 
 def reproduce(a):
-    return ("%s --seed %d --seconds %g --kills %d --clients %d --rate %g --budgets %s "
-            "--retention %s --keep" % (sys.argv[0], a.seed,
-                                       a.seconds, a.kills, a.clients, a.rate,
-                                       ",".join(map(str, a.budgets)), a.retention))
+    return ("INGESTD_BIN=%s FAULTFS_LIB=%s %s --seed %d --seconds %g --kills %d --clients %d "
+            "--rate %g --budgets %s --retention %s --keep"
+            % (BIN, faultfs_lib(), sys.argv[0], a.seed, a.seconds, a.kills, a.clients, a.rate,
+               ",".join(map(str, a.budgets)), a.retention))
 
 
 def hint(text):
@@ -135,7 +135,8 @@ class Run:
 
 
 class Model:
-    """What the clients know of the log and the window; every method holds the lock."""
+    """What the clients know of the log and the window. compose, failed and answered take the
+    lock; covered and oldest_covered expect it held."""
 
     def __init__(self, seed):
         self.lock = threading.Lock()
@@ -196,7 +197,7 @@ class Model:
 
     # ---- composing a request ----
 
-    def compose(self, rng, s, run):
+    def compose(self, rng, s):
         """The ids of one request for source s: new, re-sends, retries, shared; registers them
         in flight. Returns a list of ids."""
         with self.lock:
@@ -415,7 +416,7 @@ class Torture:
                     conn.close()
                 conn, conn_run = http.client.HTTPConnection(host, port, timeout=30), run
             s = rng.choices(names, weights)[0] if rng.random() < 0.6 else rng.choice(names)
-            ids = self.model.compose(rng, s, run)
+            ids = self.model.compose(rng, s)
             if not ids:
                 continue
             body = json.dumps({"batch": [track(mid=m) for m in ids]}, separators=(",", ":"))
