@@ -245,7 +245,7 @@ static json_t *log_json(const commit_stats_t *s)
 {
     // clang-format off
     return json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I}}",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, s:I, s:I, s:I}}",
         "first_offset", (json_int_t)s->log_first_offset,
         "next_offset", (json_int_t)s->log_next_offset,
         "bytes", (json_int_t)s->log_bytes,
@@ -255,7 +255,9 @@ static json_t *log_json(const commit_stats_t *s)
         "retention",
             "segments_deleted", (json_int_t)s->retention_segments,
             "records_deleted", (json_int_t)s->retention_records,
-            "window_records_deleted", (json_int_t)s->retention_window_records);
+            "window_records_deleted", (json_int_t)s->retention_window_records,
+            "held_bytes", (json_int_t)s->retention_held_bytes,
+            "waits", (json_int_t)s->retention_waits);
     // clang-format on
 }
 
@@ -499,6 +501,13 @@ static void metrics_log(prom_t *p, const commit_stats_t *s)
                  "Records deleted by retention while still inside the dedupe window (rebuild "
                  "cannot restore their keys): raise --log-retention / --log-max-bytes.",
                  (double)s->retention_window_records);
+    prom_gauge(p, "log_retention_held_bytes",
+               "Bytes of log past --log-retention / --log-max-bytes kept because the store has "
+               "not durably applied their records yet (at the last retention pass).",
+               (double)s->retention_held_bytes);
+    prom_counter(p, "log_retention_waits_total",
+                 "Retention passes that kept segments past the bounds for the store to catch up.",
+                 (double)s->retention_waits);
 }
 
 /* Each consumer group's offset and lag. */

@@ -333,6 +333,9 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     int src = store_open(dir, &so, &p->st);
     if (src == STORE_VERSION)
         src = part_migrate(w, id, dir, &so, &p->st);
+    /* LMDB never syncs its directory: the name of a new data.mdb is durable from here. */
+    if (src == STORE_OK && fsutil_sync_dir(dir) != 0)
+        src = STORE_EIO;
     if (src == STORE_OK)
         src = store_secret(p->st, NULL, p->secret);
     if (src == STORE_OK && (src = part_open_gens(w, p, dir)) == STORE_OK)

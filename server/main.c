@@ -26,6 +26,7 @@
 #include "storage/commit.h"
 #include "storage/log.h"
 #include "storage/quarantine.h"
+#include "storage/winsettings.h"
 
 /* How long in-flight requests get to finish after SIGTERM before storage closes. */
 #define DRAIN_MS 10000
@@ -333,6 +334,12 @@ static int open_storage(struct serving *s)
                   err[0] != '\0' ? err : commit_strerror(rc));
         return -1;
     }
+    /* The offline tools (rebuild, check, lookup) shape the window as this server does. */
+    winsettings_t ws = {cfg->window_ms, cfg->max_keys, cfg->young_keys};
+    if (!copts.memory_filter && winsettings_write(cfg->data_dir, &ws) != 0)
+        LOG_WARN("cannot write %s/%s (%s): `ingestd rebuild` and `check` will use their defaults "
+                 "unless given the window's flags",
+                 cfg->data_dir, WINSETTINGS_FILE, strerror(errno));
     return open_quarantine(cfg, &s->quarantine);
 }
 

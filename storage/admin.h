@@ -2,7 +2,10 @@
 #ifndef INGESTD_ADMIN_H
 #define INGESTD_ADMIN_H
 
+#include <stdbool.h>
 #include <stdint.h>
+
+#include "storage/winsettings.h"
 
 /*
  * Every tool reports progress and findings through `report` (one line per
@@ -25,6 +28,7 @@ enum admin_status {
     ADMIN_PROBLEMS = 1, /* check: the data dir has problems (see the report) */
     ADMIN_ERROR = -1,   /* the tool could not run (I/O error, bad arguments, ...) */
     ADMIN_BUSY = -2,    /* rebuild: a server holds the data dir lock */
+    ADMIN_SHRINK = -3,  /* rebuild: refused, it would shrink the window (allow_shrink not set) */
 };
 
 typedef struct admin_check_result {
@@ -39,24 +43,49 @@ typedef struct admin_check_result {
  * Verifies a data dir, also while a server runs on it (LMDB is read in one
  * read-only snapshot, the log up to that snapshot's applied offset):
  * every segment header, every record's length, offset sequence and CRC;
- * LMDB's applied offset within the log; the sequence index covering exactly
- * the offsets [oldest retained, applied) with each entry's key and
- * receivedAt equal to its log record's; `keys` and `seq` agreeing one to
- * one; the secret file matching LMDB's; each sealed generation file whole
- * and in log order. Returns ADMIN_OK, ADMIN_PROBLEMS or ADMIN_ERROR.
+ * LMDB's applied offset within the log; the sequence index covering one run
+ * of offsets up to the applied one (keys carried by per-source budgets keep
+ * older offsets below it; DIR/WINDOW says whether budgets are on) with each
+ * entry's key and receivedAt equal to its log record's; `keys` and `seq`
+ * agreeing one to one; the secret file matching LMDB's; each sealed
+ * generation file whole, after the one before it and within the store's
+ * sequence numbering, each of its keys equal to its log record's. A key
+ * whose record retention deleted is in the window, not a problem. A leftover
+ * DIR/store.rebuild-* of a rebuild cut short is reported as information.
+ * Returns ADMIN_OK, ADMIN_PROBLEMS or ADMIN_ERROR.
  */
 int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn progress, void *arg,
                 admin_check_result_t *out);
 
+typedef struct admin_rebuild_options {
+    winsettings_t window; /* the window's settings: the server's (DIR/WINDOW) unless overridden */
+    bool allow_shrink;    /* rebuild even when the window then holds fewer keys than before */
+} admin_rebuild_options_t;
+
 /*
- * Rebuilds DIR/store from the retained log, as a fresh store that keeps the
- * data dir's secret, applying the window (window_ms, max_keys) as it goes.
- * Requires the server to be stopped (ADMIN_BUSY otherwise). The old store
- * is moved to DIR/store.old-<unix time> first and removed once the rebuild
- * succeeded. Returns ADMIN_OK or an error.
+ * Rebuilds DIR/store's young LMDB store from the retained log, keeping the data dir's secret
+ * and the sealed generations (DIR/store/gens), and applying the window's settings as it goes.
+ * Requires the server to be stopped (ADMIN_BUSY otherwise).
+ * When the old young store can be read and every generation is whole, the generations are
+ * kept as they are; the new young store gets the keys the old one carried for per-source
+ * budgets (read back from their log records) and the log's records after the generations'
+ * newest. Otherwise the whole retained log is replayed, generations included.
+ * Refuses with ADMIN_SHRINK, changing nothing, when the window would lose keys: keys of the old
+ * young store whose records log retention deleted, or, when the old window cannot be read
+ * whole, any record retention deleted. `o->allow_shrink` rebuilds anyway, and the report says
+ * how many keys the window had and has.
+ * The new store is built in a sibling, DIR/store.rebuild-<unix time>-<pid> (storage/storeswap.h),
+ * made wholly durable (LMDB flushed, its directory and gens/ fsynced), then swapped with
+ * DIR/store in one renameat2(RENAME_EXCHANGE) and the data dir fsynced; the old store, then
+ * under the sibling's name, is removed. So at every instant, power loss included, DIR/store is
+ * the whole old store or the whole new one; a sibling a crash leaves is never the store (the
+ * next rebuild, or `ingestd serve`'s start, removes it; admin_check mentions it). Leftover
+ * siblings are removed first. A rebuild that fails before the swap removes its sibling and
+ * leaves DIR/store untouched; so does a file system that cannot exchange two names (EINVAL,
+ * ENOSYS: reported, with what to do). Returns ADMIN_OK or an error.
  */
-int admin_rebuild(const char *data_dir, int64_t window_ms, uint64_t max_keys,
-                  admin_report_fn report, admin_progress_fn progress, void *arg);
+int admin_rebuild(const char *data_dir, const admin_rebuild_options_t *o, admin_report_fn report,
+                  admin_progress_fn progress, void *arg);
 
 /*
  * Writes a consistent copy of a data dir to `to_dir` (created; must not

@@ -199,7 +199,12 @@ static commit_t *open_alloc(const commit_options_t *opts)
     pthread_cond_init(&c->lookup_cv, NULL);
     c->data_dir = strdup(opts->data_dir);
     c->log_dir = c->data_dir ? fsutil_join(c->data_dir, "log") : NULL;
+    c->store_dir = opts->store_dir ? strdup(opts->store_dir)
+                   : c->data_dir   ? fsutil_join(c->data_dir, "store")
+                                   : NULL;
     c->opts.data_dir = c->data_dir;
+    c->sibling_store = opts->store_dir != NULL;
+    c->opts.store_dir = c->store_dir;
     c->sources = srcmap_new(opts->max_keys);
     return c;
 }
@@ -247,7 +252,7 @@ int commit_open(const commit_options_t *opts, commit_t **out, char *errbuf, size
     }
     if (!(c = open_alloc(opts)))
         return COMMIT_NOMEM;
-    if (!c->data_dir || !c->log_dir || !c->sources) {
+    if (!c->data_dir || !c->log_dir || !c->store_dir || !c->sources) {
         rc = COMMIT_NOMEM;
         goto fail;
     }
@@ -363,6 +368,7 @@ void commit_close(commit_t *c)
     free(c->src_copy);
     free(c->data_dir);
     free(c->log_dir);
+    free(c->store_dir);
     free(c);
 }
 

@@ -93,6 +93,11 @@ typedef struct commit_options {
                                   max_keys do not apply, and a false positive loses a unique
                                   event. The log stays durable as ever */
     bool lock_held;            /* the caller holds DIR/LOCK already (`ingestd rebuild`) */
+    const char *store_dir;     /* the LMDB store and its generations (gens/), a directory of
+                                  the data dir; NULL: DIR/store, and the start removes the
+                                  DIR/store.rebuild-* a rebuild cut short left (notified).
+                                  `ingestd rebuild` replays into such a sibling, which it then
+                                  swaps in (storage/storeswap.h) */
     uint64_t young_keys;       /* keys the young LMDB store holds before they are sealed into a
                                   generation file (docs/window.md); 0: COMMIT_YOUNG_KEYS. With
                                   max_keys at or under it nothing is ever sealed */
@@ -176,6 +181,10 @@ typedef struct commit_stats {
     uint64_t retention_segments, retention_records; /* deleted by log retention */
     uint64_t retention_window_records; /* of those, records still inside the dedupe window:
                                           `rebuild` can no longer restore their keys */
+    uint64_t retention_held_bytes;     /* at the last retention pass: bytes of segments past the
+                                          bounds kept because the store had not durably applied
+                                          their records yet (0: none) */
+    uint64_t retention_waits;          /* retention passes that kept segments so */
     int64_t duplicate_age_max_ms;      /* the oldest first copy a duplicate had (its age) */
     bool window_below_floor;           /* see commit_options_t.window_floor_ms */
 } commit_stats_t;

@@ -82,6 +82,56 @@ static uint32_t ckpt_key_bits(const store_entry_t *e)
 }
 
 /*
+ * Keys both put and evicted by one checkpoint: a key carried to the young end by a per-source
+ * budget (its old entry below the floor, its new one in the generation), or one accepted again
+ * after it aged out. Marks them (by item and by gone index) and takes them out of `order` and
+ * `gorder` (both in key order), into `corder`: they are written in the checkpoint's last-phase
+ * transaction, with the sequence entries, never in the slices. Written in a slice, the new
+ * `keys` entry replaced the old one while its sequence entry came only with that later
+ * transaction: a crash in between left a key that names a sequence which never names it back
+ * (and which the replay gives to another key), since a carried key has no record to replay.
+ */
+static void ckpt_split_shared(const store_entry_t *items, uint32_t *order, size_t *n,
+                              const store_entry_t *gone, uint32_t *gorder, size_t *ng,
+                              uint32_t *corder, size_t *nc, bool *shared_item, bool *shared_gone)
+{
+    size_t i = 0, g = 0;
+    while (i < *n && g < *ng) {
+        uint32_t a = ckpt_key_bits(&items[order[i]]), b = ckpt_key_bits(&gone[gorder[g]]);
+        if (a != b) {
+            i += a < b;
+            g += b < a;
+            continue;
+        }
+        size_t ie = i, ge = g;
+        while (ie < *n && ckpt_key_bits(&items[order[ie]]) == a)
+            ie++;
+        while (ge < *ng && ckpt_key_bits(&gone[gorder[ge]]) == a)
+            ge++;
+        for (size_t x = i; x < ie; x++)
+            for (size_t y = g; y < ge; y++)
+                if (memcmp(items[order[x]].key, gone[gorder[y]].key, KEYHASH_LEN) == 0)
+                    shared_item[order[x]] = shared_gone[gorder[y]] = true;
+        i = ie;
+        g = ge;
+    }
+    size_t k = 0;
+    *nc = 0;
+    for (size_t x = 0; x < *n; x++) {
+        if (shared_item[order[x]])
+            corder[(*nc)++] = order[x];
+        else
+            order[k++] = order[x];
+    }
+    *n = k;
+    k = 0;
+    for (size_t y = 0; y < *ng; y++)
+        if (!shared_gone[gorder[y]])
+            gorder[k++] = gorder[y];
+    *ng = k;
+}
+
+/*
  * Writes a generation into LMDB. First its keys and the keys it evicts (the
  * oldest sequences below the floor, up to the generation's size or
  * EVICT_READ_MIN), merged in key order, OPS_PER_TXN puts and deletions per
@@ -89,23 +139,25 @@ static uint32_t ckpt_key_bits(const store_entry_t *e)
  * writes (and syncs) only the pages of that slice, and no page twice over
  * the whole checkpoint. A checkpoint is thus many small syncs, not one of the
  * whole tree, and the log's fsyncs never queue behind more than one of them.
- * Then one transaction with the sequence entries, the cut of the evicted
- * ones, any further deletions below the floor (`ckpt_chunk` at most, halved
- * whenever LMDB runs out of dirty pages) and the applied offset; then
- * transactions of deletions only, until none is left below the floor. A
- * crash before the applied offset is written replays the whole generation
- * from the log, which numbers it the same way; the evictions it had begun
- * are finished first (store_mark_evicting, and recovery's replay).
+ * Then one transaction with the keys both put and evicted (carried ones:
+ * ckpt_split_shared), the sequence entries, the cut of the evicted ones, any further deletions
+ * below the floor (`ckpt_chunk` at most, halved whenever LMDB runs out of dirty pages) and the
+ * applied offset; then transactions of deletions only, until none is left below the floor. A crash
+ * before the applied offset is written replays the whole generation from the log, which numbers it
+ * the same way; the evictions it had begun are finished first (store_mark_evicting, and recovery's
+ * replay).
  */
 static int ckpt_run(commit_t *c, const ckpt_job_t *j)
 {
     const store_entry_t *items = pending_items(j->gen);
-    size_t n = pending_count(j->gen), ng = 0;
+    size_t n = pending_count(j->gen), ng = 0, nc = 0, nall = n;
     size_t gmax = n > EVICT_READ_MIN ? n : EVICT_READ_MIN;
     store_entry_t *gone = malloc(gmax * sizeof(*gone));
-    uint32_t *order = malloc((n + gmax) * sizeof(*order)), *gorder = order ? order + n : NULL;
+    uint32_t *order = malloc((2 * n + gmax) * sizeof(*order)), *gorder = order ? order + n : NULL;
+    uint32_t *corder = order ? order + n + gmax : NULL; /* keys both put and evicted */
+    bool *shared = calloc(n + gmax, sizeof(*shared));
     uint64_t cut_below = 0, deleted = 0;
-    int rc = gone && order ? STORE_OK : STORE_NOMEM;
+    int rc = gone && order && shared ? STORE_OK : STORE_NOMEM;
 
     if (rc == STORE_OK)
         rc = store_read_front(c->store, j->floor, gone, gmax, &ng);
@@ -115,6 +167,8 @@ static int ckpt_run(commit_t *c, const ckpt_job_t *j)
         rc = store_key_order(gone, ng, gorder);
         cut_below = gone[ng - 1].seq + 1;
     }
+    if (rc == STORE_OK)
+        ckpt_split_shared(items, order, &n, gone, gorder, &ng, corder, &nc, shared, shared + nall);
     for (size_t ip = 0, ig = 0; rc == STORE_OK && (ip < n || ig < ng);) {
         if (ckpt_cancelled(c)) {
             rc = JOB_CANCELLED;
@@ -139,20 +193,24 @@ static int ckpt_run(commit_t *c, const ckpt_job_t *j)
         ip += mp;
         ig += mg;
     }
-    free(order);
     free(gone);
+    free(shared);
 
     bool first = true, evicting = true;
     while (rc == STORE_OK && (first || evicting)) {
-        if (ckpt_cancelled(c))
-            return JOB_CANCELLED;
+        if (ckpt_cancelled(c)) {
+            rc = JOB_CANCELLED;
+            break;
+        }
         size_t chunk = c->ckpt_chunk;
         if (c->ckpt_store_bytes > DIRTY_MAX_BYTES && chunk > CHUNK_BIG_WINDOW)
             chunk = CHUNK_BIG_WINDOW;
         uint64_t evicted = 0, cut = 0;
         rc = store_begin(c->store);
+        if (rc == STORE_OK && first && nc > 0)
+            rc = store_put_keys(c->store, items, corder, nc);
         if (rc == STORE_OK && first)
-            rc = store_append_seq(c->store, items, n);
+            rc = store_append_seq(c->store, items, nall);
         if (rc == STORE_OK && first && cut_below > 0)
             rc = store_cut_front(c->store, cut_below, &cut);
         if (rc == STORE_OK)
@@ -170,6 +228,7 @@ static int ckpt_run(commit_t *c, const ckpt_job_t *j)
         if (rc == STORE_OK && evicting && chunk < CHUNK_MAX)
             c->ckpt_chunk = chunk * 2;
     }
+    free(order);
     return rc;
 }
 
@@ -228,6 +287,8 @@ static void *ckpt_thread(void *arg)
 
         double t0 = clk_mono_msf();
         int rc = ckpt_run(c, &j);
+        if (rc == STORE_OK) /* log retention may now delete what the job applied */
+            rc = commit_retain_store_durable(c, j.applied);
         double ms = clk_mono_msf() - t0;
         ckpt_seal_result_t sr = {0};
         if (rc == STORE_OK)

@@ -14,28 +14,11 @@
 #include "storage/commit_internal.h"
 #include "storage/fsutil.h"
 #include "storage/retag.h"
+#include "storage/secret.h"
 
 #define ACKED_FILE      "ACKED" /* in DIR/store: the acknowledged end, for readers */
 #define UNSYNCED_MARKER "UNSYNCED"
 #define BOOT_ID_PROC    "/proc/sys/kernel/random/boot_id"
-
-/* Reads DIR/secret into file_secret: 1 when there is one, 0 when there is none, -1 on error. */
-static int read_secret_file(const char *path, uint8_t file_secret[KEYHASH_SECRET_LEN], char *errbuf,
-                            size_t errlen)
-{
-    size_t n = 0;
-    if (fsutil_read_small(path, file_secret, KEYHASH_SECRET_LEN, &n) == 0 || errno == EFBIG) {
-        if (errno == EFBIG || n != KEYHASH_SECRET_LEN) {
-            errbuf_printf(errbuf, errlen, "%s: not a %d-byte secret", path, KEYHASH_SECRET_LEN);
-            return -1;
-        }
-        return 1;
-    }
-    if (errno == ENOENT)
-        return 0;
-    errbuf_printf(errbuf, errlen, "%s: %s", path, strerror(errno));
-    return -1;
-}
 
 /*
  * The secret lives in DIR/secret as well as in LMDB, so a store rebuilt from
@@ -44,43 +27,40 @@ static int read_secret_file(const char *path, uint8_t file_secret[KEYHASH_SECRET
  */
 int commit_files_load_secret(commit_t *c, store_t *store, char *errbuf, size_t errlen)
 {
-    char *path = fsutil_join(c->data_dir, "secret");
     uint8_t file_secret[KEYHASH_SECRET_LEN];
-    int rc = -1;
-
-    if (!path)
+    int have = secret_read(c->data_dir, file_secret);
+    if (have < 0) {
+        errbuf_printf(errbuf, errlen, "%s/%s: %s", c->data_dir, SECRET_FILE,
+                      errno == EINVAL ? "not a 16-byte secret" : strerror(errno));
         return -1;
-    int have = read_secret_file(path, file_secret, errbuf, errlen);
-    if (have < 0)
-        goto out;
+    }
     if (!store) {
         if (have)
             memcpy(c->secret, file_secret, sizeof(file_secret));
         else if (keyhash_random(c->secret, sizeof(c->secret)) != 0) {
             errbuf_printf(errbuf, errlen, "generating the hash secret: %s", strerror(errno));
-            goto out;
+            return -1;
         }
     }
     int src = store ? store_secret(store, have ? file_secret : NULL, c->secret) : STORE_OK;
     if (src != STORE_OK) {
         errbuf_printf(errbuf, errlen, "reading the hash secret: %s", store_strerror(src));
-        goto out;
+        return -1;
     }
     if (have && memcmp(file_secret, c->secret, sizeof(file_secret)) != 0) {
-        errbuf_printf(
-            errbuf, errlen,
-            "%s differs from the secret in the LMDB store: the store belongs to another data dir",
-            path);
-        goto out;
+        errbuf_printf(errbuf, errlen,
+                      "%s/%s differs from the secret in the LMDB store: the store belongs to "
+                      "another data dir",
+                      c->data_dir, SECRET_FILE);
+        return -1;
     }
-    if (!have && fsutil_write_atomic(path, c->secret, sizeof(c->secret), 0600) != 0) {
-        errbuf_printf(errbuf, errlen, "writing %s: %s", path, strerror(errno));
-        goto out;
+    /* Durable before any key is hashed with it (secret_write: tmp, fsync, rename, dir fsync). */
+    if (!have && secret_write(c->data_dir, c->secret) != 0) {
+        errbuf_printf(errbuf, errlen, "writing %s/%s: %s", c->data_dir, SECRET_FILE,
+                      strerror(errno));
+        return -1;
     }
-    rc = 0;
-out:
-    free(path);
-    return rc;
+    return 0;
 }
 
 /* ---- DIR/store/ACKED ---- */
@@ -189,10 +169,7 @@ static int boot_id(const commit_t *c, char *out, size_t cap)
 
 char *commit_files_unsynced_path(const commit_t *c)
 {
-    char *dir = fsutil_join(c->data_dir, "store");
-    char *marker = dir ? fsutil_join(dir, UNSYNCED_MARKER) : NULL;
-    free(dir);
-    return marker;
+    return fsutil_join(c->store_dir, UNSYNCED_MARKER);
 }
 
 /*
@@ -235,13 +212,11 @@ int commit_files_mark_unsynced(const commit_t *c, const char *marker, char *errb
  */
 void commit_files_clear_unsynced(commit_t *c, bool only_if_present)
 {
-    char *dir = fsutil_join(c->data_dir, "store");
-    char *marker = dir ? fsutil_join(dir, UNSYNCED_MARKER) : NULL;
+    char *marker = fsutil_join(c->store_dir, UNSYNCED_MARKER);
     if (marker && (!only_if_present || access(marker, F_OK) == 0) &&
         store_flush(c->store) == STORE_OK && unlink(marker) == 0)
-        fsutil_sync_dir(dir);
+        fsutil_sync_dir(c->store_dir);
     free(marker);
-    free(dir);
 }
 
 /* ---- DIR/TAGGED_FROM: where keys began carrying their source's tag ---- */

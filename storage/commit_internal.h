@@ -73,6 +73,8 @@ struct commit {
     commit_options_t opts;
     char *data_dir;
     char *log_dir;
+    char *store_dir;    /* opts.store_dir, or DIR/store */
+    bool sibling_store; /* opts.store_dir was given: a rebuild's, no leftovers to remove */
     int lockfd;
     const struct commit_mode *mode; /* LMDB or memory, chosen once at open */
     store_t *store;                 /* LMDB, or NULL in memory mode */
@@ -101,6 +103,12 @@ struct commit {
     size_t src_copy_n, src_copy_cap;
     watch_t *watches; /* under mu */
 
+    /* Under mu: log retention never deletes a record at or past it: the log offset below which
+     * the store has durably applied every record (commit_retain.c says what is durable in each
+     * --store-sync mode); LOG_RETAIN_UNBOUNDED in memory mode. Set by whoever writes the store
+     * (its open, the checkpointer). */
+    uint64_t store_durable;
+
     /* Under mu: commit_lookup's questions, answered between batches; lookup_cv: answered. */
     lookup_req_t *lookups;
     pthread_cond_t lookup_cv;
@@ -114,6 +122,7 @@ struct commit {
     uint64_t discard_from;        /* the end of its last successful sync */
     int64_t last_recover_ms;      /* monotonic time of the last re-establishing attempt */
     int64_t last_retain_ms;       /* monotonic time retention last ran */
+    int64_t last_held_warn_ms;    /* monotonic time of the last "retention is waiting" warning */
     int acked_fd;                 /* DIR/store/ACKED, or -1 */
     int64_t last_short_window_ms; /* monotonic time of the last "window shortened" warning */
     /* The window's floor (commit_reach.c): evicted_size when last judged, the receivedAt mark of
@@ -260,6 +269,22 @@ int commit_writer_start(commit_t *c, char *errbuf, size_t errlen);
 int commit_writer_reserve(commit_t *c, size_t n);
 void commit_writer_take(commit_t *c, commit_event_t *ev, uint64_t off, size_t *nrec);
 int commit_writer_write_log(commit_t *c, size_t nrec, batch_out_t *bo);
+
+/* ---- commit_retain.c: log retention, never past what the store has durably applied ---- */
+
+/*
+ * The store's last commit records `applied` as its applied offset: makes that commit durable as
+ * far as --store-sync needs it to be (meta: a forced sync, for its meta page) and then lets
+ * retention delete the records below `applied`. Called by the thread that writes the store (its
+ * open, the checkpointer), never while a write transaction is open. A store status (a failed
+ * sync: the bound stays where it was).
+ */
+int commit_retain_store_durable(commit_t *c, uint64_t applied);
+/* Retention, at most once a second (writer thread): deletes closed segments past the age or size
+ * bound but never at or past store_durable; counts, and warns about, what it had to keep. */
+void commit_retain_run(commit_t *c);
+/* Under mu: the monotonic time commit_retain_run is next due; INT64_MAX with no bound set. */
+int64_t commit_retain_due(const commit_t *c);
 
 /* ---- commit_reach.c: duplicate ages and the window's floor ---- */
 

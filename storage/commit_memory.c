@@ -96,6 +96,9 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
         errbuf_printf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
         goto out;
     }
+    pthread_mutex_lock(&c->mu);
+    c->store_durable = LOG_RETAIN_UNBOUNDED; /* nothing to apply: the filter relearns the log */
+    pthread_mutex_unlock(&c->mu);
     c->discard = false;
     rc = 0;
 out:

@@ -15,9 +15,10 @@
  * from before DIR/TAGGED_FROM theirs, storage/retag.h).
  *
  * Functions, in order: the replay (recover_replay_chunk,
- * recover_finish_evictions, recover_replay); the open, in its steps
- * (recover_reset_store, recover_open_store, recover_open_log,
- * recover_catch_up, then commit_recover_open_lmdb, LMDB mode's open);
+ * recover_finish_evictions, recover_gap, recover_replay); the open, in its steps
+ * (recover_reset_store, recover_open_store, recover_rebuild_leftovers,
+ * recover_report_gens, recover_open_gens, recover_open_log, recover_catch_up,
+ * then commit_recover_open_lmdb, LMDB mode's open);
  * commit_recover_open_storage / _close_storage for either mode;
  * commit_recover_probe_write; commit_recover (re-establish after a failure).
  */
@@ -33,6 +34,7 @@
 #include "storage/commit_internal.h"
 #include "storage/fsutil.h"
 #include "storage/seal.h"
+#include "storage/storeswap.h"
 
 #define REPLAY_CHUNK 10000
 
@@ -102,30 +104,81 @@ static int recover_seal(commit_t *c, bool *sealed_some)
 
 /*
  * A checkpoint cut short may have deleted keys below its eviction mark ahead
- * of their sequence entries (commit_checkpoint.c: ckpt_run). Finishes those evictions before the
- * replay, so that every sequence entry names its key again and the replay's
- * size bound counts keys that exist.
+ * of their sequence entries, and not carried the within-budget ones yet
+ * (commit_checkpoint.c: ckpt_run). Settles every entry below the mark before
+ * the replay (store_settle_evictions): an eviction that landed is finished, a
+ * key whose eviction or carry did not land stays, at the young end. So every
+ * sequence entry names its key again, the replay's size bound counts keys that
+ * exist, and no key a landed transaction kept is lost (a blind eviction below
+ * the mark lost the carried keys of a within-budget source).
  */
 static int recover_finish_evictions(commit_t *c, uint64_t below, uint64_t *grows)
 {
-    uint64_t evicted = CHUNK_BIG_WINDOW;
+    size_t done = CHUNK_BIG_WINDOW;
+    uint64_t kept = 0;
     int rc = STORE_OK, tries = 0;
-    while (rc == STORE_OK && evicted == CHUNK_BIG_WINDOW) {
-        evicted = 0;
+    while (rc == STORE_OK && done == CHUNK_BIG_WINDOW) {
+        uint64_t k = 0;
         if ((rc = store_begin(c->store)) != STORE_OK)
             break;
-        rc = store_evict_below(c->store, below, CHUNK_BIG_WINDOW, &evicted);
+        rc = store_settle_evictions(c->store, below, CHUNK_BIG_WINDOW, &done, &k);
         if (rc == STORE_OK)
             rc = store_commit(c->store);
         else
             store_abort(c->store);
+        kept += rc == STORE_OK ? k : 0;
         if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
             (*grows)++;
             rc = STORE_OK;
-            evicted = CHUNK_BIG_WINDOW; /* again */
+            done = CHUNK_BIG_WINDOW; /* again */
         }
     }
+    if (rc == STORE_OK && kept > 0)
+        commit_notify(c, 2,
+                      "a checkpoint cut short had not evicted or carried %llu key(s) yet: they "
+                      "stay in the window, at its young end",
+                      (unsigned long long)kept);
     return rc;
+}
+
+/*
+ * The log starts past LMDB's applied offset. A store this open created (none was there: a start
+ * after an operator removed it) starts where the log does, as `ingestd rebuild` would: that is
+ * recorded first, so a crash before its first checkpoint finds it again. Any other store lacks the
+ * keys of the records in between, which retention never deletes (commit_retain.c): someone else
+ * did, and only putting them back keeps the window whole, so the start refuses and says so.
+ */
+static int recover_gap(commit_t *c, store_info_t *si, const log_info_t *li, char *errbuf,
+                       size_t errlen)
+{
+    if (!store_created(c->store)) {
+        errbuf_printf(
+            errbuf, errlen,
+            "LMDB has applied the log up to offset %llu but the log starts at %llu: records "
+            "%llu..%llu were deleted before LMDB applied them (by the log retention of an older "
+            "release, or by hand), and their keys are in no store. Put those segments back into "
+            "the log directory (from a copy or `ingestd backup`) and start again; `ingestd "
+            "rebuild --allow-shrink` keeps the sealed generations but forgets the young "
+            "store's keys of those records",
+            (unsigned long long)si->applied, (unsigned long long)li->first_offset,
+            (unsigned long long)si->applied, (unsigned long long)li->first_offset - 1);
+        return -1;
+    }
+    int rc = store_begin(c->store);
+    if (rc == STORE_OK)
+        rc = store_set_applied(c->store, li->first_offset);
+    if (rc == STORE_OK)
+        rc = store_commit(c->store);
+    else
+        store_abort(c->store);
+    if (rc != STORE_OK) {
+        errbuf_printf(errbuf, errlen, "starting a new store at log offset %llu: %s (%s)",
+                      (unsigned long long)li->first_offset, store_strerror(rc),
+                      store_detail(c->store));
+        return -1;
+    }
+    si->applied = li->first_offset;
+    return 0;
 }
 
 /* Applies log records past LMDB's applied offset: the log is the source of truth. */
@@ -151,14 +204,8 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
             (unsigned long long)si.applied, (unsigned long long)li.next_offset);
         return -1;
     }
-    if (si.applied == 0 && si.keys == 0)
-        si.applied = li.first_offset; /* a new store over a log retention has shortened */
-    if (si.applied < li.first_offset) {
-        errbuf_printf(errbuf, errlen,
-                      "the store's applied offset %llu is older than the log's start %llu",
-                      (unsigned long long)si.applied, (unsigned long long)li.first_offset);
+    if (si.applied < li.first_offset && recover_gap(c, &si, &li, errbuf, errlen) != 0)
         return -1;
-    }
     if (si.evicting_below > 0 && (rc = recover_finish_evictions(c, si.evicting_below, grows))) {
         errbuf_printf(errbuf, errlen, "finishing a checkpoint's evictions: %s (%s)",
                       store_strerror(rc), store_detail(c->store));
@@ -207,11 +254,36 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
 }
 
 /*
+ * Lazy mode: DIR/store/UNSYNCED names this boot before LMDB's first unsynced
+ * write. store_open itself writes (a new store's databases), so this comes
+ * before it, not just before the replay. Other modes: nothing to do.
+ */
+static int recover_mark_if_lazy(commit_t *c, const char *marker, char *errbuf, size_t errlen)
+{
+    if (c->opts.store_sync != STORE_SYNC_NONE)
+        return 0;
+    return commit_files_mark_unsynced(c, marker, errbuf, errlen);
+}
+
+/*
  * Moves the store aside (to *aside, malloc'ed) and opens a fresh one that
  * starts at the log's first retained offset; the replay then fills it.
+ *
+ * The order is what makes a power loss at any step harmless. The rename and
+ * the new directory are made durable together (one fsync of the data dir);
+ * lost, the old store and its marker from another boot are still there, and
+ * the next start resets again. Then, in lazy mode, the marker naming this
+ * boot goes into the new directory, durably, before LMDB writes a byte there:
+ * a machine crash from then on leaves a marker from another boot, and the
+ * next start resets the fresh store too. Between the two the new directory is
+ * empty: the next start creates a store there and replays the whole log into
+ * it (a new store over a shortened log starts at its first offset), which is
+ * the same rebuild. Writing the marker after the fresh store's first commit,
+ * as before, left a window where an unsynced, possibly torn store had no
+ * marker and was trusted (or refused) at the next start.
  */
-static int recover_reset_store(commit_t *c, const char *path, const char *logdir, char **aside,
-                               char *errbuf, size_t errlen)
+static int recover_reset_store(commit_t *c, const char *path, const char *logdir,
+                               const char *marker, char **aside, char *errbuf, size_t errlen)
 {
     log_info_t li;
     store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
@@ -226,6 +298,8 @@ static int recover_reset_store(commit_t *c, const char *path, const char *logdir
         errbuf_printf(errbuf, errlen, "moving the unsynced store aside: %s", strerror(errno));
         return -1;
     }
+    if (recover_mark_if_lazy(c, marker, errbuf, errlen) != 0)
+        return -1;
     int src = store_open(path, &so, &c->store);
     if (src == STORE_OK)
         src = store_begin(c->store);
@@ -244,12 +318,13 @@ static int recover_reset_store(commit_t *c, const char *path, const char *logdir
  * Opens DIR/store: as it is, or, when the machine restarted with it unsynced
  * (lazy mode) or it has another format version, a fresh one with the old
  * one moved aside to *aside (the replay then fills it from the log). In lazy
- * mode, then writes the marker. *crashed: the first case.
+ * mode the marker is written before LMDB's first write either way.
+ * *crashed: the first case.
  */
 static int recover_open_store(commit_t *c, const char *path, const char *logdir, const char *marker,
                               int *crashed, char **aside, char *errbuf, size_t errlen)
 {
-    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+    if (fsutil_mkdir(path) != 0 && errno != EEXIST) {
         errbuf_printf(errbuf, errlen, "creating %s: %s", path, strerror(errno));
         return -1;
     }
@@ -263,6 +338,8 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
                       "rebuilding the store from the log");
     } else {
         store_options_t so = {.map_size = c->opts.map_size, .sync = c->opts.store_sync};
+        if (recover_mark_if_lazy(c, marker, errbuf, errlen) != 0)
+            return -1;
         int src = store_open(path, &so, &c->store);
         if (src == STORE_VERSION) {
             /* Written by another format version: the log is the truth, rebuild from it. */
@@ -275,22 +352,38 @@ static int recover_open_store(commit_t *c, const char *path, const char *logdir,
         }
     }
     if (reset) {
-        if (recover_reset_store(c, path, logdir, aside, errbuf, errlen) != 0)
+        if (recover_reset_store(c, path, logdir, marker, aside, errbuf, errlen) != 0)
             return -1;
         pthread_mutex_lock(&c->mu);
         c->stats.rebuilt_at_open = true;
         pthread_mutex_unlock(&c->mu);
     }
-    /* Before the first unsynced commit (the replay's): a machine crash from here on rebuilds. */
-    if (c->opts.store_sync == STORE_SYNC_NONE &&
-        commit_files_mark_unsynced(c, marker, errbuf, errlen) != 0)
-        return -1;
     /* LMDB never syncs its directory: make the names of its files durable once. */
     if (fsutil_sync_dir(path) != 0) {
         errbuf_printf(errbuf, errlen, "syncing %s: %s", path, strerror(errno));
         return -1;
     }
     return 0;
+}
+
+/*
+ * Removes the DIR/store.rebuild-* an `ingestd rebuild` cut short by a crash left (its new store,
+ * or the old one after the swap): never DIR/store, so nothing of the window goes with them, and
+ * a failure to remove one does not stop the start (the next rebuild removes it too).
+ */
+static void recover_rebuild_leftovers(commit_t *c)
+{
+    if (c->sibling_store)
+        return; /* the rebuild's own replay: its store is such a sibling */
+    int64_t n = storeswap_leftovers(c->data_dir, 1);
+    if (n < 0)
+        commit_notify(c, 1, "could not remove a leftover %s/%s* of a rebuild: %s", c->data_dir,
+                      STORESWAP_PREFIX, strerror(errno));
+    else if (n > 0)
+        commit_notify(c, 1,
+                      "removed %lld leftover %s/%s* director%s of an `ingestd rebuild` cut short "
+                      "(the store it was building, or the old one it replaced)",
+                      (long long)n, c->data_dir, STORESWAP_PREFIX, n == 1 ? "y" : "ies");
 }
 
 /* Says what opening the generations repaired, and counts it (commit.h). */
@@ -391,6 +484,14 @@ static int recover_catch_up(commit_t *c, const char *logdir, char *errbuf, size_
                       strerror(log_errno(c->log)));
         return -1;
     }
+    /* What the store has applied now (the whole log), once durable, retention may delete. */
+    store_info_t si;
+    if ((rc = store_get_info(c->store, &si)) != STORE_OK ||
+        (rc = commit_retain_store_durable(c, si.applied)) != STORE_OK) {
+        errbuf_printf(errbuf, errlen, "syncing the LMDB store: %s (%s)", store_strerror(rc),
+                      store_detail(c->store));
+        return -1;
+    }
     /* The names of store/ and log/ themselves live in the data dir. */
     if (fsutil_sync_dir(c->data_dir) != 0 || commit_recover_probe_write(logdir) != 0) {
         errbuf_printf(errbuf, errlen, "writing to %s: %s", c->data_dir, strerror(errno));
@@ -407,7 +508,7 @@ static int recover_catch_up(commit_t *c, const char *logdir, char *errbuf, size_
  */
 int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen)
 {
-    char *path = fsutil_join(c->data_dir, "store");
+    char *path = strdup(c->store_dir);
     char *logdir = fsutil_join(c->data_dir, "log");
     char *marker = commit_files_unsynced_path(c);
     char *aside = NULL;
@@ -415,6 +516,7 @@ int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen)
 
     if (!path || !logdir || !marker)
         goto out;
+    recover_rebuild_leftovers(c);
     if (recover_open_store(c, path, logdir, marker, &crashed, &aside, errbuf, errlen) != 0 ||
         recover_open_gens(c, path, errbuf, errlen) != 0 ||
         recover_open_log(c, logdir, errbuf, errlen) != 0 ||

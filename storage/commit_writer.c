@@ -16,8 +16,9 @@
  *
  * Functions, in order: commit_writer_reserve / _take / _write_log (staging a
  * batch's log records, for the modes' apply), writer_warn_short_window,
- * writer_count, writer_process (one batch), writer_retain,
- * writer_housekeeping (which also judges the window's floor, commit_reach.c),
+ * writer_count, writer_process (one batch), writer_housekeeping (which also
+ * runs log retention, commit_retain.c, and judges the window's floor,
+ * commit_reach.c),
  * writer_wait, writer_thread, commit_writer_start.
  */
 #include <errno.h>
@@ -27,7 +28,6 @@
 #include "storage/commit_internal.h"
 
 #define RECOVER_EVERY_MS     1000
-#define RETAIN_EVERY_MS      1000
 #define SHORT_WINDOW_WARN_MS 60000
 
 int commit_writer_reserve(commit_t *c, size_t n)
@@ -159,57 +159,6 @@ static void writer_process(commit_t *c, commit_req_t *batch, size_t nevents, siz
     }
 }
 
-/*
- * Retention, at most once a second: deletes closed segments past the age or
- * size bound, and warns when they held records still inside the dedupe
- * window (their keys are still remembered, but `rebuild` could not restore
- * them).
- */
-static void writer_retain(commit_t *c)
-{
-    log_retain_result_t res;
-    if (!c->log || (c->opts.log_retention_ms <= 0 && c->opts.log_max_bytes == 0))
-        return;
-    int64_t t = clk_mono_ms();
-    if (t - c->last_retain_ms < RETAIN_EVERY_MS)
-        return;
-    c->last_retain_ms = t;
-    int rc =
-        log_retain(c->log, clk_wall_ms(), c->opts.log_retention_ms, c->opts.log_max_bytes, &res);
-    if (rc != LOG_OK)
-        commit_notify(c, 1, "log retention: %s (%s)", log_strerror(rc),
-                      strerror(log_errno(c->log)));
-    if (res.segments == 0)
-        return;
-    pthread_mutex_lock(&c->mu);
-    /* Of the records deleted now, [first_offset - records, first_offset), those at or past
-     * the window's oldest key. */
-    uint64_t wfirst = c->stats.window_first_offset;
-    uint64_t from = res.first_offset - res.records;
-    if (wfirst > from)
-        from = wfirst;
-    uint64_t in_window = res.first_offset > from ? res.first_offset - from : 0;
-    c->stats.retention_segments += res.segments;
-    c->stats.retention_records += res.records;
-    c->stats.retention_window_records += in_window;
-    pthread_mutex_unlock(&c->mu);
-    commit_notify(
-        c, 2,
-        "log retention deleted %llu segments (%llu records, %llu bytes); the log now starts at "
-        "offset %llu",
-        (unsigned long long)res.segments, (unsigned long long)res.records,
-        (unsigned long long)res.bytes, (unsigned long long)res.first_offset);
-    if (in_window > 0)
-        commit_notify(
-            c, 1,
-            "log retention deleted %llu records still inside the dedupe window (offsets %llu.."
-            "%llu): their keys are remembered, but `ingestd rebuild` could no longer restore "
-            "them; raise --log-retention / --log-max-bytes or shorten --window",
-            (unsigned long long)in_window, (unsigned long long)from,
-            (unsigned long long)res.first_offset - 1);
-    commit_refresh_stats(c);
-}
-
 /* What the writer does between batches and while idle. */
 static void writer_housekeeping(commit_t *c)
 {
@@ -219,7 +168,7 @@ static void writer_housekeeping(commit_t *c)
     }
     if (c->mode->tick)
         c->mode->tick(c); /* rate-limited inside */
-    writer_retain(c);     /* rate-limited inside */
+    commit_retain_run(c); /* rate-limited inside */
     commit_reach_judge(c);
 }
 
@@ -237,11 +186,7 @@ static void writer_wait(commit_t *c)
          * or (a retention bound is set) the next retention pass: age-bound
          * retention must run while no events arrive too.
          */
-        int64_t wake = INT64_MAX;
-        if (c->failed)
-            wake = c->last_recover_ms + RECOVER_EVERY_MS;
-        else if (c->opts.log_retention_ms > 0 || c->opts.log_max_bytes > 0)
-            wake = c->last_retain_ms + RETAIN_EVERY_MS;
+        int64_t wake = c->failed ? c->last_recover_ms + RECOVER_EVERY_MS : commit_retain_due(c);
         int64_t due = c->mode->due ? c->mode->due(c) : INT64_MAX;
         if (due < wake)
             wake = due; /* an idle server checkpoints too */

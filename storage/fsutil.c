@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,23 +20,83 @@ char *fsutil_join(const char *dir, const char *name)
     return p;
 }
 
+/* The directory that holds `path` (malloc'ed, caller frees): "." or "/" at the top. */
+static char *parent_of(const char *path)
+{
+    char *p = strdup(path);
+    if (!p)
+        return NULL;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/')
+        p[--n] = '\0';
+    char *slash = strrchr(p, '/');
+    if (!slash)
+        strcpy(p, ".");
+    else if (slash == p)
+        p[1] = '\0';
+    else
+        *slash = '\0';
+    return p;
+}
+
+/* A directory just created: its name durable in its parent, and itself synced. 0 or -1. */
+static int sync_created(const char *path, bool itself)
+{
+    char *parent = parent_of(path);
+    int rc = parent ? fsutil_sync_dir(parent) : -1;
+    int saved = errno;
+    if (rc == 0 && itself) {
+        rc = fsutil_sync_dir(path);
+        saved = errno;
+    }
+    free(parent);
+    errno = saved;
+    return rc;
+}
+
+int fsutil_mkdir(const char *path)
+{
+    if (mkdir(path, 0755) != 0)
+        return -1;
+    return sync_created(path, true);
+}
+
 int fsutil_mkdirs(const char *path)
 {
     char *buf = strdup(path);
     int rc = 0;
+    bool created = false; /* the last directory tried was new: the leaf, at the end */
     if (!buf)
         return -1;
-    for (char *p = buf + 1; *p && rc == 0; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            rc = -1;
-        *p = '/';
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/')
+        buf[--n] = '\0'; /* "a/b/" is "a/b": its last mkdir must be the one that creates b */
+    if (n == 0) {
+        free(buf);
+        errno = ENOENT;
+        return -1;
     }
-    if (rc == 0 && mkdir(buf, 0755) != 0 && errno != EEXIST)
-        rc = -1;
+    /* Each new directory's parent is synced right after its mkdir: that parent is the one
+     * created just before (synced as a parent in turn), so the whole new chain is durable. */
+    for (char *p = buf + 1; rc == 0; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        created = mkdir(buf, 0755) == 0;
+        if (created)
+            rc = sync_created(buf, false);
+        else if (errno != EEXIST)
+            rc = -1;
+        *p = c;
+        if (c == '\0')
+            break;
+    }
+    if (rc == 0 && created)
+        rc = fsutil_sync_dir(buf);
+    int saved = errno;
     free(buf);
+    errno = saved;
     return rc;
 }
 

@@ -8,7 +8,21 @@
 /* "dir/name", malloc'ed (caller frees); NULL when out of memory. */
 char *fsutil_join(const char *dir, const char *name);
 
-/* mkdir -p with mode 0755. Returns 0, or -1 with errno set. */
+/*
+ * Creates one directory, mode 0755, durably: after the mkdir its parent is
+ * fsynced (a directory entry survives a power loss only once its parent is
+ * synced) and so is the new directory. Returns 0, or -1 with errno set:
+ * EEXIST when it exists (then nothing is synced), or the failing mkdir or
+ * fsync's (the directory may then exist, not yet durable).
+ */
+int fsutil_mkdir(const char *path);
+
+/*
+ * mkdir -p with mode 0755, durably: every directory it creates is made
+ * durable as by fsutil_mkdir before it returns, so nothing placed in it can
+ * be lost with it. Directories that exist are taken as they are (whoever
+ * created them made them durable). Returns 0, or -1 with errno set.
+ */
 int fsutil_mkdirs(const char *path);
 
 /* fsyncs a directory, so the names created, renamed or removed in it are durable. 0 or -1. */

@@ -82,7 +82,8 @@ int groups_commit(const char *data_dir, const char *name, uint64_t offset)
         return GROUPS_INVALID;
     if (path_of(dir, data_dir, NULL) != 0 || path_of(path, data_dir, name) != 0)
         return GROUPS_INVALID;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    /* Durably: the first group's offset file must not vanish with a directory never synced. */
+    if (fsutil_mkdirs(dir) != 0)
         return GROUPS_EIO;
     int len = snprintf(buf, sizeof(buf), "%" PRIu64 "\n", offset);
     /* The old offset or the new, never half of one, and durable before it returns. */

@@ -12,6 +12,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "storage/fsutil.h"
+
 #define SEG_MAGIC   "INGDLOG1"
 #define SEG_VERSION 1u
 #define SEG_SUFFIX  ".seg"
@@ -409,7 +411,7 @@ int log_open(const char *dir, const log_options_t *opts, log_t **out)
     *out = NULL;
     if (!dir || !opts)
         return LOG_INVALID;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    if (fsutil_mkdir(dir) != 0 && errno != EEXIST) /* durable before a segment is in it */
         return io_status(errno);
     log = calloc(1, sizeof(*log));
     if (!log)
@@ -622,10 +624,12 @@ fail:
 /*
  * Walks the closed segments oldest first, deciding which ones retention
  * drops, and deletes them when `apply`. Oldest first, one at a time, so a
- * crash in the middle leaves a contiguous log.
+ * crash in the middle leaves a contiguous log. Once a segment is held by
+ * keep_from, every later one is too (its records are later still): those are
+ * only counted, so the caller can say how far the log is over its bounds.
  */
-static int retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes, bool apply,
-                  log_retain_result_t *out)
+static int retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
+                  uint64_t keep_from, bool apply, log_retain_result_t *out)
 {
     uint64_t *bases = NULL;
     size_t n = 0;
@@ -654,6 +658,12 @@ static int retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_b
         bool big = max_bytes > 0 && total > max_bytes;
         if (!old && !big)
             break;
+        total -= (uint64_t)st.st_size;
+        if (out->held_segments > 0 || bases[i + 1] > keep_from) {
+            out->held_segments++;
+            out->held_bytes += (uint64_t)st.st_size;
+            continue;
+        }
         if (apply) {
             if (unlinkat(log->dirfd, name, 0) != 0) {
                 rc = io_status(errno);
@@ -662,7 +672,6 @@ static int retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_b
             index_name(name, sizeof(name), bases[i]);
             unlinkat(log->dirfd, name, 0);
         }
-        total -= (uint64_t)st.st_size;
         out->segments++;
         out->bytes += (uint64_t)st.st_size;
         out->records += bases[i + 1] - bases[i];
@@ -679,15 +688,15 @@ static int retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_b
 }
 
 int log_retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
-               log_retain_result_t *out)
+               uint64_t keep_from, log_retain_result_t *out)
 {
-    return retain(log, now_ms, max_age_ms, max_bytes, true, out);
+    return retain(log, now_ms, max_age_ms, max_bytes, keep_from, true, out);
 }
 
 int log_retain_plan(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
-                    log_retain_result_t *out)
+                    uint64_t keep_from, log_retain_result_t *out)
 {
-    return retain(log, now_ms, max_age_ms, max_bytes, false, out);
+    return retain(log, now_ms, max_age_ms, max_bytes, keep_from, false, out);
 }
 
 void log_get_info(const log_t *log, log_info_t *info)

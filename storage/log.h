@@ -100,29 +100,36 @@ int log_rollback(log_t *log);
 
 /* What log_retain() did. */
 typedef struct log_retain_result {
-    uint64_t segments;     /* segments deleted */
-    uint64_t records;      /* records in them */
-    uint64_t bytes;        /* their bytes */
-    uint64_t first_offset; /* the oldest retained offset afterwards */
+    uint64_t segments;      /* segments deleted */
+    uint64_t records;       /* records in them */
+    uint64_t bytes;         /* their bytes */
+    uint64_t first_offset;  /* the oldest retained offset afterwards */
+    uint64_t held_segments; /* segments past the age or size bound kept because of keep_from */
+    uint64_t held_bytes;    /* their bytes */
 } log_retain_result_t;
+
+#define LOG_RETAIN_UNBOUNDED UINT64_MAX /* log_retain's keep_from when nothing holds it back */
 
 /*
  * Retention: deletes whole closed segments, oldest first, while the oldest
  * closed segment was last written more than max_age_ms before now_ms (its
  * file's mtime; 0: no age bound) or the log holds more than max_bytes (0: no
- * size bound). The active segment is never deleted. Readers that already
- * opened a deleted segment read on; new readers before the new first offset
- * get LOG_INVALID. Writer thread only.
+ * size bound). The active segment is never deleted, nor is any segment with
+ * a record at or past `keep_from` (LOG_RETAIN_UNBOUNDED: none): a segment goes
+ * only when all its records are below it. The segments the bounds would
+ * delete but keep_from keeps are counted in out->held_*. Readers that
+ * already opened a deleted segment read on; new readers before the new first
+ * offset get LOG_INVALID. Writer thread only.
  */
 int log_retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
-               log_retain_result_t *out);
+               uint64_t keep_from, log_retain_result_t *out);
 
 /*
  * What log_retain() with the same arguments would delete, without deleting:
  * out->first_offset is where the log would then start.
  */
 int log_retain_plan(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
-                    log_retain_result_t *out);
+                    uint64_t keep_from, log_retain_result_t *out);
 
 /* Current extent of the log; cheap. Writer thread only. */
 void log_get_info(const log_t *log, log_info_t *info);

@@ -14,7 +14,9 @@
 #include "storage/log.h"
 #include "storage/pending.h"
 #include "storage/retag.h"
+#include "storage/secret.h"
 #include "storage/store.h"
+#include "storage/winsettings.h"
 
 struct lookup {
     char *store_dir, *gens_dir, *log_dir;
@@ -31,18 +33,15 @@ struct lookup {
 
 static int read_secret(lookup_t *lk, const char *data_dir, char *errbuf, size_t errlen)
 {
-    size_t n = 0;
-    char *path = fsutil_join(data_dir, "secret");
-    int rc = path ? fsutil_read_small(path, lk->secret, sizeof(lk->secret), &n) : -1;
-    if (rc != 0 || n != sizeof(lk->secret)) {
-        errbuf_printf(errbuf, errlen, "%s/secret: %s", data_dir,
-                      rc != 0 && errno == ENOENT ? "missing (no data dir here?)"
-                      : rc != 0                  ? strerror(errno)
-                                                 : "not a 16-byte secret");
-        rc = -1;
+    int rc = secret_read(data_dir, lk->secret);
+    if (rc != 1) {
+        errbuf_printf(errbuf, errlen, "%s/%s: %s", data_dir, SECRET_FILE,
+                      rc == 0           ? "missing (no data dir here?)"
+                      : errno == EINVAL ? "not a 16-byte secret"
+                                        : strerror(errno));
+        return -1;
     }
-    free(path);
-    return rc;
+    return 0;
 }
 
 /* Reads the acknowledged records past the snapshot's applied offset into lk->tail. */
@@ -118,6 +117,13 @@ int lookup_open(const char *data_dir, lookup_t **out, char *errbuf, size_t errle
     }
     if (genset_open_read_only(lk->gens_dir, &lk->gens) != GEN_OK) {
         errbuf_printf(errbuf, errlen, "reading the generations in %s", lk->gens_dir);
+        goto fail;
+    }
+    /* The server's per-source budget cuts generations as its own lookups do (DIR/WINDOW). */
+    winsettings_t ws;
+    if (winsettings_read(data_dir, &ws) == 0 &&
+        genset_set_budget(lk->gens, ws.max_keys) != GEN_OK) {
+        errbuf_printf(errbuf, errlen, "out of memory");
         goto fail;
     }
     lk->gview = genset_view(lk->gens);

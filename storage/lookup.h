@@ -17,7 +17,9 @@
  * but its checkpointer has not yet written into LMDB. Nothing on disk
  * changes. Unlike commit_lookup, evictions the server made in memory since its
  * last checkpoint (a few seconds) are not seen: such a key still answers
- * found. Not thread-safe; one thread uses a lookup_t.
+ * found. The generations are cut by the per-source budget the server recorded
+ * (storage/winsettings.h), so a key its budget cut is unseen here too. Not
+ * thread-safe; one thread uses a lookup_t.
  */
 typedef struct lookup lookup_t;
 

@@ -340,7 +340,7 @@ static void *writer(void *arg)
         log_info_t li;
         log_get_info(q->log, &li);
         if (li.bytes > q->o.max_bytes)
-            log_retain(q->log, 0, 0, q->o.max_bytes, &rr);
+            log_retain(q->log, 0, 0, q->o.max_bytes, LOG_RETAIN_UNBOUNDED, &rr);
         log_get_info(q->log, &li);
         while (list) {
             struct node *next = list->next;
@@ -418,7 +418,7 @@ int quarantine_open(const char *dir, const quarantine_options_t *opts, quarantin
     }
     /* A bound lowered since the last run applies at once. */
     log_retain_result_t rr;
-    log_retain(q->log, 0, 0, q->o.max_bytes, &rr);
+    log_retain(q->log, 0, 0, q->o.max_bytes, LOG_RETAIN_UNBOUNDED, &rr);
     log_get_info(q->log, &li);
     q->s.first_offset = li.first_offset;
     q->s.next_offset = li.synced_offset;

@@ -2,11 +2,16 @@
 #include "storage/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <lmdb.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "storage/fsutil.h"
 
 #define DEFAULT_MAP_SIZE (1ull << 30)
+#define DATA_FILE        "data.mdb" /* LMDB's name for the environment's file in its dir */
 /*
  * `seq` is MDB_DUPSORT | MDB_DUPFIXED too: the bucket seq / B (u64,
  * MDB_INTEGERKEY) -> packed 33-byte duplicates (seq % B | key | receivedAt |
@@ -38,6 +43,7 @@ struct store {
     uint64_t txn_seq;  /* next sequence inside the open transaction */
     bool read_only;
     bool older_ok;   /* store_options_t.older_ok */
+    bool created;    /* store_created() */
     int last_mdb;    /* last LMDB error code, for store_detail() */
     uint32_t *order; /* sort space of key_order */
     size_t order_cap;
@@ -238,6 +244,10 @@ int store_open(const char *dir, const store_options_t *opts, store_t **out)
         flags |= MDB_NOSYNC;
     if ((rc = xlate(st, mdb_env_open(st->env, dir, flags, 0644))))
         goto fail;
+    MDB_envinfo ei;
+    if ((rc = xlate(st, mdb_env_info(st->env, &ei))))
+        goto fail;
+    st->created = ei.me_last_txnid == 0; /* nothing ever committed: a new environment */
     MDB_stat ms;
     if ((rc = xlate(st, mdb_env_stat(st->env, &ms))))
         goto fail;
@@ -254,6 +264,11 @@ int store_open(const char *dir, const store_options_t *opts, store_t **out)
 fail:
     store_close(st);
     return rc;
+}
+
+bool store_created(const store_t *st)
+{
+    return st->created;
 }
 
 void store_close(store_t *st)
@@ -914,6 +929,40 @@ int store_read_front(store_t *st, uint64_t below_seq, store_entry_t *out, size_t
     return rc;
 }
 
+int store_settle_evictions(store_t *st, uint64_t below_seq, size_t max_steps, size_t *done,
+                           uint64_t *kept)
+{
+    size_t n = 0;
+    *done = 0;
+    if (!st->txn)
+        return STORE_ERROR;
+    store_entry_t *gone = malloc((max_steps ? max_steps : 1) * sizeof(*gone));
+    if (!gone)
+        return STORE_NOMEM;
+    int rc = store_read_front(st, below_seq, gone, max_steps, &n);
+    MDB_cursor *cur = NULL;
+    if (rc == STORE_OK && n > 0)
+        rc = cursor(st, &cur);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        const store_entry_t *e = &gone[i];
+        bool found = false, dup = false;
+        uint64_t seq = 0;
+        if ((rc = find_key(st, cur, e->key, &found, &seq)) != STORE_OK || !found || seq != e->seq)
+            continue; /* its eviction landed (or a newer entry of the key stands) */
+        /* The eviction (or carry) never landed: the key stays, moved to the young end. */
+        rc = put_one(st, e->key, e->received_ms, e->offset, true, &dup);
+        *kept += rc == STORE_OK;
+    }
+    uint64_t cut = 0;
+    if (rc == STORE_OK && n > 0)
+        rc = store_cut_front(st, gone[n - 1].seq + 1, &cut);
+    if (rc == STORE_OK && n < max_steps)
+        rc = store_mark_evicting(st, 0); /* all below the mark settled */
+    *done = n;
+    free(gone);
+    return rc;
+}
+
 int store_mark_evicting(store_t *st, uint64_t below_seq)
 {
     return st->txn ? meta_put(st, st->txn, "evicting", &below_seq, sizeof(below_seq)) : STORE_ERROR;
@@ -1245,7 +1294,19 @@ int store_reader_info(store_reader_t *r, store_info_t *info)
 
 int store_copy(store_t *st, const char *dir)
 {
-    return xlate(st, mdb_env_copy2(st->env, dir, MDB_CP_COMPACT));
+    int rc = xlate(st, mdb_env_copy2(st->env, dir, MDB_CP_COMPACT));
+    if (rc != STORE_OK)
+        return rc;
+    /* mdb_env_copy2 writes the file without syncing it, nor its name: a backup that says it
+     * is durable must be. */
+    char *path = fsutil_join(dir, DATA_FILE);
+    int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0 || fsync(fd) != 0 || fsutil_sync_dir(dir) != 0)
+        rc = path ? STORE_EIO : STORE_NOMEM;
+    if (fd >= 0)
+        close(fd);
+    free(path);
+    return rc;
 }
 
 int store_reader_check(store_t *st, int *cleared)

@@ -85,6 +85,10 @@ typedef struct store_info {
 int store_open(const char *dir, const store_options_t *opts, store_t **out);
 void store_close(store_t *st);
 
+/* True when store_open created the environment (no commit had ever been made in `dir`): a new
+ * store, not one that has simply applied nothing yet. */
+bool store_created(const store_t *st);
+
 /*
  * Returns the hash secret, creating and committing a random one when the
  * store has none yet: `secret_in` (may be NULL) is used instead of a random
@@ -282,6 +286,19 @@ int store_append_seq(store_t *st, const store_entry_t *entries, size_t n);
  */
 int store_read_front(store_t *st, uint64_t below_seq, store_entry_t *out, size_t max, size_t *n);
 int store_mark_evicting(store_t *st, uint64_t below_seq);
+/*
+ * After a crash, before the replay: settles up to `max_steps` of the oldest
+ * sequence entries below a checkpoint's eviction mark (`below_seq`). An entry
+ * whose key no longer names it was evicted by a transaction that landed: the
+ * entry goes. One whose key still names it was not (its slice, or the carry
+ * that moves a within-budget key to the young end, was lost): the key stays in
+ * the window, moved to the young end (*kept counts these). Never loses a key
+ * a landed transaction did not delete, and leaves every entry naming its key.
+ * *done: entries settled (fewer than max_steps: none left, and the mark is
+ * cleared). Inside the open write transaction.
+ */
+int store_settle_evictions(store_t *st, uint64_t below_seq, size_t max_steps, size_t *done,
+                           uint64_t *kept);
 int store_delete_keys(store_t *st, const store_entry_t *entries, const uint32_t *order, size_t n,
                       uint64_t *deleted);
 int store_cut_front(store_t *st, uint64_t below_seq, uint64_t *cut);
@@ -321,7 +338,11 @@ int store_reader_info(store_reader_t *r, store_info_t *info);
 int store_reader_entry(store_reader_t *r, const uint8_t key[KEYHASH_LEN], bool *present,
                        store_entry_t *e);
 
-/* Writes a compacted copy of the environment into the existing directory `dir`. */
+/*
+ * Writes a compacted copy of the environment into the existing directory
+ * `dir`, durably: the file is fsynced and so is `dir` (its entry). STORE_OK,
+ * STORE_EIO when a sync fails, or LMDB's error of the copy.
+ */
 int store_copy(store_t *st, const char *dir);
 
 /* Clears stale reader slots left by dead processes; *cleared gets their number. */

@@ -38,6 +38,7 @@
  *                    tree/        the durable namespace: hard links to inodes/<id>
  *                    journal      every operation not yet durable, in order, appended
  *                                 before the intercepted call returns (survives kill -9)
+ *                    base/<id>    content of each file found at start (J_BASEFILE), as found
  *                  tests/faultfs/powerloss.py turns an image into a post-power-loss data dir.
  *   FAULTFS_SYNC_DELAY_US  a slow disk: every fsync/fdatasync below the root waits this long
  *                  first, so a kill more often finds writes that are not yet durable.
@@ -64,7 +65,11 @@ enum jtype {
     J_UNLINK = 7,  /* a = 1 for rmdir, payload "dir\0name" */
     J_DIRSYNC = 8, /* payload "dir": every earlier op owned by dir is durable */
     J_BASEDIR = 9, /* payload "dir": existed (durably) when the process started */
-    J_BASEFILE = 10 /* id, payload "path": existed when the process started */
+    J_BASEFILE = 10, /* id, payload "path": existed when the process started */
+    J_EXCHANGE = 11  /* payload "dir1\0name1\0dir2\0name2": the two names swap their objects
+                        (renameat2 RENAME_EXCHANGE) in one step; owned by dir2, as a rename, so
+                        an exchange within one directory is durable after that directory's
+                        fsync, whole or not at all */
 };
 
 struct jhdr {
@@ -168,6 +173,8 @@ static int (*real_fdatasync)(int);
 static int (*real_msync)(void *, size_t, int);
 static int (*real_rename)(const char *, const char *);
 static int (*real_renameat)(int, const char *, int, const char *);
+static int (*real_renameat2)(int, const char *, int, const char *, unsigned int);
+static int (*real_linkat)(int, const char *, int, const char *, int);
 static int (*real_unlink)(const char *);
 static int (*real_unlinkat)(int, const char *, int);
 static int (*real_mkdir)(const char *, mode_t);
@@ -199,6 +206,8 @@ static void resolve(void)
     RESOLVE(msync);
     RESOLVE(rename);
     RESOLVE(renameat);
+    RESOLVE(renameat2);
+    RESOLVE(linkat);
     RESOLVE(unlink);
     RESOLVE(unlinkat);
     RESOLVE(mkdir);
@@ -359,7 +368,7 @@ static const struct {
 } errnames[] = {{"EIO", EIO},       {"ENOSPC", ENOSPC}, {"EDQUOT", EDQUOT}, {"EROFS", EROFS},
                 {"EACCES", EACCES}, {"EPERM", EPERM},   {"EINTR", EINTR},   {"ENOMEM", ENOMEM},
                 {"EFBIG", EFBIG},   {"EAGAIN", EAGAIN}, {"ENOENT", ENOENT}, {"EBADF", EBADF},
-                {"EEXIST", EEXIST}, {"EMFILE", EMFILE}};
+                {"EEXIST", EEXIST}, {"EMFILE", EMFILE}, {"EINVAL", EINVAL}, {"ENOSYS", ENOSYS}};
 
 static int parse_errno(const char *s)
 {
@@ -720,7 +729,7 @@ static void tree_apply(const struct dirop *o)
         char ipath[PATH_MAX];
         inode_path(ipath, sizeof(ipath), o->id);
         real_unlinkat(AT_FDCWD, path, 0);
-        if (link(ipath, path) != 0)
+        if (real_linkat(AT_FDCWD, ipath, AT_FDCWD, path, 0) != 0)
             die("linking %s: %s", path, strerror(errno));
         break;
     }
@@ -734,6 +743,27 @@ static void tree_apply(const struct dirop *o)
         tree_path(dpath2, sizeof(dpath2), o->dir2);
         mkdirs(dpath2);
         real_renameat(AT_FDCWD, path, AT_FDCWD, path2);
+        break;
+    }
+    case J_EXCHANGE: { /* the model's own tree: three renames do (nothing else looks at it) */
+        char rel2[PATH_MAX], dpath2[PATH_MAX], tmp[PATH_MAX];
+        struct stat s1, s2;
+        join_rel(rel2, sizeof(rel2), o->dir2, o->name2);
+        tree_path(path2, sizeof(path2), rel2);
+        tree_path(dpath2, sizeof(dpath2), o->dir2);
+        mkdirs(dpath2);
+        int have1 = lstat(path, &s1) == 0, have2 = lstat(path2, &s2) == 0;
+        if (have1 && have2) {
+            pathf(tmp, sizeof(tmp), "%s.faultfs-exchange", path);
+            if (real_renameat(AT_FDCWD, path, AT_FDCWD, tmp) != 0 ||
+                real_renameat(AT_FDCWD, path2, AT_FDCWD, path) != 0 ||
+                real_renameat(AT_FDCWD, tmp, AT_FDCWD, path2) != 0)
+                die("exchanging %s and %s: %s", path, path2, strerror(errno));
+        } else if (have1) {
+            real_renameat(AT_FDCWD, path, AT_FDCWD, path2);
+        } else if (have2) {
+            real_renameat(AT_FDCWD, path2, AT_FDCWD, path);
+        }
         break;
     }
     case J_UNLINK:
@@ -770,26 +800,34 @@ static struct inode *adopt(const char *rel, const struct stat *st)
     in = inode_new(st->st_dev, st->st_ino, st->st_mode);
     pathf(src, sizeof(src), "%s%s%s", g.root, *rel ? "/" : "", rel);
     inode_path(ipath, sizeof(ipath), in->id);
+    /* base/<id> keeps the content as found, which settles never change: powerloss.py --at
+     * rebuilds the durable state at any journal position from it and the journal. */
+    char bdir[PATH_MAX], bpath[PATH_MAX];
+    pathf(bdir, sizeof(bdir), "%s/base", g.img);
+    mkdirs(bdir);
+    pathf(bpath, sizeof(bpath), "%s/%llu", bdir, (unsigned long long)in->id);
     int s = real_open(src, O_RDONLY | O_CLOEXEC);
     int d = real_open(ipath, O_WRONLY | O_CLOEXEC);
-    if (s < 0 || d < 0)
+    int b = real_open(bpath, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, st->st_mode & 0777);
+    if (s < 0 || d < 0 || b < 0)
         die("copying %s: %s", src, strerror(errno));
     static char buf[COPY_CHUNK];
     ssize_t n;
     off_t off = 0;
     while ((n = read(s, buf, sizeof(buf))) > 0) {
-        if (real_pwrite(d, buf, (size_t)n, off) != n)
+        if (real_pwrite(d, buf, (size_t)n, off) != n || real_pwrite(b, buf, (size_t)n, off) != n)
             die("copying %s: %s", src, strerror(errno));
         off += n;
     }
     real_close(s);
     real_close(d);
+    real_close(b);
     split(rel, dir, sizeof(dir), &name);
     tree_path(dpath, sizeof(dpath), dir);
     mkdirs(dpath);
     tree_path(tpath, sizeof(tpath), rel);
     real_unlinkat(AT_FDCWD, tpath, 0);
-    if (link(ipath, tpath) != 0)
+    if (real_linkat(AT_FDCWD, ipath, AT_FDCWD, tpath, 0) != 0)
         die("linking %s: %s", tpath, strerror(errno));
     journal(J_BASEFILE, in->id, 0, 0, rel, strlen(rel), NULL);
     return in;
@@ -1371,19 +1409,33 @@ int close(int fd)
 
 /* ---- names ---- */
 
+/* rename/renameat (flags 0) and renameat2: RENAME_EXCHANGE is journalled as J_EXCHANGE; any
+ * other flags (RENAME_NOREPLACE) only decide whether it happens: then it is a plain rename. */
+static int call_rename(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+                       unsigned int flags)
+{
+    if (flags == 0)
+        return real_renameat(olddirfd, oldpath, newdirfd, newpath);
+    if (!real_renameat2) {
+        errno = ENOSYS;
+        return -1;
+    }
+    return real_renameat2(olddirfd, oldpath, newdirfd, newpath, flags);
+}
+
 static int do_rename(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
-                     const char *fn)
+                     unsigned int flags, const char *fn)
 {
     char b1[PATH_MAX], b2[PATH_MAX];
     REAL();
     if (!g.active)
-        return real_renameat(olddirfd, oldpath, newdirfd, newpath);
+        return call_rename(olddirfd, oldpath, newdirfd, newpath, flags);
     pthread_mutex_lock(&g.mu);
     const char *r1 = rel_path(olddirfd, oldpath, b1, sizeof(b1));
     const char *r2 = rel_path(newdirfd, newpath, b2, sizeof(b2));
     if (!r1 && !r2) {
         pthread_mutex_unlock(&g.mu);
-        return real_renameat(olddirfd, oldpath, newdirfd, newpath);
+        return call_rename(olddirfd, oldpath, newdirfd, newpath, flags);
     }
     int partial;
     struct rule *r = fault(F_RENAME, fn, r2 ? r2 : r1, &partial);
@@ -1393,14 +1445,14 @@ static int do_rename(int olddirfd, const char *oldpath, int newdirfd, const char
         errno = err;
         return -1;
     }
-    int rc = real_renameat(olddirfd, oldpath, newdirfd, newpath);
+    int rc = call_rename(olddirfd, oldpath, newdirfd, newpath, flags);
     int saved = errno;
     if (rc == 0 && g.image && r1 && r2) {
         char d1[PATH_MAX], d2[PATH_MAX];
         const char *n1, *n2;
         split(r1, d1, sizeof(d1), &n1);
         split(r2, d2, sizeof(d2), &n2);
-        dir_op(J_RENAME, 0, 0, d1, n1, d2, n2);
+        dir_op((flags & RENAME_EXCHANGE) ? J_EXCHANGE : J_RENAME, 0, 0, d1, n1, d2, n2);
     }
     pthread_mutex_unlock(&g.mu);
     errno = saved;
@@ -1409,12 +1461,56 @@ static int do_rename(int olddirfd, const char *oldpath, int newdirfd, const char
 
 int rename(const char *oldpath, const char *newpath)
 {
-    return do_rename(AT_FDCWD, oldpath, AT_FDCWD, newpath, "rename");
+    return do_rename(AT_FDCWD, oldpath, AT_FDCWD, newpath, 0, "rename");
 }
 
 int renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath)
 {
-    return do_rename(olddirfd, oldpath, newdirfd, newpath, "renameat");
+    return do_rename(olddirfd, oldpath, newdirfd, newpath, 0, "renameat");
+}
+
+int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+              unsigned int flags)
+{
+    return do_rename(olddirfd, oldpath, newdirfd, newpath, flags, "renameat2");
+}
+
+/* A hard link is a new name for a file that exists: recorded as a create of that name for the
+ * file's inode, durable (as any name) only after its directory's fsync. */
+static int do_link(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
+{
+    char b1[PATH_MAX], b2[PATH_MAX];
+    REAL();
+    int rc = real_linkat(olddirfd, oldpath, newdirfd, newpath, flags);
+    if (rc != 0 || !g.active)
+        return rc;
+    int saved = errno;
+    pthread_mutex_lock(&g.mu);
+    const char *r1 = rel_path(olddirfd, oldpath, b1, sizeof(b1));
+    const char *r2 = rel_path(newdirfd, newpath, b2, sizeof(b2));
+    struct stat st;
+    if (g.image && r1 && r2 && fstatat(newdirfd, newpath, &st, 0) == 0 && S_ISREG(st.st_mode)) {
+        struct inode *in = inode_by_ino(st.st_dev, st.st_ino);
+        if (!in)
+            in = adopt(r1, &st);
+        char dir[PATH_MAX];
+        const char *name;
+        split(r2, dir, sizeof(dir), &name);
+        dir_op(J_CREATE, in->id, 0, dir, name, NULL, NULL);
+    }
+    pthread_mutex_unlock(&g.mu);
+    errno = saved;
+    return rc;
+}
+
+int link(const char *oldpath, const char *newpath)
+{
+    return do_link(AT_FDCWD, oldpath, AT_FDCWD, newpath, 0);
+}
+
+int linkat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, int flags)
+{
+    return do_link(olddirfd, oldpath, newdirfd, newpath, flags);
 }
 
 static int do_unlink(int dirfd, const char *path, int flags, const char *fn)
@@ -1458,6 +1554,12 @@ int unlink(const char *path)
 int unlinkat(int dirfd, const char *path, int flags)
 {
     return do_unlink(dirfd, path, flags, "unlinkat");
+}
+
+/* rmdir is unlinkat(AT_REMOVEDIR): `rebuild` removes the store it moved aside with it. */
+int rmdir(const char *path)
+{
+    return do_unlink(AT_FDCWD, path, AT_REMOVEDIR, "rmdir");
 }
 
 static int do_mkdir(int dirfd, const char *path, mode_t mode, const char *fn)

@@ -167,7 +167,7 @@ class Usage(AdminCase):
 
     def test_help(self):
         for cmd, flags in (("check", ["--data"]),
-                           ("rebuild", ["--data", "--window", "--max-keys"]),
+                           ("rebuild", ["--data", "--window", "--max-keys", "--young-keys", "--allow-shrink"]),
                            ("backup", ["--data", "--to"])):
             with self.subTest(cmd=cmd):
                 p = admin(cmd, "--help")
@@ -324,7 +324,7 @@ class Rebuild(AdminCase):
         self.assertNotEqual(p.returncode, 0, show(p))
         self.assertRegex((p.stdout + p.stderr).lower(), r"running|lock|stop", show(p))
         self.assertEqual(sorted(os.listdir(srv.data_dir)),
-                         ["LOCK", "TAGGED_FROM", "log", "rejected", "secret", "store"], "nothing moved aside")
+                         ["LOCK", "TAGGED_FROM", "WINDOW", "log", "rejected", "secret", "store"], "nothing moved aside")
         self.assertDuplicates(srv, ids)  # the server is unharmed
         self.assertEqual(srv.batch([track(mid=new_id())]).status, 200)
         srv.stop()
@@ -336,7 +336,7 @@ class Rebuild(AdminCase):
         p = admin("rebuild", "--data", srv.data_dir, *extra)
         self.assertEqual(p.returncode, 0, show(p))
         self.assertEqual(problems(p), [], show(p))
-        self.assertFalse([n for n in os.listdir(srv.data_dir) if n.startswith("store.old")],
+        self.assertFalse([n for n in os.listdir(srv.data_dir) if n.startswith("store.")],
                          "the old store is removed after a successful rebuild")
         self.assertCheckOk(srv.data_dir)
         self.assertEqual(log_cat(srv.data_dir), before, "the log is untouched")
@@ -382,7 +382,7 @@ class Rebuild(AdminCase):
         self.assertEqual(p.returncode, 1, show(p))
         self.assertTrue([l for l in problems(p) if re.search(r"\b%d\b" % off, l)], show(p))
         self.assertEqual(sorted(os.listdir(srv.data_dir)),
-                         ["LOCK", "TAGGED_FROM", "log", "rejected", "secret", "store"])
+                         ["LOCK", "TAGGED_FROM", "WINDOW", "log", "rejected", "secret", "store"])
         with open(store, "rb") as f:
             self.assertEqual(f.read(), old, "the store is as it was")
 

@@ -251,8 +251,9 @@ class Durability(unittest.TestCase):
             self.assertEqual((r.json["status"], r.json["offset"]), ("seen", 0), r.json)
             self.assertIsNone(r.json["event"])
             self.assertIn("retention", r.json["reason"])
-            # The CLI reads the log past LMDB's last checkpoint only: retention deleted that
-            # record before one, so it cannot tell (exit 2); once checkpointed, LMDB knows.
+            # The CLI reads the log past LMDB's last checkpoint only. Retention waits for a
+            # checkpoint before deleting, but one that lands between the CLI's LMDB snapshot and
+            # its read of the log leaves it unable to tell (exit 2); once it sees it, LMDB knows.
             rc, lines, err = cli(srv.data_dir, mid)
             if rc == 2:
                 self.assertIn("cannot tell", lines[0]["error"])

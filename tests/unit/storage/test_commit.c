@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -613,7 +614,8 @@ static void test_budget_per_source(void **state)
     commit_close(c);
 
     /* Rebuilt from the log: 310 records replayed through a window of 100 keys per source. */
-    assert_int_equal(admin_rebuild(fx->dir, o.window_ms, o.max_keys, NULL, NULL, NULL), ADMIN_OK);
+    admin_rebuild_options_t ro = {.window = {o.window_ms, o.max_keys, o.young_keys}};
+    assert_int_equal(admin_rebuild(fx->dir, &ro, NULL, NULL, NULL), ADMIN_OK);
     c = open_commit(&o);
     submit_from(c, "calm", 0, 100, now, COMMIT_DUPLICATE);
     submit_from(c, "flood", 1060, 90, now, COMMIT_DUPLICATE); /* its newest 100 */
@@ -898,6 +900,17 @@ static void test_replay_lagging_store(void **state)
     expect_log_records(fx, 13);
 }
 
+/* Removes the LMDB files of DIR/store, as an operator who lost them would find it. */
+static void remove_store(const fx_t *fx)
+{
+    const char *files[] = {"data.mdb", "lock.mdb"};
+    char path[512];
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(path, sizeof(path), "%s/store/%s", fx->dir, files[i]);
+        assert_int_equal(unlink(path), 0);
+    }
+}
+
 /* A lost store (e.g. deleted by an operator) is rebuilt from the log with the same secret. */
 static void test_rebuild_missing_store(void **state)
 {
@@ -906,16 +919,11 @@ static void test_rebuild_missing_store(void **state)
     commit_t *c = open_commit(&o);
     commit_stats_t s;
     uint8_t secret[KEYHASH_SECRET_LEN];
-    char path[512];
 
     memcpy(secret, commit_secret(c), sizeof(secret));
     submit_range(c, 0, 6, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
-    const char *files[] = {"data.mdb", "lock.mdb"};
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/store/%s", fx->dir, files[i]);
-        assert_int_equal(unlink(path), 0);
-    }
+    remove_store(fx);
     c = open_commit(&o);
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
     commit_get_stats(c, &s);
@@ -1463,7 +1471,8 @@ static void test_retention_inside_window(void **state)
     assert_true(s.retention_records > 0);
     assert_int_equal(s.retention_window_records, s.retention_records); /* all within 1 h */
     assert_true(s.log_first_offset > 0);
-    assert_true(s.log_bytes <= o.log_max_bytes + o.segment_bytes + 4096);
+    /* Over the bound by the active segment, and by what the store had not applied yet. */
+    assert_true(s.log_bytes <= o.log_max_bytes + o.segment_bytes + 4096 + s.retention_held_bytes);
     pthread_mutex_lock(&n.mu);
     assert_true(n.warnings > 0);
     pthread_mutex_unlock(&n.mu);
@@ -1471,6 +1480,202 @@ static void test_retention_inside_window(void **state)
     /* Keys of deleted records are still remembered. */
     submit_range(c, 0, 5, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
+}
+
+/* Retention passes that acted on a log over its bound: deleted segments, or kept them. */
+typedef struct {
+    pthread_mutex_t mu;
+    unsigned passes;
+} retain_notes_t;
+
+static void retain_note(void *arg, int level, const char *msg)
+{
+    retain_notes_t *n = arg;
+    (void)level;
+    pthread_mutex_lock(&n->mu);
+    if (strstr(msg, "log retention deleted") || strstr(msg, "log retention is waiting"))
+        n->passes++;
+    pthread_mutex_unlock(&n->mu);
+}
+
+static unsigned retain_passes(retain_notes_t *n)
+{
+    pthread_mutex_lock(&n->mu);
+    unsigned v = n->passes;
+    pthread_mutex_unlock(&n->mu);
+    return v;
+}
+
+/* Tight size-bound retention: segments of 4 KiB, the log bound to 16 KiB. */
+static commit_options_t tight_retention_opts(const fx_t *fx)
+{
+    commit_options_t o = default_opts(fx);
+    o.segment_bytes = 4096;
+    o.log_max_bytes = 16384;
+    return o;
+}
+
+/*
+ * The child's part of test_retention_keeps_unapplied: writes in batches of 20 until a retention
+ * pass has acted on the log (over its bound) after `checkpoints` checkpoints, then dies at once
+ * as a kill -9 would (no close, no last checkpoint), telling the parent through `fd` how many
+ * ids it had acknowledged and how many checkpoints had been written by then.
+ */
+static void retention_child(const fx_t *fx, uint64_t checkpoints, int fd)
+{
+    retain_notes_t n = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    commit_options_t o = tight_retention_opts(fx);
+    o.notify = retain_note;
+    o.notify_arg = &n;
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    uint64_t out[2] = {0, 0};
+    unsigned seen = 0;
+    bool armed = false;
+    int64_t deadline = tu_monotonic_ms() + 60000;
+    do {
+        submit_range(c, (unsigned)out[0], 20, tu_now_ms(), COMMIT_ACCEPTED);
+        out[0] += 20;
+        commit_get_stats(c, &s);
+        if (!armed && s.checkpoints >= checkpoints) {
+            armed = true; /* from here on, the next pass counts */
+            seen = retain_passes(&n);
+        }
+    } while (!(armed && retain_passes(&n) > seen && s.log_bytes > 4 * o.log_max_bytes) &&
+             tu_monotonic_ms() < deadline);
+    out[1] = s.checkpoints;
+    if (write(fd, out, sizeof(out)) != (ssize_t)sizeof(out))
+        _exit(2);
+    _exit(0);
+}
+
+/*
+ * Retention never deletes what LMDB has not durably applied. A server writing far past
+ * --log-max-bytes dies (as by kill -9) once retention has acted: before its first checkpoint
+ * (nothing applied: no segment may go) and after one (only below what that applied). The next
+ * open must start, and know every acknowledged id as a duplicate.
+ */
+static void check_retention_keeps_unapplied(const fx_t *fx, uint64_t checkpoints)
+{
+    int p[2];
+    uint64_t got[2] = {0, 0};
+    assert_int_equal(pipe(p), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(p[0]);
+        retention_child(fx, checkpoints, p[1]);
+    }
+    close(p[1]);
+    assert_int_equal(read(p[0], got, sizeof(got)), (ssize_t)sizeof(got));
+    close(p[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    commit_options_t o = tight_retention_opts(fx);
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    commit_get_stats(c, &s);
+    assert_int_equal(s.log_next_offset, got[0]);
+    for (unsigned i = 0; i < got[0]; i += 1000)
+        submit_range(c, i, got[0] - i < 1000 ? (unsigned)(got[0] - i) : 1000, tu_now_ms(),
+                     COMMIT_DUPLICATE);
+    commit_close(c);
+    /* And the child died where it was meant to. */
+    if (checkpoints == 0)
+        assert_int_equal(got[1], 0); /* before its first checkpoint */
+    else
+        assert_true(got[1] >= checkpoints);
+}
+
+/* Deletes the log's first n segment files (and their indexes), as an operator might. */
+static uint64_t delete_first_segments(const fx_t *fx, size_t n)
+{
+    char logdir[512], path[600];
+    uint64_t *bases = NULL;
+    log_info_t li;
+    snprintf(logdir, sizeof(logdir), "%s/log", fx->dir);
+    assert_int_equal(log_describe(logdir, &li, &bases), LOG_OK);
+    assert_true(li.segments > n);
+    for (size_t i = 0; i < n; i++) {
+        snprintf(path, sizeof(path), "%s/%020llu.seg", logdir, (unsigned long long)bases[i]);
+        assert_int_equal(unlink(path), 0);
+        snprintf(path, sizeof(path), "%s/%020llu.idx", logdir, (unsigned long long)bases[i]);
+        unlink(path);
+    }
+    uint64_t first = bases[n];
+    free(bases);
+    return first;
+}
+
+/*
+ * A log that starts past the store's applied offset. A store the open creates (none was there)
+ * starts where the log does; an existing store lacks the keys in between, so the open refuses
+ * and says how to keep the window; `ingestd check` reports it.
+ */
+static void test_log_gap_at_open(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = default_opts(fx);
+    o.segment_bytes = 4096;
+    commit_t *c = open_commit(&o);
+    commit_stats_t s;
+    int64_t now = tu_now_ms();
+    for (unsigned i = 0; i < 300; i += 20)
+        submit_range(c, i, 20, now, COMMIT_ACCEPTED); /* several segments */
+    commit_close(c);
+
+    /* No store: a new one starts at the log's first offset. */
+    remove_store(fx);
+    uint64_t first = delete_first_segments(fx, 2);
+    c = open_commit(&o);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.log_first_offset, first);
+    assert_int_equal(s.replayed_at_open, 300 - first);
+    submit_range(c, (unsigned)first, 300 - (unsigned)first, now, COMMIT_DUPLICATE);
+    commit_close(c);
+    copy_store(fx, true); /* applied: 300 */
+
+    /* An existing store whose applied offset the log's start has passed. */
+    c = open_commit(&o);
+    for (unsigned i = 300; i < 600; i += 20)
+        submit_range(c, i, 20, now, COMMIT_ACCEPTED);
+    commit_close(c);
+    copy_store(fx, false);
+    char logdir[512];
+    log_info_t li;
+    snprintf(logdir, sizeof(logdir), "%s/log", fx->dir);
+    size_t n = 0;
+    uint64_t *bases = NULL;
+    assert_int_equal(log_describe(logdir, &li, &bases), LOG_OK);
+    while (n < li.segments && bases[n] <= 300)
+        n++;
+    free(bases);
+    first = delete_first_segments(fx, n); /* the first segment left starts past 300 */
+    assert_true(first > 300);
+
+    lines_t lines = {0};
+    admin_check_result_t res;
+    assert_int_equal(admin_check(fx->dir, collect_line, NULL, &lines, &res), ADMIN_PROBLEMS);
+    assert_true(res.problems > 0);
+    assert_non_null(strstr(lines.text, "applied only up to 300"));
+
+    char err[1024] = "";
+    c = NULL;
+    assert_int_not_equal(commit_open(&o, &c, err, sizeof(err)), COMMIT_OK);
+    assert_null(c);
+    assert_non_null(strstr(err, "records 300.."));
+    assert_non_null(strstr(err, "Put those segments back"));
+}
+
+static void test_retention_keeps_unapplied(void **state)
+{
+    check_retention_keeps_unapplied(*state, 0);
+}
+
+static void test_retention_keeps_unapplied_after_checkpoint(void **state)
+{
+    check_retention_keeps_unapplied(*state, 1);
 }
 
 /* Age-bound retention also runs while no events arrive: the idle writer wakes for it. */
@@ -2125,6 +2330,9 @@ int main(void)
         T(test_watch),
         T(test_retention_inside_window),
         T(test_retention_while_idle),
+        T(test_retention_keeps_unapplied),
+        T(test_retention_keeps_unapplied_after_checkpoint),
+        T(test_log_gap_at_open),
         T(test_lazy_clean_close),
         T(test_lazy_machine_crash_rebuilds),
         T(test_lazy_marker_cleared_by_synced_mode),

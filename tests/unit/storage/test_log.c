@@ -708,12 +708,12 @@ static void test_retain_by_size(void **state)
     assert_true(li.segments > 10);
     uint64_t before = li.segments;
 
-    assert_int_equal(log_retain_plan(log, 0, 0, li.bytes / 2, &plan), LOG_OK);
+    assert_int_equal(log_retain_plan(log, 0, 0, li.bytes / 2, LOG_RETAIN_UNBOUNDED, &plan), LOG_OK);
     assert_true(plan.segments > 0);
     log_get_info(log, &li);
     assert_int_equal(li.segments, before); /* a plan deletes nothing */
 
-    assert_int_equal(log_retain(log, 0, 0, li.bytes / 2, &res), LOG_OK);
+    assert_int_equal(log_retain(log, 0, 0, li.bytes / 2, LOG_RETAIN_UNBOUNDED, &res), LOG_OK);
     assert_int_equal(res.segments, plan.segments);
     assert_int_equal(res.first_offset, plan.first_offset);
     log_get_info(log, &li);
@@ -730,7 +730,7 @@ static void test_retain_by_size(void **state)
     read_all(fx, res.first_offset, 300, 200);
 
     /* A one-byte bound keeps only the active segment, which is never deleted. */
-    assert_int_equal(log_retain(log, 0, 0, 1, &res), LOG_OK);
+    assert_int_equal(log_retain(log, 0, 0, 1, LOG_RETAIN_UNBOUNDED, &res), LOG_OK);
     log_get_info(log, &li);
     assert_int_equal(li.segments, 1);
     append_synced(log, 300, 3, 200);
@@ -752,12 +752,63 @@ static void test_retain_by_age(void **state)
     log_get_info(log, &li);
     int64_t now = tu_now_ms();
 
-    assert_int_equal(log_retain(log, now, 3600 * 1000, 0, &res), LOG_OK);
+    assert_int_equal(log_retain(log, now, 3600 * 1000, 0, LOG_RETAIN_UNBOUNDED, &res), LOG_OK);
     assert_int_equal(res.segments, 0); /* nothing is an hour old */
-    assert_int_equal(log_retain(log, now + 7200 * 1000, 3600 * 1000, 0, &res), LOG_OK);
+    assert_int_equal(log_retain(log, now + 7200 * 1000, 3600 * 1000, 0, LOG_RETAIN_UNBOUNDED, &res),
+                     LOG_OK);
     assert_int_equal(res.segments, li.segments - 1); /* all but the active one */
     log_get_info(log, &li);
     assert_int_equal(li.segments, 1);
+    log_close(log);
+}
+
+/*
+ * keep_from bounds retention: a segment goes only when all its records are below it, however far
+ * the log is over its bounds, and what the bounds would delete but keep_from keeps is counted.
+ */
+static void test_retain_keep_from(void **state)
+{
+    fx_t *fx = *state;
+    log_info_t li;
+    log_retain_result_t res;
+    uint64_t *bases = NULL;
+    log_t *log = open_log(fx, 4096);
+    append_synced(log, 0, 300, 200); /* ~18 segments of 4 KiB */
+    log_get_info(log, &li);
+    assert_int_equal(log_describe(fx->dir, &li, &bases), LOG_OK);
+    assert_true(li.segments > 10);
+    uint64_t before = li.segments, bytes = li.bytes;
+    /* A bound inside the fourth segment: the first three may go, no later one. */
+    uint64_t keep_from = bases[3] + 1;
+
+    assert_int_equal(log_retain(log, 0, 0, 1, 0, &res), LOG_OK);
+    assert_int_equal(res.segments, 0); /* nothing is below offset 0 */
+    assert_int_equal(res.held_segments, before - 1);
+    log_get_info(log, &li);
+    assert_int_equal(res.held_bytes, li.bytes - li.active_bytes);
+    assert_int_equal(li.first_offset, 0);
+    assert_int_equal(li.bytes, bytes);
+
+    assert_int_equal(log_retain(log, 0, 0, 1, keep_from, &res), LOG_OK);
+    assert_int_equal(res.segments, 3);
+    assert_int_equal(res.first_offset, bases[3]);
+    assert_int_equal(res.held_segments, before - 1 - 3);
+    log_get_info(log, &li);
+    assert_int_equal(li.first_offset, bases[3]);
+    assert_int_equal(li.segments, before - 3);
+    assert_int_equal(res.held_bytes + li.active_bytes, li.bytes); /* all but the active one */
+    read_all(fx, bases[3], 300, 200);
+
+    /* Age-bound retention obeys it too. */
+    int64_t later = tu_now_ms() + 7200 * 1000;
+    assert_int_equal(log_retain(log, later, 3600 * 1000, 0, bases[5], &res), LOG_OK);
+    assert_int_equal(res.segments, 2);
+    assert_int_equal(res.first_offset, bases[5]);
+
+    /* A bound at a segment's end (its last record plus one) lets that segment go. */
+    assert_int_equal(log_retain(log, 0, 0, 1, bases[7], &res), LOG_OK);
+    assert_int_equal(res.first_offset, bases[7]);
+    free(bases);
     log_close(log);
 }
 
@@ -784,6 +835,7 @@ int main(void)
         T(test_index_rollback),
         T(test_retain_by_size),
         T(test_retain_by_age),
+        T(test_retain_keep_from),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1058,6 +1058,54 @@ static void test_seal(void **state)
     store_close(st);
 }
 
+/*
+ * A checkpoint cut short: the slice that evicted keys 0..2 landed, the one that would have
+ * evicted (or carried) 3..5 did not, and the eviction mark stands at 6. Settling finishes the
+ * landed evictions and keeps 3..5, at the young end; a blind eviction below the mark (before
+ * round 3) lost them, carried keys of a within-budget source among them.
+ */
+static void test_settle_evictions_keeps_unlanded(void **state)
+{
+    fx_t *fx = *state;
+    store_t *st = open_store(fx, 0);
+    insert_committed(st, 0, 10, 1000);
+    store_entry_t front[16];
+    size_t n = 0;
+    assert_int_equal(store_read_front(st, 3, front, 16, &n), STORE_OK);
+    assert_int_equal(n, 3);
+    uint64_t deleted = 0;
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_mark_evicting(st, 6), STORE_OK);
+    assert_int_equal(store_delete_keys(st, front, NULL, n, &deleted), STORE_OK);
+    assert_int_equal(deleted, 3);
+    assert_int_equal(store_commit(st), STORE_OK);
+
+    size_t done = 0;
+    uint64_t kept = 0;
+    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_settle_evictions(st, 6, 100, &done, &kept), STORE_OK);
+    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(done, 6);
+    assert_int_equal(kept, 3);
+    for (uint64_t i = 0; i < 10; i++)
+        assert_int_equal(contains(st, i), i >= 3);
+    store_info_t info;
+    assert_int_equal(store_get_info(st, &info), STORE_OK);
+    assert_int_equal(info.keys, 7);
+    assert_int_equal(info.evicting_below, 0);
+    /* Every sequence entry names a key that names it back: 6..9, then 3..5 moved on. */
+    assert_int_equal(store_read_front(st, UINT64_MAX, front, 16, &n), STORE_OK);
+    assert_int_equal(n, 7);
+    for (size_t i = 0; i < n; i++) {
+        uint8_t key[KEYHASH_LEN];
+        mkkey(i < 4 ? 6 + i : i - 1, key);
+        assert_memory_equal(front[i].key, key, KEYHASH_LEN);
+        assert_int_equal(front[i].seq, 6 + i);                    /* 6..9, then 10..12 */
+        assert_int_equal(front[i].offset, i < 4 ? 6 + i : i - 1); /* offsets kept */
+    }
+    store_close(st);
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
 
 int main(void)
@@ -1088,6 +1136,7 @@ int main(void)
         T(test_checkpoint_in_parts_cut_short),
         T(test_evictions_in_parts),
         T(test_seal),
+        T(test_settle_evictions_keeps_unlanded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
