@@ -88,7 +88,7 @@ static uint64_t next_first(genset_t *gs, const store_info_t *si)
 
 int seal_young(store_t *st, genset_t *gs, unsigned bits_per_key, uint64_t *sealed)
 {
-    store_info_t si;
+    store_info_t si = {0};
     gen_entry_t *e = NULL;
     size_t n = 0;
     *sealed = 0;
