@@ -218,8 +218,7 @@ static void part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
     }
     if (src == STORE_OK && (sealed > 0 || now - p->maintained >= MAINTAIN_EVERY_MS)) {
         genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young);
-        seal_result_t sr;
-        gp.fanin = 0; /* drops only: every rewrite, a merge of one included, is the merger's */
+        seal_result_t sr; /* seal_maintain drops only: rewrites are the merger's */
         p->maintained = now;
         src = seal_maintain(p->gs, &gp, now, info.keys, &sr);
         if (src == STORE_OK && (sealed > 0 || sr.dropped_age + sr.dropped_size > 0))

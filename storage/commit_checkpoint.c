@@ -260,8 +260,7 @@ static int ckpt_seal(commit_t *c, ckpt_seal_result_t *out)
         else
             si.keys = 0;
     }
-    genset_policy_t p = commit_view_gen_policy(c);
-    p.fanin = 0; /* merges are the merger's (commit_merge.c): they must not hold up checkpoints */
+    genset_policy_t p = commit_view_gen_policy(c); /* seal_maintain drops only: no rewrite */
     if (rc == STORE_OK)
         rc = seal_maintain(c->gens, &p, clk_wall_ms(), si.keys, &out->maintain);
     return rc;

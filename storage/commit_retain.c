@@ -1,7 +1,7 @@
 /*
  * commit_retain.c: log retention, bounded below by what LMDB has durably applied.
  *
- * DESIGN. The log is the source of truth (DESIGN.md, invariant 3): a record
+ * DESIGN. The log is the source of truth (docs/design.md, invariant 3): a record
  * whose key LMDB has not applied exists nowhere else, so a start after a
  * crash must still find it in the log to replay it. Retention
  * (--log-retention, --log-max-bytes) therefore never deletes a segment

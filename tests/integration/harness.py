@@ -397,6 +397,23 @@ class Server:
 
 # ---- log cat ------------------------------------------------------------------
 
+def send_ids(srv, ids, key, batch=500):
+    """Sends track events with these messageIds in batches; returns (accepted, duplicates)."""
+    acc = dup = 0
+    for i in range(0, len(ids), batch):
+        r = srv.batch([track(mid=m) for m in ids[i:i + batch]], key=key)
+        assert r.status == 200, r
+        acc += r.json["accepted"]
+        dup += r.json["duplicates"]
+    return acc, dup
+
+
+def gen_files(data_dir):
+    """The sealed generation files of a data dir, sorted (none when it has no gens/ yet)."""
+    d = os.path.join(data_dir, "store", "gens")
+    return sorted(f for f in os.listdir(d) if f.endswith(".gen")) if os.path.isdir(d) else []
+
+
 def log_cat_cmd(data_dir, from_=None, follow=False, group=None):
     cmd = [BIN, "log", "cat", "--data", data_dir]
     if from_ is not None:

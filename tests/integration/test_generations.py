@@ -15,29 +15,18 @@ import threading
 import time
 import unittest
 
-from harness import Server, deadline_wait, log_cat, run_cli, track
+from harness import Server, deadline_wait, gen_files, log_cat, run_cli, send_ids, track
 
 KEY = "k1"
 
 
 def send(srv, ids, batch=500):
-    """Sends ids in batches; returns (accepted, duplicates)."""
-    acc = dup = 0
-    for i in range(0, len(ids), batch):
-        r = srv.batch([track(mid=m) for m in ids[i:i + batch]], key=KEY)
-        assert r.status == 200, r
-        acc += r.json["accepted"]
-        dup += r.json["duplicates"]
-    return acc, dup
+    """Sends ids in batches with KEY; returns (accepted, duplicates)."""
+    return send_ids(srv, ids, KEY, batch)
 
 
 def gens(srv):
     return srv.stats()["dedupe"]["generations"]
-
-
-def gen_files(data_dir):
-    d = os.path.join(data_dir, "store", "gens")
-    return sorted(f for f in os.listdir(d) if f.endswith(".gen")) if os.path.isdir(d) else []
 
 
 class Generations(unittest.TestCase):

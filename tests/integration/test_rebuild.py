@@ -14,7 +14,7 @@ import shutil
 import tempfile
 import unittest
 
-from harness import Server, deadline_wait, new_id, run_cli, track
+from harness import Server, deadline_wait, gen_files, new_id, run_cli, send_ids
 from test_powerloss import faultfs_lib, shim_env
 
 TOOL_TIMEOUT = 120
@@ -35,13 +35,7 @@ def problems(p):
 
 def send(srv, ids, key=KEY, batch=100):
     """Sends ids in batches; returns (accepted, duplicates)."""
-    acc = dup = 0
-    for i in range(0, len(ids), batch):
-        r = srv.batch([track(mid=m) for m in ids[i:i + batch]], key=key)
-        assert r.status == 200, r
-        acc += r.json["accepted"]
-        dup += r.json["duplicates"]
-    return acc, dup
+    return send_ids(srv, ids, key, batch)
 
 
 def seals(srv):
@@ -61,11 +55,6 @@ def store_files(store):
             with open(f, "rb") as fh:
                 out[f] = fh.read()
     return out
-
-
-def gen_files(data_dir):
-    d = os.path.join(data_dir, "store", "gens")
-    return sorted(f for f in os.listdir(d) if f.endswith(".gen"))
 
 
 class Case(unittest.TestCase):
