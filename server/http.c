@@ -44,10 +44,10 @@
  *   lingering       expects_continue, may_linger, linger_start, refuse, linger, refuse_error
  *   storage's call  on_done
  *   the api request parse_encoding, get_param, fill_req, start_request_id
- *   header checks   resolve_client, check_framing, count_client (what the head says is read by
- *                   http_headers.c)
- *   the calls       new_req, first_call, grow_body, over_budget, body_chunk, call_api, retry_api,
- *                   settle, final_call, dispatch, on_request, on_completed
+ *   header checks   resolve_client, check_target, check_framing, count_client (what the head
+ *                   says is read by http_headers.c and http_rawhead.c)
+ *   the calls       origin_path, new_req, first_call, grow_body, over_budget, body_chunk,
+ *                   call_api, retry_api, settle, final_call, dispatch, on_request, on_completed
  *   start and stop  on_mhd_log, resolve, set_limits, init_sync, destroy, start_daemon,
  *                   listen_error, http_start, http_quiesce, http_drain, http_stop
  */
@@ -547,38 +547,76 @@ static void resolve_client(http_t *h, struct req *r)
 }
 
 /*
+ * The target and Host (RFC 9112 3.2): HTTP/1.1 names its host once, exactly; HTTP/1.0 predates
+ * Host and is served without one (as nginx and Apache do). Part of check_framing.
+ */
+static enum MHD_Result check_target(struct req *r, bool *done)
+{
+    unsigned hosts = http_header_lines(r->conn, MHD_HTTP_HEADER_HOST);
+    bool http10 = r->version != NULL && strcmp(r->version, MHD_HTTP_VERSION_1_0) == 0;
+
+    *done = true;
+    if (hosts > 1)
+        return refuse_error(r, 400, "more than one Host header");
+    if (hosts == 0 && !http10)
+        return refuse_error(r, 400, "no Host header (HTTP/1.1 requires one)");
+    if (r->c != NULL && r->c->nul_in_path)
+        return refuse_error(r, 400, "NUL byte (%00) in the path");
+    if (r->c != NULL && r->c->bad_escape_in_path)
+        return refuse_error(r, 400,
+                            "bad percent-encoding in the path ('%' without two hex digits)");
+    if (r->c != NULL && r->c->too_many_params) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "too many query parameters (max %d)", HTTP_MAX_QUERY_PARAMS);
+        return refuse_error(r, 414, msg);
+    }
+    *done = false;
+    return MHD_YES;
+}
+
+/*
  * Framing and syntax a proxy in front might read differently from us (request smuggling):
- * refused, or for Content-Length beside chunked, answered and then closed (RFC 9112 6.1). Returns
- * MHD_YES to go on with *done false, or what the handler returns with *done true.
+ * refused, or for Content-Length beside chunked, answered and then closed (RFC 9112 6.1). What
+ * cannot be read the way a proxy reads it (a cut value, a control byte, codings) is answered at
+ * once and the connection closed: the body's framing is not to be trusted either. Returns MHD_YES
+ * to go on with *done false, or what the handler returns with *done true.
  */
 static enum MHD_Result check_framing(struct req *r, bool *done)
 {
     struct MHD_Connection *conn = r->conn;
-    const char *te =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *ctl;
+    char msg[128];
 
     *done = true;
     if (http_headers_malformed(conn)) {
         r->must_close = true;
         return answer_error(r, 400, "malformed header line (blank before the colon, or folded)");
     }
+    if (r->c != NULL && r->c->ctl_in_target) {
+        r->must_close = true;
+        return answer_error(r, 400, "blank or control byte in the request target");
+    }
+    if (http_head_hides_bytes(conn, r->method, r->version, r->c)) {
+        r->must_close = true;
+        return answer_error(r, 400, "NUL byte in the request line or a header line");
+    }
+    if ((ctl = http_header_ctl(conn)) != NULL) {
+        r->must_close = true;
+        snprintf(msg, sizeof msg, "control byte in the value of header %.64s", ctl);
+        return answer_error(r, 400, msg);
+    }
     if (http_content_lengths_disagree(conn))
         return answer_error(r, 400, "conflicting Content-Length headers");
-    if (te != NULL && strcasecmp(te, "chunked") != 0) {
+    enum http_te te = http_transfer_encoding(conn);
+    if (te == HTTP_TE_OTHER) {
         /* libmicrohttpd reads only chunked; any other coding it would wait on forever. */
         r->must_close = true;
-        return answer_error(r, 501, "unsupported Transfer-Encoding (only chunked is)");
+        return answer_error(r, 501, "unsupported Transfer-Encoding (only chunked is, once)");
     }
-    if (te != NULL &&
+    if (te == HTTP_TE_CHUNKED &&
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH))
         r->must_close = true;
-    if (r->c != NULL && r->c->nul_in_path)
-        return refuse_error(r, 400, "NUL byte (%00) in the path");
-    if (r->c != NULL && r->c->bad_escape_in_path)
-        return refuse_error(r, 400,
-                            "bad percent-encoding in the path ('%' without two hex digits)");
-    *done = false;
-    return MHD_YES;
+    return check_target(r, done);
 }
 
 /* Behind a trusted proxy, --max-connections-per-ip counts the requests in flight of each
@@ -592,6 +630,22 @@ static bool count_client(http_t *h, struct req *r)
     r->client_counted = addrcount_take(h->per_ip, r->client_key, h->per_ip_cap);
     pthread_mutex_unlock(&h->wd_mu);
     return r->client_counted;
+}
+
+/*
+ * RFC 9112 3.2.2: a server accepts the absolute form (`POST http://host/v1/track`, as a client
+ * speaking to a proxy sends it) and routes its path as the origin form's ("/" when it has none).
+ * The authority is not compared with Host: no route depends on the host.
+ */
+static const char *origin_path(const char *url)
+{
+    size_t scheme = strncasecmp(url, "http://", 7) == 0    ? 7
+                    : strncasecmp(url, "https://", 8) == 0 ? 8
+                                                           : 0;
+    if (scheme == 0 || url[scheme] == '\0' || url[scheme] == '/')
+        return url; /* not absolute, or no authority: routed (404) as it is */
+    const char *slash = strchr(url + scheme, '/');
+    return slash != NULL ? slash : "/";
 }
 
 /* Allocates a request's state on the first call; NULL when out of memory. */
@@ -617,7 +671,7 @@ static struct req *new_req(http_t *h, struct MHD_Connection *conn, const char *u
     r->start_ns = clk_mono_ns();
     /* MHD splits the query off before it unescapes the path, so a '?' left here is a %3F of
      * the path itself (a messageId holding one, GET /v1/events/{id}): kept. */
-    r->path = url;
+    r->path = origin_path(url);
     return r;
 }
 
@@ -1166,6 +1220,9 @@ static struct MHD_Daemon *start_daemon(http_t *h, const config_t *cfg,
      * JSON 431; only far larger headers get MHD's own answer.
      */
     size_t pool_bytes = 2 * h->max_header_bytes + 16 * 1024;
+    /* And room for HTTP_MAX_QUERY_PARAMS records of the query's parameters (56 bytes each on
+     * 0.9.75, 64 here for alignment) beside a read buffer that takes half of what is free. */
+    pool_bytes += 2 * HTTP_MAX_QUERY_PARAMS * 64;
 
     /* MHD treats a pool of one as an error-prone special case; one thread is just no pool. */
     unsigned pool = cfg->threads > 1 ? cfg->threads : 0;

@@ -21,7 +21,7 @@
  * the oldest connection without a complete head (shed_oldest).
  *
  * Functions: http_new_request_id, http_conn_disarm/arm/move/head, format_peer,
- * shed_oldest, conn_started, http_conn_notify, http_conn_uri.
+ * shed_oldest, conn_started, http_conn_notify, cut_query, scan_target, http_conn_uri.
  */
 
 /*
@@ -215,9 +215,58 @@ void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_cont
     free(c);
 }
 
-/* libmicrohttpd's URI log callback sees the request target before it is unescaped: a %00 there
- * would cut the path short (/stats%00.css served as /stats). Its return value would become the
- * request's context, so it returns NULL and leaves a mark on the connection instead. */
+/*
+ * libmicrohttpd 0.9.75 found the query's '?' before it calls us and parses the parameters after
+ * we return, into the connection's memory pool (one record of some 56 bytes each). When they do
+ * not fit it queues a 431 that it never sends (its parser goes on waiting for headers with its
+ * buffer dropped) and the client gets no answer at all. So a query with too many parameters is
+ * emptied here, its first byte made the NUL that ends the string libmicrohttpd is about to parse,
+ * and first_call answers 414. The target lies in libmicrohttpd's read buffer, which is writable
+ * (the const is the callback's signature); only on 0.9.75, whose order of steps this relies on.
+ */
+static void cut_query(char *query)
+{
+#if MHD_VERSION == 0x00097500
+    query[1] = '\0';
+#else
+    (void)query;
+#endif
+}
+
+/* The raw target's checks (struct conn); n is its length up to the first NUL. */
+static void scan_target(struct conn *c, const char *uri, size_t n)
+{
+    size_t path = strcspn(uri, "?");
+    unsigned params = 1;
+
+    for (size_t i = 0; i + 2 < path; i++) {
+        if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') {
+            c->nul_in_path = true;
+            break;
+        }
+    }
+    /* MHD passes "%zz" on as it is, so after unescaping it could not be told from "%25zz"
+     * (GET /v1/events/{messageId} answers such a path 400, not a lookup of another id). */
+    for (size_t i = 0; i < path; i++)
+        if (uri[i] == '%' && (i + 2 >= path || !isxdigit((unsigned char)uri[i + 1]) ||
+                              !isxdigit((unsigned char)uri[i + 2])))
+            c->bad_escape_in_path = true;
+    /* RFC 9112 3.2: the target has no blanks or control bytes (a request line a proxy in front
+     * may split elsewhere); libmicrohttpd 0.9.75 takes them as part of the path. */
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)uri[i] <= ' ' || uri[i] == 0x7f)
+            c->ctl_in_target = true;
+    for (size_t i = path; i < n; i++)
+        params += uri[i] == '&';
+    if (path < n && params > HTTP_MAX_QUERY_PARAMS) {
+        c->too_many_params = true;
+        cut_query(memchr(uri, '?', n)); /* libmicrohttpd's buffer, not ours: see cut_query */
+    }
+}
+
+/* libmicrohttpd's URI log callback sees the request target before it is unescaped and its query
+ * parsed: a %00 there would cut the path short (/stats%00.css served as /stats). Its return value
+ * would become the request's context, so it returns NULL and leaves marks on the connection. */
 void *http_conn_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *ci =
@@ -225,22 +274,15 @@ void *http_conn_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     struct conn *c = ci != NULL ? ci->socket_context : NULL;
 
     (void)cls;
-    if (c != NULL && uri != NULL) {
-        size_t n = strcspn(uri, "?");
-        c->nul_in_path = false;
-        c->bad_escape_in_path = false;
-        for (size_t i = 0; i + 2 < n; i++) {
-            if (uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0') {
-                c->nul_in_path = true;
-                break;
-            }
-        }
-        /* MHD passes "%zz" on as it is, so after unescaping it could not be told from "%25zz"
-         * (GET /v1/events/{messageId} answers such a path 400, not a lookup of another id). */
-        for (size_t i = 0; i < n; i++)
-            if (uri[i] == '%' && (i + 2 >= n || !isxdigit((unsigned char)uri[i + 1]) ||
-                                  !isxdigit((unsigned char)uri[i + 2])))
-                c->bad_escape_in_path = true;
-    }
+    if (c == NULL)
+        return NULL;
+    c->nul_in_path = false;
+    c->bad_escape_in_path = false;
+    c->ctl_in_target = false;
+    c->too_many_params = false;
+    c->raw_target = uri;
+    c->raw_target_len = uri != NULL ? strlen(uri) : 0;
+    if (uri != NULL)
+        scan_target(c, uri, c->raw_target_len);
     return NULL;
 }

@@ -11,8 +11,8 @@
  * trusted proxy forwarded. Each walks MHD_get_connection_values with an iterator.
  *
  * Functions: add_header_bytes, http_header_bytes, scan_content_length,
- * http_content_lengths_disagree, join_header, http_forwarded_client, unfolded, find_bad_name,
- * http_headers_malformed.
+ * http_content_lengths_disagree, join_header, http_transfer_encoding, count_lines,
+ * http_header_lines, http_forwarded_client, unfolded, find_bad_name, http_headers_malformed.
  */
 
 /* The header values joined for the client address (X-Forwarded-For may repeat); longer ones keep
@@ -98,6 +98,43 @@ static enum MHD_Result join_header(void *cls, enum MHD_ValueKind kind, const cha
     j->len += sep + n;
     j->buf[j->len] = '\0';
     return MHD_YES;
+}
+
+struct count {
+    const char *name;
+    unsigned n;
+};
+
+/* MHD_get_connection_values iterator: counts the lines of one header. */
+static enum MHD_Result count_lines(void *cls, enum MHD_ValueKind kind, const char *key,
+                                   const char *value)
+{
+    struct count *cn = cls;
+    (void)kind;
+    (void)value;
+    if (key != NULL && strcasecmp(key, cn->name) == 0)
+        cn->n++;
+    return MHD_YES;
+}
+
+unsigned http_header_lines(struct MHD_Connection *conn, const char *name)
+{
+    struct count cn = {name, 0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_lines, &cn);
+    return cn.n;
+}
+
+/* libmicrohttpd 0.9.75 reads only the first Transfer-Encoding line, so `chunked` then `identity`
+ * would be read as chunked while a proxy that joins them (as RFC 9110 5.3 says) reads identity:
+ * judged joined, as one line with the same values is. */
+enum http_te http_transfer_encoding(struct MHD_Connection *conn)
+{
+    struct join te = {MHD_HTTP_HEADER_TRANSFER_ENCODING, "", 0};
+
+    if (http_header_lines(conn, te.name) == 0)
+        return HTTP_TE_NONE;
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, join_header, &te);
+    return strcasecmp(te.buf, "chunked") == 0 ? HTTP_TE_CHUNKED : HTTP_TE_OTHER;
 }
 
 bool http_forwarded_client(const proxy_list_t *proxies, struct MHD_Connection *conn,

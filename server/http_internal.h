@@ -1,7 +1,8 @@
 /*
  * http_internal: what the files of the HTTP transport share: http.c (requests, start and stop),
  * http_conn.c (connections: deadlines, shedding, per-address counts), http_headers.c (what a
- * request head says), http_watchdog.c (the deadline watchdog) and http_tls.c (the TLS set-up).
+ * request head says), http_rawhead.c (bytes its parsing would hide), http_watchdog.c (the deadline
+ * watchdog) and http_tls.c (the TLS set-up).
  * Not for other modules: the public interface is http.h.
  */
 #ifndef INGESTD_HTTP_INTERNAL_H
@@ -23,6 +24,11 @@
 
 /* How often the watchdog looks for requests past --request-timeout (bounds its lateness). */
 #define WATCHDOG_TICK_MS 250
+
+/* Query parameters a request may have (414 past it). libmicrohttpd 0.9.75 keeps each in its
+ * per-connection memory pool and fails to answer at all when they do not fit (http_conn_uri);
+ * the pool is sized to hold this many (start_daemon). Our routes take a handful. */
+#define HTTP_MAX_QUERY_PARAMS 128
 
 /* A client's X-Request-Id is kept when it is this short and made of safe characters. */
 #define REQID_MAX 64
@@ -51,6 +57,10 @@ struct conn {
     bool shed;                   /* closed to make room (under wd_mu) */
     bool nul_in_path;            /* its current request's raw path holds %00 (MHD's thread) */
     bool bad_escape_in_path;     /* ... a '%' without two hex digits after it (same) */
+    bool ctl_in_target;          /* ... a control byte or blank in its raw target (same) */
+    bool too_many_params;        /* ... more than HTTP_MAX_QUERY_PARAMS in its query (same) */
+    const char *raw_target;      /* its current request's target in MHD's buffer (same) */
+    size_t raw_target_len;       /* up to its first NUL, before MHD cut and unescaped it */
     bool via_proxy;              /* the peer is one of --trusted-proxies */
     bool ip_counted;             /* its peer address counts in http.per_ip (under wd_mu) */
     uint8_t ip_key[16];          /* the peer address (proxy_key_sa) */
@@ -133,7 +143,8 @@ void http_conn_head(http_t *h, struct conn *c);
 void http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                       enum MHD_ConnectionNotificationCode code);
 
-/* MHD_OPTION_URI_LOG_CALLBACK: marks a %00 in the raw path on the connection; returns NULL. */
+/* MHD_OPTION_URI_LOG_CALLBACK: notes the raw target on the connection (struct conn: where it is,
+ * %00, bad escapes, control bytes, too many parameters); returns NULL. */
 void *http_conn_uri(void *cls, const char *uri, struct MHD_Connection *conn);
 
 /* ---- http_headers.c: what a request head's headers say ---- */
@@ -153,6 +164,14 @@ bool http_content_lengths_disagree(struct MHD_Connection *conn);
  */
 bool http_headers_malformed(struct MHD_Connection *conn);
 
+/* Transfer-Encoding, all its lines joined (RFC 9110 5.3): none, exactly "chunked" (any case), or
+ * anything else (other codings, or chunked twice, which libmicrohttpd would read as one). */
+enum http_te { HTTP_TE_NONE, HTTP_TE_CHUNKED, HTTP_TE_OTHER };
+enum http_te http_transfer_encoding(struct MHD_Connection *conn);
+
+/* How many lines of header `name` (case-insensitive) the head has. */
+unsigned http_header_lines(struct MHD_Connection *conn, const char *name);
+
 /*
  * The client that a trusted proxy names in Forwarded / X-Forwarded-For (every value of each,
  * joined), into client. False when neither names one (proxy_client). Call it only for a peer in
@@ -160,6 +179,21 @@ bool http_headers_malformed(struct MHD_Connection *conn);
  */
 bool http_forwarded_client(const proxy_list_t *proxies, struct MHD_Connection *conn,
                            char client[PROXY_ADDR_LEN]);
+
+/* ---- http_rawhead.c: bytes of the head that parsing would hide ---- */
+
+/*
+ * Whether a NUL inside the request line or a header line hid bytes from libmicrohttpd's parsed
+ * strings (a value cut short). method and version are the access handler's; c carries the raw
+ * target (http_conn_uri). Call it on the first call only. With c NULL (no connection state) only
+ * what the length-aware accessor shows is checked.
+ */
+bool http_head_hides_bytes(struct MHD_Connection *conn, const char *method, const char *version,
+                           const struct conn *c);
+
+/* The name of the first header whose value holds a control byte (0x00-0x1f but HTAB, or 0x7f),
+ * or NULL. Borrowed from libmicrohttpd: valid while the request lives. */
+const char *http_header_ctl(struct MHD_Connection *conn);
 
 /* ---- http_watchdog.c: the thread that expires connections past their deadline ---- */
 
