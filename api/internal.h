@@ -56,7 +56,8 @@ struct api {
     const histogram_t *fsync_seconds, *batch_events; /* api_options_t's, may be NULL */
     quarantine_t *quarantine;                        /* api_options_t's, may be NULL */
     atomic_uint_fast64_t by_reason[API_REASONS];     /* rejections by reason (reject.c) */
-    const histogram_t *duplicate_ages;               /* api_options_t's, may be NULL */
+    atomic_uint_fast64_t unattributed; /* refusals not quarantined: no known key (reject.c) */
+    const histogram_t *duplicate_ages; /* api_options_t's, may be NULL */
     int64_t window_floor_ms;
 };
 
