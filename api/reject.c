@@ -234,6 +234,9 @@ void api_reject_metrics(api_t *api, prom_t *p)
     prom_head(p, "quarantine_failed_total", PROM_COUNTER,
               "Records lost to a failed write or fsync.");
     prom_sample_u64(p, "quarantine_failed_total", NULL, s.failed);
+    prom_head(p, "quarantine_carried_total", PROM_COUNTER,
+              "Records appended again by the size bound to keep their source's share.");
+    prom_sample_u64(p, "quarantine_carried_total", NULL, s.carried);
     prom_head(p, "quarantine_unattributed_total", PROM_COUNTER,
               "Requests refused whole and not recorded: they named no known write key.");
     prom_sample_u64(p, "quarantine_unattributed_total", NULL,
@@ -265,6 +268,8 @@ void api_reject_stats(api_t *api, json_t *j)
                   (json_int_t)s.deleted, "first_offset", (json_int_t)s.first_offset, "next_offset",
                   (json_int_t)s.next_offset, "max_bytes", (json_int_t)s.max_bytes, "segment_bytes",
                   (json_int_t)s.segment_bytes, "queued_bytes", (json_int_t)s.queued_bytes);
+    json_object_set_new(q, "carried", json_integer((json_int_t)s.carried));
+    json_object_set_new(q, "sources", json_integer((json_int_t)s.sources));
     json_object_set_new(
         q, "unattributed",
         json_integer((json_int_t)atomic_load_explicit(&api->unattributed, memory_order_relaxed)));

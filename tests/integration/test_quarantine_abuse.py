@@ -13,13 +13,12 @@ write key can be read from it, and one source cannot push out another's records.
 
 import base64
 import gzip
-import http.client
 import json
-import threading
+import os
 import unittest
 
-from harness import ServerTestCase, basic, deadline_wait, new_id, track
-from test_quarantine import QuarantineCase, rejected_cat
+from harness import new_id, track
+from test_quarantine import QuarantineCase, drained, flood, rejected_cat
 
 TOKEN = "qtoken"
 REQUEST_CAP = 4 * 1024
@@ -132,6 +131,48 @@ class Redaction(QuarantineCase):
         (rec,) = self.by_request(rid)
         self.assertNotIn(LONG_KEY.encode(), raw_text(rec))
         self.assertIn(b'"writeKey":"[redacted]"', raw_text(rec))
+
+
+class Shares(QuarantineCase):
+    MAX = 64 * 1024
+    KEYS = ("akey:flood", "bkey:quiet")
+    ARGS = ("--admin-token", TOKEN, "--rejected-max-bytes", str(MAX))
+
+    def quiet_refusals(self, n, tag):
+        rids = ["%s-%d-%s" % (tag, i, new_id()) for i in range(n)]
+        for rid in rids:
+            r = self.srv.post("/v1/batch", "{quiet " + "q" * 500, key="bkey",
+                              headers={"X-Request-Id": rid})
+            self.assertError(r, 400, "invalid JSON")
+        self.by_request(rids[-1])
+        return rids
+
+    def assert_kept_once(self, rids):
+        recs = rejected_cat(self.srv.data_dir)
+        for rid in rids:
+            self.assertEqual(len([x for x in recs if x["requestId"] == rid]), 1, rid)
+        return recs
+
+    def test_a_flood_from_one_source_leaves_anothers_records(self):
+        quiet = self.quiet_refusals(5, "quiet")  # the oldest records of the log
+        flood(self, "akey", 600, 3000)  # about 2 MB into a 64 KiB bound
+        q = drained(self.srv)["quarantine"]
+        recs = self.assert_kept_once(quiet)
+        self.assertGreater(q["deleted"], 0, q)
+        self.assertGreaterEqual(q["carried"], 5, q)
+        self.assertEqual(q["sources"], 2, q)
+        self.assertTrue([x for x in recs if x["source"] == "flood"], "the flood keeps its share")
+        self.assertEqual(len(recs), q["records"])
+        rdir = os.path.join(self.srv.data_dir, "rejected")
+        total = sum(os.path.getsize(os.path.join(rdir, f)) for f in os.listdir(rdir))
+        self.assertLessEqual(total, self.MAX + q["segment_bytes"] + REQUEST_CAP + 512 + 4096, q)
+        # After a restart the shares are counted from the log again: a second flood leaves
+        # both rounds of the quiet source's records.
+        self.srv.restart()
+        quiet += self.quiet_refusals(3, "quiet2")
+        flood(self, "akey", 300, 3000)
+        drained(self.srv)
+        self.assert_kept_once(quiet)
 
 
 if __name__ == "__main__":
