@@ -91,6 +91,9 @@ struct auth_keyset *api_keys_get(api_t *api);
  */
 int api_admin_auth(const api_t *api, const char *authorization, api_resp_t *resp);
 
+/* Whether `authorization` is `Bearer <admin token>` (constant time; false without a token). */
+bool api_admin_ok(const api_t *api, const char *authorization);
+
 /* ---- reject.c: refusals by reason and the quarantine ---- */
 
 /* Sets up api's part from opts. */
