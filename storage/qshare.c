@@ -93,7 +93,10 @@ int qshare_add(qshare_t *t, const char *data, size_t len, uint64_t bytes)
     if (!copy)
         return -1;
     memcpy(copy, src, n);
-    t->e[t->count++] = (struct entry){copy, n, bytes};
+    struct entry *e_new = &t->e[t->count++];
+    e_new->src = copy;
+    e_new->n = n;
+    e_new->bytes = bytes;
     return 0;
 }
 
