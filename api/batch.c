@@ -44,6 +44,12 @@ int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
      * rest, on the repaired text (lone surrogates, bytes that are not UTF-8: U+FFFD), so that
      * one cut emoji does not cost every event of the batch, and words the error when there is
      * one. */
+    if (!j && jsonparse_too_deep(body, len)) {
+        if (err)
+            snprintf(err->text, sizeof(err->text), "invalid JSON: nested deeper than %d levels",
+                     JSONPARSE_MAX_DEPTH);
+        return BATCH_BAD_REQUEST;
+    }
     if (!j) {
         char *fixed = NULL;
         size_t flen = len;

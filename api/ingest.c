@@ -392,6 +392,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
 
     if (verdict_param(req, &vd, resp) != 0 || precheck(api, req, resp) != 0)
         return API_DONE;
+    vd.detail = vd.on && api_admin_ok(api, req->authorization);
     /* One key set for the whole request, even if a reload swaps it meanwhile. */
     ks = api_keys_get(api);
     if (header_key(ks, req->authorization, &wk, &limit, resp) != 0 ||

@@ -56,7 +56,8 @@ struct api {
     const histogram_t *fsync_seconds, *batch_events; /* api_options_t's, may be NULL */
     quarantine_t *quarantine;                        /* api_options_t's, may be NULL */
     atomic_uint_fast64_t by_reason[API_REASONS];     /* rejections by reason (reject.c) */
-    const histogram_t *duplicate_ages;               /* api_options_t's, may be NULL */
+    atomic_uint_fast64_t unattributed; /* refusals not quarantined: no known key (reject.c) */
+    const histogram_t *duplicate_ages; /* api_options_t's, may be NULL */
     int64_t window_floor_ms;
 };
 
@@ -89,6 +90,9 @@ struct auth_keyset *api_keys_get(api_t *api);
  * -1 with a 401 (WWW-Authenticate: Bearer) in *resp.
  */
 int api_admin_auth(const api_t *api, const char *authorization, api_resp_t *resp);
+
+/* Whether `authorization` is `Bearer <admin token>` (constant time; false without a token). */
+bool api_admin_ok(const api_t *api, const char *authorization);
 
 /* ---- reject.c: refusals by reason and the quarantine ---- */
 

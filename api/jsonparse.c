@@ -624,3 +624,27 @@ int jsonparse_repair(const char *s, size_t len, char **out, size_t *out_len)
     *out_len = n;
     return 0;
 }
+
+bool jsonparse_too_deep(const char *s, size_t len)
+{
+    size_t depth = 0;
+    bool in_str = false;
+
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = false;
+        } else if (c == '"') {
+            in_str = true;
+        } else if (c == '[' || c == '{') {
+            if (++depth > JSONPARSE_MAX_DEPTH)
+                return true;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return false;
+}

@@ -3,6 +3,7 @@
 #define INGESTD_API_JSONPARSE_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /*
@@ -19,6 +20,9 @@
  * bytes that are not UTF-8, \u0000 in a key), or memory ran out. The caller then repairs the
  * text and runs json_loadb, which decides and words the error. Thread-safe.
  */
+/* The nesting limit of request bodies, on both paths (jsonparse_too_deep guards json_loadb's,
+ * which allows 2,048): deep enough for any event, shallow enough that every common consumer of
+ * the log parses what it holds (Python's json module stops near 1,000 levels). */
 #define JSONPARSE_MAX_DEPTH 256
 
 json_t *jsonparse(const char *s, size_t len);
@@ -37,5 +41,12 @@ json_t *jsonparse(const char *s, size_t len);
  * *out_len bytes, or -1 when out of memory. Thread-safe.
  */
 int jsonparse_repair(const char *s, size_t len, char **out, size_t *out_len);
+
+/*
+ * Whether s[0..len) opens more than JSONPARSE_MAX_DEPTH arrays and objects inside each other,
+ * counting brackets outside strings (a '\\' escapes the next byte in one), valid JSON or not:
+ * the check json_loadb needs before it runs, so both parsers share one limit. Thread-safe.
+ */
+bool jsonparse_too_deep(const char *s, size_t len);
 
 #endif

@@ -80,12 +80,15 @@ char *verdict_put_json_str(char *p, const char *s, size_t len)
 }
 
 /* One accepted or duplicate entry: the verdict of a valid event. */
-static char *put_event(char *p, const batch_event_t *e, const commit_event_t *ev)
+static char *put_event(char *p, const batch_event_t *e, const commit_event_t *ev, bool detail)
 {
     p += sprintf(p, "{\"index\":%zu,\"messageId\":", e->index);
     p = verdict_put_json_str(p, e->message_id, e->message_id_len);
     if (!ev) /* the edge: handed on, de-duplicated downstream, no offset here */
         return p + sprintf(p, ",\"status\":\"accepted\"}");
+    if (!detail)
+        return p + sprintf(p, ",\"status\":\"%s\"}",
+                           ev->result == COMMIT_DUPLICATE ? "duplicate" : "accepted");
     if (ev->result != COMMIT_DUPLICATE)
         return p + sprintf(p, ",\"status\":\"accepted\",\"offset\":%" PRIu64 "}", ev->offset);
     char when[TIMESTAMP_BUF_LEN];
@@ -144,7 +147,7 @@ int verdict_append(api_resp_t *resp, const verdict_t *v, const batch_t *b,
         if (i + j > 0)
             *p++ = ',';
         if (j == b->nrejected || (i < b->nevents && b->events[i].index < b->rejected[j].index)) {
-            p = put_event(p, &b->events[i], evs ? &evs[i] : NULL);
+            p = put_event(p, &b->events[i], evs ? &evs[i] : NULL, v->detail);
             i++;
         } else {
             p = put_rejected(p, &b->rejected[j], v->ids ? &v->ids[j] : NULL);

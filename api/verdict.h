@@ -23,6 +23,7 @@ typedef struct verdict_id {
  */
 typedef struct verdict {
     bool on;           /* ?verbose=true */
+    bool detail;       /* log offsets and first copies too: the request bore the admin token */
     verdict_id_t *ids; /* [nrejected], parallel to batch_t.rejected */
     size_t nrejected;
 } verdict_t;
@@ -46,8 +47,11 @@ void verdict_clear(verdict_t *v);
  * When v->on and *resp is a 200 whose body is a JSON object: appends
  * "results":[{"index","messageId","status",...}, ...], one entry per event of the request in
  * request order: b->events with their commit verdicts evs[i] (parallel to b->events), and
- * b->rejected. evs NULL (the edge role, which neither de-duplicates nor logs): every valid
- * event is "accepted" without an offset. Otherwise leaves *resp alone. Returns 0, or -1 when
+ * b->rejected. Log offsets ("offset") and a duplicate's first copy ("offset", "receivedAt" or
+ * "firstCopy") only when v->detail: the offset measures every source's volume, and a first copy
+ * tells a prober whether and when someone else sent an id, while write keys are public in
+ * browsers. evs NULL (the edge role, which neither de-duplicates nor logs): every valid event
+ * is "accepted" without an offset. Otherwise leaves *resp alone. Returns 0, or -1 when
  * out of memory (then *resp is a 503 and the previous body freed).
  */
 int verdict_append(api_resp_t *resp, const verdict_t *v, const batch_t *b,

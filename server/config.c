@@ -115,7 +115,8 @@ static const struct setting settings[] = {
     {"rejected-max-bytes", "INGESTD_REJECTED_MAX_BYTES", "256MiB", K_SIZE, 0, 1024 * TIB,
      FIELD(rejected_max_bytes), "SIZE",
      "keep refused events and requests (reason, request id, raw bytes) in DATA/rejected/, "
-     "deleting its oldest segments past this size (GET /v1/log?log=rejected, `log cat --log "
+     "deleting its oldest segments past this size, each source its share (GET "
+     "/v1/log?log=rejected, `log cat --log "
      "rejected`); 0: keep none (single role only)"},
     {"store", "INGESTD_STORE", "lmdb", K_PATH, 1, sizeof(((config_t *)0)->store) - 1, FIELD(store),
      "lmdb|memory:SPEC",

@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "storage/log.h"
+#include "storage/qshare.h"
 
 /*
  * DESIGN. Request threads format a record (a few microseconds, only for refused input) into one
@@ -18,11 +19,23 @@
  * pass queue_bytes: memory stays bounded however fast a client sends garbage, and nobody waits
  * for a disk. The writer thread takes the whole list at once, appends it in chunks that keep a
  * segment near segment_bytes, fsyncs each chunk (one fsync per batch, as the group commit does),
- * then applies the size bound with log_retain. The bytes of a batch stay counted as queued until
- * it is written, so the bound also covers what the writer holds.
+ * then applies the size bound. The bytes of a batch stay counted as queued until it is written,
+ * so the bound also covers what the writer holds.
+ *
+ * SHARES. The bound is shared by source, so one source (one public browser key) flooding the
+ * quarantine cannot push out another's records. The writer counts the bytes each source holds
+ * (storage/qshare.h; read from the whole log when the writer starts). While the log is over
+ * max_bytes, the oldest segment goes, and first its records of sources within their share
+ * (max_bytes / sources with records) are appended again at the end, with their bytes and
+ * receivedAt unchanged (new offsets); the records of sources over their share go with the
+ * segment. The largest source is always over its share when the log is over the bound, so its
+ * oldest records go first. Each closed segment is swept at most once per batch (bounded work),
+ * and the carried copies are fsynced before the segment is deleted: a crash in between leaves
+ * a record twice, never none. Should a sweep fail (a read or write error), the oldest segments
+ * are deleted as they are and the counts are read again: the bound holds whatever happens.
  *
  * Functions: JSON output (out_s, utf8_seq, utf8_prefix, put_str, put_base64, raw_plan, put_opt,
- * put_time), format, the writer (write_chunk,
+ * put_time), format, shares (rescan, carry, sweep_oldest, enforce), the writer (write_chunk,
  * write_batch, writer), and the public functions.
  */
 
@@ -42,6 +55,7 @@ struct quarantine {
     char *dir;
     log_t *log;
     quarantine_options_t o;
+    qshare_t *share; /* the writer thread's: bytes per source; NULL: out of memory, plain FIFO */
     pthread_t thread;
     bool started;
     pthread_mutex_t mu; /* guards everything below */
@@ -265,6 +279,145 @@ static struct node *format(const quarantine_entry_t *e)
     return n;
 }
 
+/* ---- shares ---- */
+
+#define CARRY_CHUNK (1024u * 1024) /* carried bytes appended at a time (one fsync at the end) */
+
+static uint64_t rec_bytes(uint32_t len)
+{
+    return LOG_RECORD_HEADER + (uint64_t)len;
+}
+
+/* Counts every retained record's bytes by source anew (at start, and after a failed sweep).
+ * Without memory for the table the bound falls back to deleting the oldest segments. */
+static void rescan(quarantine_t *q)
+{
+    log_info_t li;
+    log_reader_t *r = NULL;
+    log_record_t rec;
+    qshare_t *t = qshare_new();
+
+    qshare_free(q->share);
+    q->share = NULL;
+    log_get_info(q->log, &li);
+    if (!t || log_reader_open(q->dir, li.first_offset, &r) != LOG_OK)
+        goto fail;
+    while (log_reader_next(r, li.synced_offset, &rec) == LOG_OK)
+        if (qshare_add(t, rec.data, rec.len, rec_bytes(rec.len)) != 0)
+            goto fail;
+    log_reader_close(r);
+    q->share = t;
+    return;
+fail:
+    log_reader_close(r);
+    qshare_free(t);
+}
+
+/* Appends the pending carried records recs[0..*n) and empties the list. 0 or -1. */
+static int carry(quarantine_t *q, log_record_t *recs, size_t *n, size_t *used)
+{
+    int rc = *n > 0 ? log_append(q->log, recs, *n) : LOG_OK;
+    *n = 0;
+    *used = 0;
+    return rc == LOG_OK ? 0 : -1;
+}
+
+/*
+ * Sweeps the oldest segment (the log has two or more): records of sources over their share are
+ * dropped from the table, the others appended again and fsynced, then the segment is deleted.
+ * Returns 0 with *dropped and *carried added to, or -1 (nothing deleted; the table may be off).
+ */
+static int sweep_oldest(quarantine_t *q, uint64_t *dropped, uint64_t *carried)
+{
+    uint64_t *bases = NULL;
+    log_info_t di;
+    log_reader_t *r = NULL;
+    log_record_t rec, *recs = NULL;
+    char *arena = malloc(CARRY_CHUNK);
+    size_t n = 0, used = 0, cap = 0;
+    uint64_t gone = 0, kept = 0;
+    int rc = -1, lrc;
+
+    if (!arena || log_describe(q->dir, &di, &bases) != LOG_OK || di.segments < 2 ||
+        log_reader_open(q->dir, bases[0], &r) != LOG_OK)
+        goto out;
+    while ((lrc = log_reader_next(r, bases[1], &rec)) == LOG_OK) {
+        if (qshare_over(q->share, rec.data, rec.len, q->o.max_bytes)) {
+            qshare_sub(q->share, rec.data, rec.len, rec_bytes(rec.len));
+            gone++;
+            continue;
+        }
+        if (used + rec.len > CARRY_CHUNK && carry(q, recs, &n, &used) != 0)
+            goto out;
+        if (n == cap) {
+            size_t c = cap ? 2 * cap : 64;
+            log_record_t *grown = realloc(recs, c * sizeof(*grown));
+            if (!grown)
+                goto out;
+            recs = grown;
+            cap = c;
+        }
+        /* A record longer than the arena (never: quarantine_add's caps keep them far smaller)
+         * would need its own buffer; dropping it keeps the sweep simple. */
+        if (rec.len > CARRY_CHUNK) {
+            qshare_sub(q->share, rec.data, rec.len, rec_bytes(rec.len));
+            gone++;
+            continue;
+        }
+        memcpy(arena + used, rec.data, rec.len);
+        recs[n] =
+            (log_record_t){.received_ms = rec.received_ms, .data = arena + used, .len = rec.len};
+        used += rec.len;
+        n++;
+        kept++;
+    }
+    if (lrc != LOG_END || carry(q, recs, &n, &used) != 0)
+        goto out;
+    if (kept > 0 && log_sync(q->log) != LOG_OK)
+        goto out;
+    /* Only the swept segment may go: every record of the next one is at or past bases[1]. */
+    log_retain_result_t rr;
+    if (log_retain(q->log, 0, 0, 1, bases[1], &rr) != LOG_OK || rr.segments != 1)
+        goto out;
+    *dropped += gone;
+    *carried += kept;
+    rc = 0;
+out:
+    if (rc != 0 && kept > 0)
+        log_rollback(q->log); /* carried copies not yet synced: the originals stay */
+    log_reader_close(r);
+    free(bases);
+    free(recs);
+    free(arena);
+    return rc;
+}
+
+/* Applies the size bound (see SHARES above); *deleted and *carried get what it did. */
+static void enforce(quarantine_t *q, uint64_t *deleted, uint64_t *carried)
+{
+    log_info_t li;
+
+    *deleted = *carried = 0;
+    log_get_info(q->log, &li);
+    if (li.bytes <= q->o.max_bytes)
+        return;
+    uint64_t steps = li.segments > 0 ? li.segments - 1 : 0;
+    while (q->share && li.bytes > q->o.max_bytes && steps-- > 0) {
+        if (sweep_oldest(q, deleted, carried) != 0) {
+            qshare_free(q->share); /* counted from the log again below */
+            q->share = NULL;
+            break;
+        }
+        log_get_info(q->log, &li);
+    }
+    if (!q->share) {
+        log_retain_result_t rr = {0};
+        log_retain(q->log, 0, 0, q->o.max_bytes, LOG_RETAIN_UNBOUNDED, &rr);
+        *deleted += rr.records;
+        rescan(q);
+    }
+}
+
 /* ---- the writer ---- */
 
 /* Appends and fsyncs n records. Returns how many are durable (n, or 0 on failure). */
@@ -308,6 +461,12 @@ static void write_batch(quarantine_t *q, struct node *list, size_t count, uint64
         while (end < count && used + LOG_RECORD_HEADER + recs[end].len <= room)
             used += LOG_RECORD_HEADER + recs[end++].len;
         size_t ok = write_chunk(q, recs + start, end - start);
+        for (size_t k = start; q->share && k < start + ok; k++) {
+            if (qshare_add(q->share, recs[k].data, recs[k].len, rec_bytes(recs[k].len)) != 0) {
+                qshare_free(q->share); /* enforce counts from the log again */
+                q->share = NULL;
+            }
+        }
         *written += ok;
         *failed += (end - start) - ok;
         start = end;
@@ -315,11 +474,32 @@ static void write_batch(quarantine_t *q, struct node *list, size_t count, uint64
     free(recs);
 }
 
+/* The stats of the log after the writer changed it, and what enforce did. Under q->mu. */
+static void update_stats(quarantine_t *q, uint64_t deleted, uint64_t carried)
+{
+    log_info_t li;
+
+    log_get_info(q->log, &li);
+    q->s.deleted += deleted;
+    q->s.carried += carried;
+    q->s.first_offset = li.first_offset;
+    q->s.next_offset = li.synced_offset;
+    q->s.bytes = li.bytes;
+    q->s.segments = li.segments;
+    q->s.sources = q->share ? qshare_sources(q->share) : 0;
+}
+
 static void *writer(void *arg)
 {
     quarantine_t *q = arg;
+    uint64_t deleted, carried;
 
+    /* The shares from what the log holds, and a bound lowered since the last run, before any
+     * new record: records added meanwhile wait in the queue. */
+    rescan(q);
+    enforce(q, &deleted, &carried);
     pthread_mutex_lock(&q->mu);
+    update_stats(q, deleted, carried);
     for (;;) {
         while (!q->head && !q->stop)
             pthread_cond_wait(&q->work, &q->mu);
@@ -336,12 +516,7 @@ static void *writer(void *arg)
             bytes += n->len;
         }
         write_batch(q, list, count, &written, &failed);
-        log_retain_result_t rr = {0};
-        log_info_t li;
-        log_get_info(q->log, &li);
-        if (li.bytes > q->o.max_bytes)
-            log_retain(q->log, 0, 0, q->o.max_bytes, LOG_RETAIN_UNBOUNDED, &rr);
-        log_get_info(q->log, &li);
+        enforce(q, &deleted, &carried);
         while (list) {
             struct node *next = list->next;
             free(list);
@@ -353,11 +528,7 @@ static void *writer(void *arg)
         q->done += count;
         q->s.written += written;
         q->s.failed += failed;
-        q->s.deleted += rr.records;
-        q->s.first_offset = li.first_offset;
-        q->s.next_offset = li.synced_offset;
-        q->s.bytes = li.bytes;
-        q->s.segments = li.segments;
+        update_stats(q, deleted, carried);
         pthread_cond_broadcast(&q->idle);
     }
     pthread_mutex_unlock(&q->mu);
@@ -416,9 +587,7 @@ int quarantine_open(const char *dir, const quarantine_options_t *opts, quarantin
         free(q);
         return from_log_status(rc);
     }
-    /* A bound lowered since the last run applies at once. */
-    log_retain_result_t rr;
-    log_retain(q->log, 0, 0, q->o.max_bytes, LOG_RETAIN_UNBOUNDED, &rr);
+    /* A bound lowered since the last run applies when the writer starts (enforce). */
     log_get_info(q->log, &li);
     q->s.first_offset = li.first_offset;
     q->s.next_offset = li.synced_offset;
@@ -473,6 +642,7 @@ void quarantine_close(quarantine_t *q)
     pthread_cond_destroy(&q->work);
     pthread_mutex_destroy(&q->mu);
     log_close(q->log); /* every chunk was synced (or rolled back) by the writer */
+    qshare_free(q->share);
     free(q->dir);
     free(q);
 }

@@ -15,9 +15,11 @@
  * enqueue (quarantine_add copies the record into a bounded in-memory queue, or counts it dropped
  * when the queue is full, and never blocks on I/O); one writer thread appends what is queued,
  * fsyncs once per batch, and deletes the oldest closed segments while the log is larger than
- * max_bytes. A record is durable only after that fsync: a crash loses the records still queued
- * or not yet synced (they were never acknowledged to anyone). Nothing here logs: failures are
- * counted in quarantine_stats_t.
+ * max_bytes, each source keeping its share of max_bytes: before a segment goes, its records of
+ * sources within their share are appended again (quarantine.c, SHARES). A reader following the
+ * log may so read a record twice, at two offsets, byte for byte the same. A record is durable only
+ * after that fsync: a crash loses the records still queued or not yet synced (they were never
+ * acknowledged to anyone). Nothing here logs: failures are counted in quarantine_stats_t.
  */
 
 typedef struct quarantine quarantine_t;
@@ -68,6 +70,9 @@ typedef struct quarantine_stats {
     uint64_t dropped;      /* records not kept because the queue was full, since open */
     uint64_t failed;       /* records lost to a failed write or fsync, since open */
     uint64_t deleted;      /* records deleted by the size bound, since open */
+    uint64_t carried;      /* records appended again by the bound to keep their source's share
+                              (same bytes, new offset), since open */
+    uint64_t sources;      /* sources with records retained (0 until the writer counted them) */
     uint64_t queued_bytes; /* bytes waiting for the writer now */
     uint64_t max_bytes;    /* the options in force */
     uint64_t segment_bytes;

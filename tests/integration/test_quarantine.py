@@ -40,6 +40,42 @@ def reasons_metric(srv):
     return out
 
 
+def flood(case, key, n, size, threads=4):
+    """n requests of `size` bytes that do not parse, with `key`, on `threads` connections: each
+    answered 400 (asserted on `case`)."""
+    body = ("{" + "z" * size).encode()
+    errors = []
+
+    def worker(k):
+        conn = http.client.HTTPConnection(case.srv.host, case.srv.port, timeout=20)
+        try:
+            for _ in range(n // threads):
+                conn.request("POST", "/v1/batch", body=body,
+                             headers={"Authorization": basic(key),
+                                      "Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+                if resp.status != 400:
+                    errors.append(resp.status)
+        except OSError as e:
+            errors.append(repr(e))
+        finally:
+            conn.close()
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    case.assertEqual(errors, [])
+
+
+def drained(srv):
+    """/stats once the quarantine's queue is empty (everything handed in is written)."""
+    return deadline_wait(lambda: (lambda s: s if s["quarantine"]["queued_bytes"] == 0 else None)(
+        srv.stats()), 10, "the quarantine queue to drain")
+
+
 class QuarantineCase(ServerTestCase):
     KEYS = ("qkey:web",)
     ARGS = ("--admin-token", TOKEN)
@@ -185,36 +221,11 @@ class QuarantineBound(QuarantineCase):
     ARGS = ("--admin-token", TOKEN, "--rejected-max-bytes", str(MAX))
 
     def flood(self, n, size, threads=4):
-        body = ("{" + "z" * size).encode()
-        errors = []
-
-        def worker(k):
-            conn = http.client.HTTPConnection(self.srv.host, self.srv.port, timeout=20)
-            try:
-                for _ in range(n // threads):
-                    conn.request("POST", "/v1/batch", body=body,
-                                 headers={"Authorization": basic(self.key),
-                                          "Content-Type": "application/json"})
-                    resp = conn.getresponse()
-                    resp.read()
-                    if resp.status != 400:
-                        errors.append(resp.status)
-            except OSError as e:
-                errors.append(repr(e))
-            finally:
-                conn.close()
-
-        ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
-        self.assertEqual(errors, [])
+        flood(self, self.key, n, size, threads)
 
     def test_flood_stays_within_the_bound(self):
         self.flood(600, 3000)  # about 2 MB of records into a 64 KiB bound
-        st = deadline_wait(lambda: (lambda s: s if s["quarantine"]["queued_bytes"] == 0 else None)(
-            self.srv.stats()), 10, "the quarantine queue to drain")
+        st = drained(self.srv)
         q = st["quarantine"]
         self.assertGreater(q["deleted"], 0, q)
         self.assertGreater(q["first_offset"], 0, q)

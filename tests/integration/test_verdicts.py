@@ -1,9 +1,12 @@
 """Per-event verdicts (?verbose=true), duplicate ages and --window-floor, over real HTTP.
 
-A duplicate's verdict names the log offset and receivedAt of its first copy, which GET /v1/log
+To the operator (the admin token), a duplicate's verdict names the log offset and receivedAt of
+its first copy, which GET /v1/log
 and `ingestd log cat` confirm: from the keys acknowledged since the last checkpoint, from LMDB
 after a restart, and from a sealed generation (--young-keys small). Without the parameter the
-answer is the Segment-compatible summary, byte for byte. The ages of injected retries land in
+answer is the Segment-compatible summary, byte for byte. To a write key alone (public in
+browsers) the verdicts are statuses only: the global offset measures every source's volume, and
+a first copy tells a prober whether and when someone else sent an id (issue 27). The ages of injected retries land in
 ingestd_duplicate_age_seconds; a tiny --max-keys with --window-floor flips the gauge and /stats
 and says so once in the log, and once more when the window is back.
 """
@@ -20,9 +23,13 @@ KEY = "k1"
 TOKEN = "verdict-admin-token"
 
 
-def post(srv, path, body, verbose=True):
+def post(srv, path, body, verbose=True, admin=True):
+    """POST with KEY. admin: as the operator, the admin token in Authorization: Bearer and KEY in
+    the body's writeKey; only then do the verdicts name log offsets and first copies."""
     if verbose is not None:
         path += "?verbose=" + ("true" if verbose is True else str(verbose))
+    if admin:
+        return srv.post(path, dict(body, writeKey=KEY), headers={"Authorization": "Bearer " + TOKEN})
     return srv.post(path, body, key=KEY)
 
 
@@ -112,7 +119,7 @@ class Verdicts(unittest.TestCase):
 
     def test_first_copy_in_a_sealed_generation(self):
         ids = ["s-%d" % i for i in range(600)]
-        args = ["--young-keys", "200", "--max-keys", "0"]
+        args = ["--young-keys", "200", "--max-keys", "0", "--admin-token", TOKEN]
         with Server(keys=(KEY,), args=args) as srv:
             offsets = {}
             for i in range(0, len(ids), 300):
@@ -138,8 +145,35 @@ class Verdicts(unittest.TestCase):
             self.assertEqual(p.returncode, 0, p.stderr)
             self.assertEqual(json.loads(p.stdout.splitlines()[0])["messageId"], x["messageId"])
 
+    def test_offsets_and_first_copies_only_with_the_admin_token(self):
+        with Server(keys=(KEY,), args=["--admin-token", TOKEN]) as srv:
+            mid = new_id()
+            r = post(srv, "/v1/batch", {"batch": [track(mid=mid)]}, admin=False)
+            self.assertEqual(r.json["results"], [{"index": 0, "messageId": mid,
+                                                  "status": "accepted"}])
+            r = post(srv, "/v1/batch", {"batch": [track(mid=mid), track(mid=mid)]}, admin=False)
+            self.assertEqual([x for x in r.json["results"]],
+                             [{"index": 0, "messageId": mid, "status": "duplicate"},
+                              {"index": 1, "messageId": mid, "status": "duplicate"}])
+            # A wrong token (the write key in the body still admits the events): statuses only.
+            r = srv.post("/v1/track?verbose=true", dict(track(mid=mid), writeKey=KEY),
+                         headers={"Authorization": "Bearer not-the-token"})
+            self.assertEqual(r.status, 200, r)
+            self.assertEqual(r.json["results"], [{"index": 0, "messageId": mid,
+                                                  "status": "duplicate"}])
+            # The operator sees where the first copy is.
+            (v,) = post(srv, "/v1/track", track(mid=mid)).json["results"]
+            self.assertEqual((v["status"], v["offset"]), ("duplicate", 0))
+            self.assertIn("receivedAt", v)
+        # Without --admin-token nobody gets offsets.
+        with Server(keys=(KEY,)) as srv:
+            for _ in range(2):
+                r = post(srv, "/v1/track", track(mid=mid))
+                self.assertEqual(r.status, 200, r)
+                self.assertEqual(set(r.json["results"][0]), {"index", "messageId", "status"})
+
     def test_memory_store_says_first_copy_unknown(self):
-        with Server(keys=(KEY,), args=["--store", "memory:bloom:1Mbit"]) as srv:
+        with Server(keys=(KEY,), args=["--store", "memory:bloom:1Mbit", "--admin-token", TOKEN]) as srv:
             mid = new_id()
             post(srv, "/v1/track", track(mid=mid))
             r = post(srv, "/v1/track", track(mid=mid))

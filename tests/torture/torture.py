@@ -50,13 +50,14 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 # A replay of a long log after a kill may take more than the harness's default 20 s.
 os.environ.setdefault("INGESTD_TEST_START_TIMEOUT", "120")
 
-from harness import BIN, HarnessError, Server, basic, log_cat, run_cli, track  # noqa: E402
+from harness import BIN, HarnessError, Server, log_cat, run_cli, track  # noqa: E402
 from test_powerloss import faultfs_lib, shim_env  # noqa: E402
 
 # write key, source, share of the new ids
 SOURCES = (("kf", "flood", 0.80), ("km", "medium", 0.16), ("kq1", "quiet1", 0.025),
            ("kq2", "quiet2", 0.015))
 KEY_OF = {s: k for k, s, _ in SOURCES}
+ADMIN_TOKEN = "torture-admin"
 YOUNG_KEYS = 300
 # --max-keys per run, all above --young-keys (sealing on), and by default above what one source
 # puts in the window's young part (pending keys and the young store) between two checkpoints (3 s
@@ -342,8 +343,9 @@ class Torture:
 
     def server_args(self, max_keys):
         r = self.rng
+        # The admin token: ?verbose=true names log offsets only to the operator.
         args = ["--young-keys", str(YOUNG_KEYS), "--max-keys", str(max_keys), "--window", WINDOW,
-                "--segment-bytes", "64KiB"]
+                "--segment-bytes", "64KiB", "--admin-token", ADMIN_TOKEN]
         if self.a.retention == "on":
             # A second or two of log at --rate, down to less than a checkpoint's worth.
             args += ["--log-max-bytes", r.choice(("256KiB", "512KiB", "1MiB", "2MiB"))]
@@ -419,11 +421,12 @@ class Torture:
             ids = self.model.compose(rng, s)
             if not ids:
                 continue
-            body = json.dumps({"batch": [track(mid=m) for m in ids]}, separators=(",", ":"))
+            body = json.dumps({"batch": [track(mid=m) for m in ids], "writeKey": KEY_OF[s]},
+                              separators=(",", ":"))
             self.pace(len(ids))
             try:
                 conn.request("POST", "/v1/batch?verbose=true", body=body,
-                             headers={"Authorization": basic(KEY_OF[s]),
+                             headers={"Authorization": "Bearer " + ADMIN_TOKEN,
                                       "Content-Type": "application/json"})
                 r = conn.getresponse()
                 data = r.read()
@@ -543,8 +546,8 @@ class Torture:
                 chunk = ids[i:i + 1000]
                 with m.lock:
                     m.inflight[s] += len(chunk)
-                r = srv.post("/v1/batch?verbose=true",
-                             {"batch": [track(mid=x) for x in chunk]}, key=KEY_OF[s])
+                r = srv.post_as_operator("/v1/batch?verbose=true",
+                                         {"batch": [track(mid=x) for x in chunk]}, KEY_OF[s])
                 if r.status != 200:
                     m.failed(s, self.run, chunk, "HTTP %d" % r.status)
                     m.violate("final re-send: %r" % r)

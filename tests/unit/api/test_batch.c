@@ -11,6 +11,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 
 #include "api/api.h"
 #include "api/batch.h"
+#include "api/jsonparse.h"
 #include "api/timestamp.h"
 
 static const uint8_t SECRET[KEYHASH_SECRET_LEN] = {1, 2,  3,  4,  5,  6,  7,  8,
@@ -567,6 +569,61 @@ static void assert_context_ip(const char *route, const char *body, const char *i
 }
 
 /* context.ip from the client address when the event (or its batch) has none, as Segment does. */
+/* {"batch":[{...,"p":[[...0...]]}]}: `depth` levels in all (the root, the batch, the event and
+ * depth - 3 arrays); `slow`: the innermost value is a 70-digit number, which the fast parser
+ * leaves to json_loadb, so the fallback path decides. malloc'ed. */
+static char *nested_body(int depth, bool slow)
+{
+    const char *head = "{\"batch\":[{\"type\":\"track\",\"event\":\"e\",\"userId\":\"u\",\"p\":";
+    const char *leaf =
+        slow ? "0.0000000000000000000000000000000000000000000000000000000000000000001" : "0";
+    char *s = malloc(strlen(head) + 2 * (size_t)depth + strlen(leaf) + 8);
+    assert_non_null(s);
+    char *p = s + sprintf(s, "%s", head);
+    for (int i = 3; i < depth; i++)
+        *p++ = '[';
+    p += sprintf(p, "%s", leaf);
+    for (int i = 3; i < depth; i++)
+        *p++ = ']';
+    strcpy(p, "}]}");
+    return s;
+}
+
+static void test_nesting_limit_on_both_paths(void **state)
+{
+    (void)state;
+    for (int slow = 0; slow <= 1; slow++) {
+        char *at = nested_body(JSONPARSE_MAX_DEPTH, slow);
+        char *past = nested_body(JSONPARSE_MAX_DEPTH + 1, slow);
+        json_t *root = NULL;
+        batch_error_t err = {{0}};
+        /* The fast parser takes the limit itself, and leaves the slow leaf to jansson. */
+        json_t *fast = jsonparse(at, strlen(at));
+        assert_true(slow ? fast == NULL : fast != NULL);
+        json_decref(fast);
+        assert_int_equal(batch_parse(at, strlen(at), &root, &err), BATCH_OK);
+        json_decref(root);
+        root = NULL;
+        assert_int_equal(batch_parse(past, strlen(past), &root, &err), BATCH_BAD_REQUEST);
+        assert_null(root);
+        assert_non_null(strstr(err.text, "invalid JSON: nested deeper than 256 levels"));
+        free(at);
+        free(past);
+    }
+    /* Brackets inside strings do not count, escaped quotes do not end a string. */
+    char s[2 * JSONPARSE_MAX_DEPTH + 16];
+    size_t n = 0;
+    s[n++] = '"';
+    s[n++] = '\\';
+    s[n++] = '"';
+    for (int i = 0; i < JSONPARSE_MAX_DEPTH + 1; i++)
+        s[n++] = '[';
+    s[n++] = '"';
+    assert_false(jsonparse_too_deep(s, n));
+    assert_true(jsonparse_too_deep(s + 3, JSONPARSE_MAX_DEPTH + 1));
+    assert_false(jsonparse_too_deep(s + 3, JSONPARSE_MAX_DEPTH));
+}
+
 static void test_context_ip(void **state)
 {
     (void)state;
@@ -641,11 +698,17 @@ int main(void)
     }
 
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batch_cap),         cmocka_unit_test(test_event_cap),
-        cmocka_unit_test(test_assigned_uuid_v4),  cmocka_unit_test(test_numbers_kept),
-        cmocka_unit_test(test_invalid_utf8),      cmocka_unit_test(test_write_key),
-        cmocka_unit_test(test_stringify_escapes), cmocka_unit_test(test_line_separators_escaped),
-        cmocka_unit_test(test_sent_at_header),    cmocka_unit_test(test_context_ip),
+        cmocka_unit_test(test_batch_cap),
+        cmocka_unit_test(test_event_cap),
+        cmocka_unit_test(test_assigned_uuid_v4),
+        cmocka_unit_test(test_numbers_kept),
+        cmocka_unit_test(test_invalid_utf8),
+        cmocka_unit_test(test_write_key),
+        cmocka_unit_test(test_stringify_escapes),
+        cmocka_unit_test(test_line_separators_escaped),
+        cmocka_unit_test(test_sent_at_header),
+        cmocka_unit_test(test_context_ip),
+        cmocka_unit_test(test_nesting_limit_on_both_paths),
     };
     int failed = cmocka_run_group_tests_name("batch limits", tests, NULL, NULL);
     failed += _cmocka_run_group_tests("batch data cases", data_tests, n, NULL, NULL);
