@@ -11,8 +11,9 @@ retried until it is answered 200, and only a 200 counts as acknowledged.
 Mid-load one worker is SIGKILLed (its transaction left open) and restarted 2 s later on its
 data dir. Then the output topic, read read_committed, must hold every acknowledged event exactly
 once, each from a single raw record (its `ingestd-input` lineage header): 0 lost, 0 duplicated.
-Printed: the time from the restart until a probe sent to every partition is in the output
-(every partition processed again).
+The restarted worker must come back as the same static member with its own partitions, and
+the other worker must lose none of its partitions meanwhile. Printed: the time from the restart
+until a probe sent to every partition is in the output (every partition processed again).
 """
 import os
 import sys
@@ -160,6 +161,7 @@ class RealWorkerKillTest(RealTestCase):
                       or time.monotonic() > load.stop_at - LOAD_SECONDS * 0.6,
                       LOAD_SECONDS, "a quarter of the load acknowledged", interval=0.05)
         acked_at_kill = load.acked_count()
+        a_log_at_kill = os.path.getsize(a.log_path)
         b.kill()
         time.sleep(OUTAGE)  # the outage's length, not synchronisation
         t_restart = time.monotonic()
@@ -190,20 +192,24 @@ class RealWorkerKillTest(RealTestCase):
                                   for p in w.stats()["partitions"]),
                       WAIT, "both workers without lag")
         counts = count_output(self.cluster.consume(out), acked)
+        with open(a.log_path) as f:
+            f.seek(a_log_at_kill)
+            a_log = f.read()
         st_a, st_b = a.stats(), b.stats()
         print("\nreal cluster, worker SIGKILL under load: %d events acknowledged (%d before the "
               "kill) in %.1f s over %d requests (answered 200 in %.2f s on average; %d retried 503s, %d batches through both "
               "edges, %d events never acknowledged); every partition processed again %.1f s "
               "after the restart (%.1f s after the kill); output: %d records, %d distinct, "
               "%d lost, %d duplicated, %d lineage conflicts; transactions committed %d + %d, "
-              "aborted %d + %d; duplicates dropped %d + %d" % (
+              "aborted %d + %d; duplicates dropped %d + %d; the survivor saw %d assignment(s)" % (
                   len(load.acked), acked_at_kill, load_seconds, load.requests,
                   load.ok_seconds / max(load.ok, 1), load.retries,
                   load.both, load.unacked, recovered, recovered + OUTAGE, counts.records,
                   counts.distinct, counts.lost, counts.duplicated, counts.lineage_conflicts,
                   st_a["transactions"]["committed"], st_b["transactions"]["committed"],
                   st_a["transactions"]["aborted"], st_b["transactions"]["aborted"],
-                  st_a["events"]["duplicates"], st_b["events"]["duplicates"]),
+                  st_a["events"]["duplicates"], st_b["events"]["duplicates"],
+                  a_log.count("assigned ")),
               file=sys.stderr)
         self.assertEqual(counts.lost, 0, counts.examples)
         self.assertEqual(counts.duplicated, 0, counts.examples)
@@ -212,6 +218,8 @@ class RealWorkerKillTest(RealTestCase):
         # The restarted worker came back as the same static member with its own partitions.
         self.assertEqual(st_b["group_instance_id"], b_instance)
         self.assertEqual(sorted(p["partition"] for p in st_b["partitions"]), b_parts)
+        # The survivor's partitions never stopped: nothing was revoked from it.
+        self.assertNotIn("revoked", a_log)
         for s in self.servers:
             s.stop()
         for w in self.workers:
