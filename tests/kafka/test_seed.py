@@ -1,0 +1,204 @@
+"""Growing from one node to a cluster keeps the window: `ingestd seed` and the switch procedure.
+
+The procedure of docs/scale-out.md ("From one node to a cluster"), run for real: a single
+`ingestd serve` acknowledges events; a worker starts; `ingestd seed` carries the node's log into
+the raw topic while the node still serves; more events and retries reach the node; the node
+stops (a client's retry to it is refused); `ingestd seed --from-offset N` carries the tail; an
+edge takes the traffic, where the clients retry every id the node acknowledged and send new
+ones. The output topic (read_committed) must hold every new id exactly once and none of the ids
+the node acknowledged. Without the seed passes (SEED_SKIP=1, for showing the test's teeth) the
+retries reach the output and the test fails.
+
+Here on librdkafka's mock cluster (the rig of test_worker.py); tests/kafka/test_real_seed.py
+runs the same switch on a real Apache Kafka cluster.
+"""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "integration"))
+from harness import BIN, Server, deadline_wait, send_ids  # noqa: E402
+
+KEYS = ["k_web:web"]
+WAIT = 60.0
+
+
+def seed(bootstrap, data_dir, from_offset=None, kafka_opts=()):
+    """Runs `ingestd seed`; returns its JSON summary line."""
+    argv = [BIN, "seed", "--data", data_dir, "--kafka-brokers", bootstrap, "--raw-topic", "raw"]
+    if from_offset is not None:
+        argv += ["--from-offset", str(from_offset)]
+    for o in kafka_opts:
+        argv += ["--kafka-opt", o]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, "ingestd seed exit %d:\n%s" % (r.returncode, r.stderr)
+    return json.loads(r.stdout)
+
+
+def refused(port):
+    """Whether a connection to the (stopped) node's port is refused, as a client's retry is."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except ConnectionRefusedError:
+        return True
+
+
+class Retrier(threading.Thread):
+    """A client retrying acknowledged ids at the node until the node refuses it (the node is
+    being stopped): each round a whole batch, which the node answers as duplicates."""
+
+    def __init__(self, node, ids):
+        super().__init__(daemon=True)
+        self.node, self.ids = node, ids
+        self.answered = self.refused = 0
+        self.go = threading.Event()
+
+    def run(self):
+        while True:
+            try:
+                r = self.node.batch([{"type": "track", "userId": "u", "event": "Retry",
+                                      "messageId": m} for m in self.ids], key="k_web")
+                if r.status == 200:
+                    self.answered += 1
+                    self.go.set()
+            except OSError:
+                self.refused += 1
+                self.go.set()
+                return
+
+
+def switch(test, tmp, bootstrap, start_worker, consume_out, kafka_opts=(), n_old=300, n_tail=100,
+           n_new=100):
+    """The documented procedure, end to end; asserts on the output topic. start_worker() starts
+    the workers and waits until they are ready; consume_out() returns the output topic's records
+    (read_committed) once the workers are done with every raw record; both are the rig's."""
+    skip = os.environ.get("SEED_SKIP") == "1"
+    node = Server(keys=KEYS, data_dir=os.path.join(tmp, "node"))
+    test.servers.append(node)
+    node.start()
+    old = ["old-%05d" % i for i in range(n_old)]
+    tail = ["tail-%05d" % i for i in range(n_tail)]
+    new = ["new-%05d" % i for i in range(n_new)]
+    test.assertEqual(send_ids(node, old, "k_web"), (n_old, 0))
+
+    # 1. topics exist (the rig's), workers run; 2. the first pass while the node serves
+    workers = start_worker()
+    first = {"seeded": 0, "next_offset": None} if skip else seed(bootstrap, node.data_dir,
+                                                                  kafka_opts=kafka_opts)
+    if not skip:
+        test.assertEqual((first["seeded"], first["from_offset"], first["next_offset"]),
+                         (n_old, 0, n_old))
+    # traffic goes on at the node: new ids (acknowledged after the first pass) and retries
+    test.assertEqual(send_ids(node, tail, "k_web"), (n_tail, 0))
+    retrier = Retrier(node, old[:50] + tail[:50])
+    retrier.start()
+    test.assertTrue(retrier.go.wait(WAIT), "the retrier got no answer from the node")
+    # 3. stop the node; clients' requests now fail (refused) and are retried later
+    port = node.port
+    node.stop()
+    retrier.join(WAIT)
+    test.assertGreater(retrier.answered, 0)
+    test.assertEqual(retrier.refused, 1)
+    test.assertTrue(refused(port))
+    # 4. the tail pass
+    if not skip:
+        second = seed(bootstrap, node.data_dir, from_offset=first["next_offset"],
+                      kafka_opts=kafka_opts)
+        test.assertEqual((second["seeded"], second["from_offset"], second["next_offset"]),
+                         (n_tail, n_old, n_old + n_tail))
+        again = seed(bootstrap, node.data_dir, from_offset=second["next_offset"],
+                     kafka_opts=kafka_opts)
+        test.assertEqual(again["seeded"], 0)
+    # 5. the edge takes the traffic: the clients retry everything the node acknowledged
+    edge = Server(keys=KEYS, data_dir=os.path.join(tmp, "edge"),
+                  args=["--role", "edge", "--kafka-brokers", bootstrap, "--raw-topic", "raw"] +
+                  sum((["--kafka-opt", o] for o in kafka_opts), []))
+    test.servers.append(edge)
+    edge.start()
+    test.assertEqual(send_ids(edge, old + tail + new, "k_web")[0], n_old + n_tail + n_new)
+    test.assertEqual(send_ids(edge, new[:10] + old[:10], "k_web")[0], 20)
+
+    seeded = 0 if skip else n_old + n_tail
+    raw_total = seeded + n_old + n_tail + n_new + 20
+    out = consume_out(workers, raw_total)
+    ids = [r["messageId"] for r in out]
+    counts = {m: ids.count(m) for m in set(ids)}
+    leaked = sorted(m for m in counts if not m.startswith("new-"))
+    test.assertEqual(leaked, [], "ids the node acknowledged reached the output: %d of them, "
+                     "e.g. %s" % (len(leaked), leaked[:5]))
+    test.assertEqual(sorted(counts), sorted(new))
+    test.assertEqual([m for m, c in counts.items() if c != 1], [])
+    return workers
+
+
+class SeedMockTest(unittest.TestCase):
+    def setUp(self):
+        from test_worker import Mock
+        self.tmp = tempfile.mkdtemp(prefix="ingestd-seed-")
+        self.mock = Mock(["raw:4", "out:4"])
+        self.servers, self.workers = [], []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.cleanup()
+        for w in self.workers:
+            w.cleanup()
+        self.mock.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start_worker(self):
+        from test_worker import Worker
+        w = Worker(self.mock, os.path.join(self.tmp, "w1"))
+        self.workers.append(w)
+        w.start()
+        w.wait_ready()
+        return [w]
+
+    def consume_out(self, workers, raw_total):
+        from test_worker import consume
+        deadline_wait(lambda: sum(w.stats()["events"]["consumed"] for w in workers) >= raw_total,
+                      WAIT, "the workers consumed %d raw records" % raw_total, interval=0.2)
+        return consume(self.mock)
+
+    def test_switch_keeps_the_window(self):
+        workers = switch(self, self.tmp, self.mock.bootstrap, self.start_worker,
+                         self.consume_out)
+        ev = workers[0].stats()["events"]
+        if os.environ.get("SEED_SKIP") != "1":
+            self.assertEqual(ev["seeded"], 400)
+            self.assertEqual(ev["duplicates"], 420)
+        status, metrics = workers[0].get("/metrics")
+        self.assertIn('ingestd_worker_events_total{outcome="seeded"}', metrics)
+
+    def test_seed_flags(self):
+        """Usage errors, an empty node, and a pass past the acknowledged end. (A missing raw topic
+        is tested on the real cluster: the mock creates topics on first use.)"""
+        r = subprocess.run([BIN, "seed", "--data", self.tmp], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("--kafka-brokers and --raw-topic are required", r.stderr)
+        empty = os.path.join(self.tmp, "empty")
+        os.mkdir(empty)
+        self.assertEqual(seed(self.mock.bootstrap, empty),
+                         {"seeded": 0, "skipped": 0, "from_offset": 0, "next_offset": 0})
+        node = Server(keys=KEYS, data_dir=os.path.join(self.tmp, "node"))
+        self.servers.append(node)
+        node.start()
+        send_ids(node, ["a", "b", "c"], "k_web")
+        r = subprocess.run([BIN, "seed", "--data", node.data_dir, "--kafka-brokers",
+                            self.mock.bootstrap, "--raw-topic", "raw", "--from-offset", "9"],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("past the acknowledged end of the log (3)", r.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()
