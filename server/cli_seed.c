@@ -299,16 +299,21 @@ int cli_seed_main(int argc, char **argv)
     ret = 1;
     cluster_set_log(logging_syslog); /* librdkafka's lines into our log */
     cluster_kafka_opts_t kopts = {.kv = v[O_KAFKA_OPT].items, .n = v[O_KAFKA_OPT].nitems};
+    s.chunk_from = s.from;
+    /* Also with nothing to seed: a wrong broker list or topic shows at the first pass, not at
+     * the tail pass, when the node is already down. */
+    if (seed_connect(&s, v[O_BROKERS].str, &kopts) != 0)
+        goto out;
     if (rc == 0) {
         s.progress = progress_new(stderr);
-        if (seed_connect(&s, v[O_BROKERS].str, &kopts) != 0 || seed_log(&s) != 0) {
-            progress_clear(s.progress);
+        int failed = seed_log(&s);
+        progress_clear(s.progress);
+        if (failed != 0) {
             LOG_ERROR("seeding stopped; every event before log offset %" PRIu64
                       " is seeded: run again with --from-offset %" PRIu64,
                       s.chunk_from, s.chunk_from);
             goto out;
         }
-        progress_clear(s.progress);
     }
     LOG_INFO("seeded %" PRIu64 " event(s) of log offsets %" PRIu64 "..%" PRIu64 " (%" PRIu64
              " skipped); the next pass starts with --from-offset %" PRIu64,

@@ -26,6 +26,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import BIN, Server, deadline_wait, send_ids  # noqa: E402
+from test_worker import Mock, Worker, consume  # noqa: E402
 
 KEYS = ["k_web:web"]
 WAIT = 60.0
@@ -76,8 +77,8 @@ class Retrier(threading.Thread):
                 return
 
 
-def switch(test, tmp, bootstrap, start_worker, consume_out, kafka_opts=(), n_old=300, n_tail=100,
-           n_new=100):
+def switch(test, tmp, bootstrap, start_worker, consume_out, kafka_opts=(), n_old=300,
+           n_tail=100, n_new=100):
     """The documented procedure, end to end; asserts on the output topic. start_worker() starts
     the workers and waits until they are ready; consume_out() returns the output topic's records
     (read_committed) once the workers are done with every raw record; both are the rig's."""
@@ -140,11 +141,13 @@ def switch(test, tmp, bootstrap, start_worker, consume_out, kafka_opts=(), n_old
     return workers
 
 
-class SeedMockTest(unittest.TestCase):
+class SwitchRig(unittest.TestCase):
+    """What the mock and the real-cluster tests share: the processes a test started (stopped in
+    tearDown), workers on `self.cluster` (anything with a `bootstrap`) and the output check."""
+    names = ("w1",)  # the workers' data dirs under self.tmp
+    mirror = True  # --mirror-offsets: the mock only
+
     def setUp(self):
-        from test_worker import Mock
-        self.tmp = tempfile.mkdtemp(prefix="ingestd-seed-")
-        self.mock = Mock(["raw:4", "out:4"])
         self.servers, self.workers = [], []
 
     def tearDown(self):
@@ -152,25 +155,41 @@ class SeedMockTest(unittest.TestCase):
             s.cleanup()
         for w in self.workers:
             w.cleanup()
-        self.mock.close()
-        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def start_worker(self):
-        from test_worker import Worker
-        w = Worker(self.mock, os.path.join(self.tmp, "w1"))
-        self.workers.append(w)
-        w.start()
-        w.wait_ready()
-        return [w]
+        out = []
+        for name in self.names:
+            w = Worker(self.cluster, os.path.join(self.tmp, name), mirror=self.mirror)
+            self.workers.append(w)
+            w.start()
+            out.append(w)
+        for w in out:
+            w.wait_ready()
+        # every raw partition has its owner before the first seed record is produced
+        deadline_wait(lambda: sum(len(w.stats()["partitions"]) for w in out) == 4, WAIT,
+                      "the 4 raw partitions assigned", interval=0.2)
+        return out
 
     def consume_out(self, workers, raw_total):
-        from test_worker import consume
-        deadline_wait(lambda: sum(w.stats()["events"]["consumed"] for w in workers) >= raw_total,
+        deadline_wait(lambda: sum(w.stats()["events"]["consumed"] for w in workers) >= raw_total
+                      and all(p["lag"] == 0 for w in workers for p in w.stats()["partitions"]),
                       WAIT, "the workers consumed %d raw records" % raw_total, interval=0.2)
-        return consume(self.mock)
+        return consume(self.cluster)
+
+
+class SeedMockTest(SwitchRig):
+    def setUp(self):
+        super().setUp()
+        self.tmp = tempfile.mkdtemp(prefix="ingestd-seed-")
+        self.cluster = Mock(["raw:4", "out:4"])
+
+    def tearDown(self):
+        super().tearDown()
+        self.cluster.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
 
     def test_switch_keeps_the_window(self):
-        workers = switch(self, self.tmp, self.mock.bootstrap, self.start_worker,
+        workers = switch(self, self.tmp, self.cluster.bootstrap, self.start_worker,
                          self.consume_out)
         ev = workers[0].stats()["events"]
         if os.environ.get("SEED_SKIP") != "1":
@@ -187,14 +206,14 @@ class SeedMockTest(unittest.TestCase):
         self.assertIn("--kafka-brokers and --raw-topic are required", r.stderr)
         empty = os.path.join(self.tmp, "empty")
         os.mkdir(empty)
-        self.assertEqual(seed(self.mock.bootstrap, empty),
+        self.assertEqual(seed(self.cluster.bootstrap, empty),
                          {"seeded": 0, "skipped": 0, "from_offset": 0, "next_offset": 0})
         node = Server(keys=KEYS, data_dir=os.path.join(self.tmp, "node"))
         self.servers.append(node)
         node.start()
         send_ids(node, ["a", "b", "c"], "k_web")
         r = subprocess.run([BIN, "seed", "--data", node.data_dir, "--kafka-brokers",
-                            self.mock.bootstrap, "--raw-topic", "raw", "--from-offset", "9"],
+                            self.cluster.bootstrap, "--raw-topic", "raw", "--from-offset", "9"],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 2, r.stderr)
         self.assertIn("past the acknowledged end of the log (3)", r.stderr)

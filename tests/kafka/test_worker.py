@@ -81,8 +81,10 @@ class Mock:
 class Worker:
     """One `ingestd worker` process on its own data dir."""
 
-    def __init__(self, mock, data_dir, group="workers", extra_env=None, args=()):
-        self.mock, self.data_dir, self.group = mock, data_dir, group
+    def __init__(self, mock, data_dir, group="workers", extra_env=None, args=(), mirror=True):
+        """mock: anything with a `bootstrap`; mirror=False on a real cluster, which keeps the
+        transactional offsets itself (--mirror-offsets is for the mock only)."""
+        self.mock, self.data_dir, self.group, self.mirror = mock, data_dir, group, mirror
         self.extra_env, self.args = extra_env or {}, list(args)
         self.proc = None
         self.port = None
@@ -93,7 +95,9 @@ class Worker:
         offset = os.path.getsize(self.log_path)
         argv = [BIN, "worker", "--kafka-brokers", self.mock.bootstrap, "--raw-topic", "raw",
                 "--out-topic", "out", "--group", self.group, "--data", self.data_dir,
-                "--listen", "127.0.0.1:0", "--mirror-offsets", "--log-level", "info"]
+                "--listen", "127.0.0.1:0", "--log-level", "info"]
+        if self.mirror:
+            argv.append("--mirror-offsets")
         for o in KAFKA_OPTS:
             argv += ["--kafka-opt", o]
         self.proc = subprocess.Popen(argv + self.args, stdout=subprocess.DEVNULL,
