@@ -16,6 +16,7 @@ runs the same switch on a real Apache Kafka cluster.
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -197,6 +198,52 @@ class SeedMockTest(SwitchRig):
             self.assertEqual(ev["duplicates"], 420)
         status, metrics = workers[0].get("/metrics")
         self.assertIn('ingestd_worker_events_total{outcome="seeded"}', metrics)
+
+    def crash_while_seeding(self, point):
+        """The worker SIGKILLed at `point` of its second transaction of seed records, then
+        restarted: the repair (kafka-committed) and the re-read of an aborted transaction
+        (produced) insert the seeds' keys and produce none of them."""
+        node = Server(keys=KEYS, data_dir=os.path.join(self.tmp, "node"))
+        self.servers.append(node)
+        node.start()
+        old, new = ["old-%05d" % i for i in range(300)], ["new-%05d" % i for i in range(50)]
+        send_ids(node, old, "k_web")
+        node.stop()
+        w = Worker(self.cluster, os.path.join(self.tmp, "w1"), args=["--max-batch", "40"],
+                   extra_env={"INGESTD_WORKER_CRASH_AT": "%s:2" % point})
+        self.workers.append(w)
+        w.start()
+        w.wait_ready()
+        self.assertEqual(seed(self.cluster.bootstrap, node.data_dir)["seeded"], 300)
+        deadline_wait(lambda: w.proc.poll() is not None, WAIT, "the crash at %s" % point)
+        self.assertEqual(w.proc.returncode, -signal.SIGKILL, w.tail())
+        w.log.close()
+        w2 = Worker(self.cluster, os.path.join(self.tmp, "w1"), args=["--max-batch", "40"])
+        self.workers.append(w2)
+        w2.start()
+        w2.wait_ready()
+        edge = Server(keys=KEYS, data_dir=os.path.join(self.tmp, "edge"),
+                      args=["--role", "edge", "--kafka-brokers", self.cluster.bootstrap,
+                            "--raw-topic", "raw"])
+        self.servers.append(edge)
+        edge.start()
+        send_ids(edge, old + new, "k_web")
+        deadline_wait(lambda: w2.stats()["events"]["produced"] >= len(new) and
+                      w2.stats()["events"]["duplicates"] >= len(old), WAIT,
+                      "the retries dropped and the new ids produced", interval=0.2)
+        ids = [r["messageId"] for r in consume(self.cluster)]
+        self.assertEqual(sorted(ids), sorted(new))
+        return w2
+
+    def test_worker_killed_between_kafka_and_store_commit_of_seeds(self):
+        w2 = self.crash_while_seeding("kafka-committed")
+        with open(w2.log_path) as f:
+            self.assertIn("repairing (keys only)", f.read())
+        self.assertGreater(w2.stats()["events"]["repaired"], 0)
+
+    def test_worker_killed_inside_a_transaction_of_seeds(self):
+        w2 = self.crash_while_seeding("produced")
+        self.assertGreater(w2.stats()["events"]["seeded"], 0)
 
     def test_seed_flags(self):
         """Usage errors, an empty node, and a pass past the acknowledged end. (A missing raw topic
