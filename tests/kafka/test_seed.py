@@ -33,9 +33,9 @@ KEYS = ["k_web:web"]
 WAIT = 60.0
 
 
-def seed(bootstrap, data_dir, from_offset=None, kafka_opts=()):
+def seed(bootstrap, data_dir, from_offset=None, kafka_opts=(), raw="raw"):
     """Runs `ingestd seed`; returns its JSON summary line."""
-    argv = [BIN, "seed", "--data", data_dir, "--kafka-brokers", bootstrap, "--raw-topic", "raw"]
+    argv = [BIN, "seed", "--data", data_dir, "--kafka-brokers", bootstrap, "--raw-topic", raw]
     if from_offset is not None:
         argv += ["--from-offset", str(from_offset)]
     for o in kafka_opts:
@@ -78,11 +78,12 @@ class Retrier(threading.Thread):
                 return
 
 
-def switch(test, tmp, bootstrap, start_worker, consume_out, kafka_opts=(), n_old=300,
-           n_tail=100, n_new=100):
-    """The documented procedure, end to end; asserts on the output topic. start_worker() starts
-    the workers and waits until they are ready; consume_out() returns the output topic's records
-    (read_committed) once the workers are done with every raw record; both are the rig's."""
+def switch(test, tmp, bootstrap, start_worker, consume_out, raw="raw", n_old=300, n_tail=100,
+           n_new=100):
+    """The documented procedure, end to end, into the topic `raw`; asserts on the output topic.
+    start_worker() starts the workers and waits until they are ready; consume_out() returns the
+    output topic's records (read_committed) once the workers are done with every raw record;
+    both are the rig's (SwitchRig)."""
     skip = os.environ.get("SEED_SKIP") == "1"
     node = Server(keys=KEYS, data_dir=os.path.join(tmp, "node"))
     test.servers.append(node)
@@ -94,8 +95,7 @@ def switch(test, tmp, bootstrap, start_worker, consume_out, kafka_opts=(), n_old
 
     # 1. topics exist (the rig's), workers run; 2. the first pass while the node serves
     workers = start_worker()
-    first = {"seeded": 0, "next_offset": None} if skip else seed(bootstrap, node.data_dir,
-                                                                  kafka_opts=kafka_opts)
+    first = {"seeded": 0, "next_offset": None} if skip else seed(bootstrap, node.data_dir, raw=raw)
     if not skip:
         test.assertEqual((first["seeded"], first["from_offset"], first["next_offset"]),
                          (n_old, 0, n_old))
@@ -113,17 +113,14 @@ def switch(test, tmp, bootstrap, start_worker, consume_out, kafka_opts=(), n_old
     test.assertTrue(refused(port))
     # 4. the tail pass
     if not skip:
-        second = seed(bootstrap, node.data_dir, from_offset=first["next_offset"],
-                      kafka_opts=kafka_opts)
+        second = seed(bootstrap, node.data_dir, from_offset=first["next_offset"], raw=raw)
         test.assertEqual((second["seeded"], second["from_offset"], second["next_offset"]),
                          (n_tail, n_old, n_old + n_tail))
-        again = seed(bootstrap, node.data_dir, from_offset=second["next_offset"],
-                     kafka_opts=kafka_opts)
+        again = seed(bootstrap, node.data_dir, from_offset=second["next_offset"], raw=raw)
         test.assertEqual(again["seeded"], 0)
     # 5. the edge takes the traffic: the clients retry everything the node acknowledged
     edge = Server(keys=KEYS, data_dir=os.path.join(tmp, "edge"),
-                  args=["--role", "edge", "--kafka-brokers", bootstrap, "--raw-topic", "raw"] +
-                  sum((["--kafka-opt", o] for o in kafka_opts), []))
+                  args=["--role", "edge", "--kafka-brokers", bootstrap, "--raw-topic", raw])
     test.servers.append(edge)
     edge.start()
     test.assertEqual(send_ids(edge, old + tail + new, "k_web")[0], n_old + n_tail + n_new)
@@ -142,52 +139,53 @@ def switch(test, tmp, bootstrap, start_worker, consume_out, kafka_opts=(), n_old
     return workers
 
 
-class SwitchRig(unittest.TestCase):
-    """What the mock and the real-cluster tests share: the processes a test started (stopped in
-    tearDown), workers on `self.cluster` (anything with a `bootstrap`) and the output check."""
-    names = ("w1",)  # the workers' data dirs under self.tmp
-    mirror = True  # --mirror-offsets: the mock only
-
-    def setUp(self):
-        self.servers, self.workers = [], []
-
-    def tearDown(self):
-        for s in self.servers:
-            s.cleanup()
-        for w in self.workers:
-            w.cleanup()
+class SwitchRig:
+    """What the mock and the real-cluster tests share (a mixin for their TestCase): workers
+    from self.new_worker(name), every raw partition owned before seeding, and the output read
+    once the workers caught up. The TestCase provides self.workers, self.cluster and
+    self.read_out()."""
+    names = ("w1",)  # the workers' data dirs
+    partitions = 4  # of the raw topic
 
     def start_worker(self):
         out = []
         for name in self.names:
-            w = Worker(self.cluster, os.path.join(self.tmp, name), mirror=self.mirror)
+            w = self.new_worker(name)
             self.workers.append(w)
             w.start()
             out.append(w)
         for w in out:
             w.wait_ready()
         # every raw partition has its owner before the first seed record is produced
-        deadline_wait(lambda: sum(len(w.stats()["partitions"]) for w in out) == 4, WAIT,
-                      "the 4 raw partitions assigned", interval=0.2)
+        deadline_wait(lambda: all(w.stats()["partitions"] for w in out) and
+                      sum(len(w.stats()["partitions"]) for w in out) == self.partitions, WAIT,
+                      "the raw partitions assigned", interval=0.2)
         return out
 
     def consume_out(self, workers, raw_total):
         deadline_wait(lambda: sum(w.stats()["events"]["consumed"] for w in workers) >= raw_total
                       and all(p["lag"] == 0 for w in workers for p in w.stats()["partitions"]),
                       WAIT, "the workers consumed %d raw records" % raw_total, interval=0.2)
-        return consume(self.cluster)
+        return self.read_out()
 
 
-class SeedMockTest(SwitchRig):
+class SeedMockTest(SwitchRig, unittest.TestCase):
     def setUp(self):
-        super().setUp()
         self.tmp = tempfile.mkdtemp(prefix="ingestd-seed-")
         self.cluster = Mock(["raw:4", "out:4"])
+        self.servers, self.workers = [], []
 
     def tearDown(self):
-        super().tearDown()
+        for p in self.servers + self.workers:
+            p.cleanup()
         self.cluster.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def new_worker(self, name):
+        return Worker(self.cluster, os.path.join(self.tmp, name))
+
+    def read_out(self):
+        return consume(self.cluster)
 
     def test_switch_keeps_the_window(self):
         workers = switch(self, self.tmp, self.cluster.bootstrap, self.start_worker,
