@@ -14,6 +14,7 @@
 #include "cluster/cluster.h"
 #include "cluster/partition.h"
 #include "cluster/producer.h"
+#include "common/clock.h"
 #include "server/acked.h"
 #include "server/logging.h"
 #include "server/options.h"
@@ -26,6 +27,7 @@
 #define FLUSH_MS       5000  /* what is still queued when giving up */
 #define TIMEOUT_MAX_MS UINT64_C(3600000)
 #define SEED_VALUE_MAX 96
+#define LOG_EVERY_MS   10000 /* a progress line in the log (the terminal's line is not logged) */
 
 enum { O_DATA, O_BROKERS, O_RAW, O_FROM, O_KAFKA_OPT, O_TIMEOUT, O_LEVEL, O_MAX };
 
@@ -76,6 +78,7 @@ typedef struct seed {
     uint64_t from, limit; /* [from, limit): what this pass seeds */
     uint64_t chunk_from;  /* first offset of the chunk whose deliveries are pending */
     uint64_t seeded, skipped;
+    int64_t logged_at; /* clk_mono_ms of the last progress line in the log */
     int64_t timeout_ms;
     cluster_producer_t *producer;
     cluster_partitioner_t *part;
@@ -150,6 +153,13 @@ static int chunk_done(seed_t *s, uint64_t next)
     cluster_batch_release(s->batch);
     s->batch = NULL;
     s->chunk_from = next;
+    /* A pass over a long log run by a script shows no terminal line: say how far it got. */
+    if (next < s->limit && clk_mono_ms() - s->logged_at >= LOG_EVERY_MS) {
+        s->logged_at = clk_mono_ms();
+        progress_clear(s->progress);
+        LOG_INFO("seeded up to log offset %" PRIu64 " of %" PRIu64 " (%" PRIu64 " event(s))", next,
+                 s->limit, s->seeded);
+    }
     if (next < s->limit && (s->batch = cluster_batch_new()) == NULL) {
         LOG_ERROR("out of memory");
         return -1;
@@ -165,6 +175,7 @@ static int seed_log(seed_t *s)
     int rc = log_reader_open(s->logdir, s->from, &r);
 
     s->chunk_from = s->from;
+    s->logged_at = clk_mono_ms();
     if (rc == LOG_OK && (s->batch = cluster_batch_new()) == NULL)
         rc = LOG_NOMEM;
     while (rc == LOG_OK && (rc = log_reader_next(r, s->limit, &rec)) == LOG_OK) {
