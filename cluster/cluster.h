@@ -47,6 +47,17 @@ void cluster_set_log(cluster_log_fn fn);
 #define CLUSTER_HEADER_INPUT "ingestd-input"
 
 /*
+ * A seed record (`ingestd seed`, docs/scale-out.md "From one node to a
+ * cluster"): one event a single node acknowledged, carried into the raw topic
+ * so the workers remember its key. Same key, partition and timestamp
+ * (receivedAt) as an edge would give the event, a header CLUSTER_HEADER_SEED
+ * (any value; `ingestd seed` writes "1") and a small value that is not the
+ * event. A worker inserts its key (owner: the seed record's offset) and never
+ * produces it: the single node already delivered the event.
+ */
+#define CLUSTER_HEADER_SEED "ingestd-seed"
+
+/*
  * Writes the raw-topic key of (source, message_id) into buf (cap bytes).
  * Returns its length, or 0 when it does not fit or source holds a NUL.
  */

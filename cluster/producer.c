@@ -205,17 +205,37 @@ int cluster_producer_send(cluster_producer_t *p, int32_t partition, const void *
                           const void *value, size_t value_len, int64_t timestamp_ms,
                           cluster_batch_t *b)
 {
+    return cluster_producer_send_header(p, partition, key, key_len, value, value_len, timestamp_ms,
+                                        NULL, NULL, 0, b);
+}
+
+int cluster_producer_send_header(cluster_producer_t *p, int32_t partition, const void *key,
+                                 size_t key_len, const void *value, size_t value_len,
+                                 int64_t timestamp_ms, const char *hname, const void *hval,
+                                 size_t hval_len, cluster_batch_t *b)
+{
+    /* produceva: the header is one more element, present or not, with one call either way. */
+    rd_kafka_vu_t vu[8] = {
+        {.vtype = RD_KAFKA_VTYPE_RKT, .u.rkt = p->rkt},
+        {.vtype = RD_KAFKA_VTYPE_PARTITION, .u.i32 = partition},
+        {.vtype = RD_KAFKA_VTYPE_MSGFLAGS, .u.i = RD_KAFKA_MSG_F_COPY},
+        {.vtype = RD_KAFKA_VTYPE_KEY, .u.mem = {(void *)key, key_len}},
+        {.vtype = RD_KAFKA_VTYPE_VALUE, .u.mem = {(void *)value, value_len}},
+        {.vtype = RD_KAFKA_VTYPE_TIMESTAMP, .u.i64 = timestamp_ms},
+        {.vtype = RD_KAFKA_VTYPE_OPAQUE, .u.ptr = b},
+    };
+    size_t n = 7;
+    if (hname != NULL)
+        vu[n++] = (rd_kafka_vu_t){.vtype = RD_KAFKA_VTYPE_HEADER,
+                                  .u.header = {hname, hval, (ssize_t)hval_len}};
     pthread_mutex_lock(&b->mu);
     b->pending++;
     b->refs++;
     pthread_mutex_unlock(&b->mu);
-    rd_kafka_resp_err_t err =
-        rd_kafka_producev(p->rk, RD_KAFKA_V_RKT(p->rkt), RD_KAFKA_V_PARTITION(partition),
-                          RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_KEY(key, key_len),
-                          RD_KAFKA_V_VALUE((void *)value, value_len),
-                          RD_KAFKA_V_TIMESTAMP(timestamp_ms), RD_KAFKA_V_OPAQUE(b), RD_KAFKA_V_END);
-    if (err == RD_KAFKA_RESP_ERR_NO_ERROR)
+    rd_kafka_error_t *e = rd_kafka_produceva(p->rk, vu, n);
+    if (e == NULL)
         return CLUSTER_OK;
+    rd_kafka_error_destroy(e);
     /* Not queued: no delivery report will come for it. */
     pthread_mutex_lock(&b->mu);
     b->pending--;

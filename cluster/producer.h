@@ -61,6 +61,15 @@ int cluster_producer_send(cluster_producer_t *p, int32_t partition, const void *
                           cluster_batch_t *b);
 
 /*
+ * cluster_producer_send with one header `hname` = hval (hval_len bytes, copied); hname NULL: no
+ * header (then it is cluster_producer_send). Same contract otherwise.
+ */
+int cluster_producer_send_header(cluster_producer_t *p, int32_t partition, const void *key,
+                                 size_t key_len, const void *value, size_t value_len,
+                                 int64_t timestamp_ms, const char *hname, const void *hval,
+                                 size_t hval_len, cluster_batch_t *b);
+
+/*
  * Waits until every message sent in `b` has a delivery report, at most
  * timeout_ms. CLUSTER_OK when all were delivered (acks=all), CLUSTER_DELIVERY
  * when any failed, CLUSTER_TIMEOUT when some are still pending.

@@ -74,7 +74,7 @@ typedef struct lookup_q {
 } lookup_q_t;
 
 typedef struct counters {
-    uint64_t consumed, produced, duplicates, owners, repaired, malformed;
+    uint64_t consumed, produced, duplicates, owners, repaired, malformed, seeded;
     uint64_t txn_committed, txn_aborted, producer_restarts, store_errors;
 } counters_t;
 
@@ -818,6 +818,17 @@ static int part_begin(part_t *p, const window_policy_t *wp, int64_t now, size_t 
     return store_evict_sources(p->st, window_before_batch(wp, now, n), p->sources, ea, es);
 }
 
+/* Whether m is a seed record (cluster.h): a single node's event, its key to remember only. */
+static bool is_seed(const rd_kafka_message_t *m)
+{
+    rd_kafka_headers_t *hdrs = NULL;
+    const void *val;
+    size_t len;
+    return rd_kafka_message_headers(m, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR &&
+           rd_kafka_header_get_last(hdrs, CLUSTER_HEADER_SEED, &val, &len) ==
+               RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
 /* One raw message m of partition p: its key into the store, counted; *produce when it goes
  * to the output topic. A store status (a malformed key is counted and skipped). */
 static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m, int64_t now,
@@ -853,6 +864,13 @@ static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m
         return STORE_NOMEM;
     if (m->offset < p->repair_until) {
         c->repaired++;
+        return STORE_OK;
+    }
+    /* The single node delivered this event already: its key is kept (a later raw record of it
+     * is a duplicate), the record itself never goes out, whether it inserted the key or is
+     * re-processed as its owner. */
+    if (is_seed(m)) {
+        c->seeded++;
         return STORE_OK;
     }
     if (!present && !dup) {
@@ -1126,6 +1144,7 @@ static void add_counters(counters_t *to, const counters_t *c)
     to->owners += c->owners;
     to->repaired += c->repaired;
     to->malformed += c->malformed;
+    to->seeded += c->seeded;
 }
 
 /* Processes one gathered batch. CLUSTER_OK (also after an abort and rewind) or a fatal error. */
@@ -1522,11 +1541,11 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
     fprintf(f,
             "},\"events\":{\"consumed\":%" PRIu64 ",\"produced\":%" PRIu64
             ",\"duplicates\":%" PRIu64 ",\"owner_replays\":%" PRIu64 ",\"repaired\":%" PRIu64
-            ",\"malformed\":%" PRIu64 "},"
+            ",\"malformed\":%" PRIu64 ",\"seeded\":%" PRIu64 "},"
             "\"transactions\":{\"committed\":%" PRIu64 ",\"aborted\":%" PRIu64
             ",\"producer_restarts\":%" PRIu64 "},\"store_errors\":%" PRIu64 ",\"partitions\":[",
             c->consumed, c->produced, c->duplicates, c->owners, c->repaired, c->malformed,
-            c->txn_committed, c->txn_aborted, c->producer_restarts, c->store_errors);
+            c->seeded, c->txn_committed, c->txn_aborted, c->producer_restarts, c->store_errors);
     for (size_t i = 0; i < w->nsnap; i++) {
         const part_snap_t *s = &w->snap[i];
         int64_t eff = s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
@@ -1569,8 +1588,8 @@ static int64_t part_gauge(const part_snap_t *s, size_t g, int64_t now)
 
 char *cluster_worker_metrics(cluster_worker_t *w)
 {
-    static const char *const events[] = {"produced", "duplicate", "owner_replay", "repaired",
-                                         "malformed"};
+    static const char *const events[] = {"produced", "duplicate", "owner_replay",
+                                         "repaired", "malformed", "seeded"};
     static const char *const txns[] = {"committed", "aborted"};
     static const char *const gauges[][2] = {
         {"worker_partition_keys", "Keys in the partition's store."},
@@ -1586,10 +1605,11 @@ char *cluster_worker_metrics(cluster_worker_t *w)
     int64_t now = clk_wall_ms();
     pthread_mutex_lock(&w->snap_mu);
     const counters_t *c = &w->snap_c;
-    const uint64_t nev[] = {c->produced, c->duplicates, c->owners, c->repaired, c->malformed};
+    const uint64_t nev[] = {c->produced, c->duplicates, c->owners,
+                            c->repaired, c->malformed,  c->seeded};
     const uint64_t ntx[] = {c->txn_committed, c->txn_aborted};
     prom_head(p, "worker_events_total", PROM_COUNTER, "Raw-topic records by outcome.");
-    cluster_prom_outcomes(p, "worker_events_total", events, nev, 5);
+    cluster_prom_outcomes(p, "worker_events_total", events, nev, 6);
     prom_head(p, "worker_transactions_total", PROM_COUNTER, "Kafka transactions by outcome.");
     cluster_prom_outcomes(p, "worker_transactions_total", txns, ntx, 2);
     prom_counter(p, "worker_producer_restarts_total", "Producers replaced after fatal errors.",

@@ -19,8 +19,9 @@
  * window, and is asked before the young store takes a key. Per polled batch:
  *   1. one LMDB write txn per partition: insert the keys (a key already held
  *      by another offset is a duplicate; held by this very offset, the record
- *      is its owner being re-processed, and is produced again), evict by age
- *      and size, record the applied input offset;
+ *      is its owner being re-processed, and is produced again; a seed record,
+ *      header CLUSTER_HEADER_SEED, inserts its key and is never produced),
+ *      evict by age and size, record the applied input offset;
  *   2. one Kafka transaction: produce the non-duplicates to the output topic,
  *      send_offsets_to_transaction with the group metadata, commit;
  *   3. commit the LMDB txns; then seal a young store that is full, and drop

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "server/acked.h"
 #include "server/options.h"
 #include "storage/commit.h"
 #include "storage/groups.h"
@@ -631,54 +632,6 @@ static int cat(int argc, char **argv)
 
 /* ---- log groups ---- */
 
-/* The acknowledged end of the log: the store's applied offset, or without a store every valid
- * record. */
-static int acknowledged_end(const char *data, uint64_t *end)
-{
-    char storedir[4200], logdir[4200], mdb[4300];
-    int rc;
-
-    snprintf(storedir, sizeof storedir, "%s/store", data);
-    snprintf(mdb, sizeof mdb, "%s/data.mdb", storedir);
-    snprintf(logdir, sizeof logdir, "%s/log", data);
-    *end = 0;
-    /* As in `log cat`: the server's ACKED first, needing no LMDB reader slot. */
-    if (commit_read_acked(data, end) == 0)
-        return 0;
-    if (exists(mdb)) {
-        store_options_t so = {.map_size = 0, .read_only = true, .older_ok = true};
-        store_info_t info;
-        store_t *st = NULL;
-        rc = store_open(storedir, &so, &st);
-        if (rc == STORE_OK)
-            rc = store_get_info(st, &info);
-        if (rc != STORE_OK) {
-            fprintf(stderr, "ingestd log groups: cannot read %s: %s\n", storedir,
-                    store_strerror(rc));
-            store_close(st);
-            return -1;
-        }
-        store_close(st);
-        *end = info.applied;
-        return 0;
-    }
-    if (!exists(logdir))
-        return 0;
-    log_reader_t *r = NULL;
-    log_record_t rec;
-    rc = log_reader_open(logdir, first_offset(logdir), &r);
-    while (rc == LOG_OK && (rc = log_reader_next(r, UINT64_MAX, &rec)) == LOG_OK)
-        ;
-    if (rc != LOG_END) {
-        fprintf(stderr, "ingestd log groups: cannot read %s: %s\n", logdir, log_strerror(rc));
-        log_reader_close(r);
-        return -1;
-    }
-    *end = log_reader_position(r);
-    log_reader_close(r);
-    return 0;
-}
-
 static int groups_cmd(int argc, char **argv)
 {
     opts_val_t v[GROUPS_MAX];
@@ -704,7 +657,7 @@ static int groups_cmd(int argc, char **argv)
                 rc == GROUPS_EIO ? ": " : "", rc == GROUPS_EIO ? strerror(errno) : "");
         goto out;
     }
-    if (acknowledged_end(data, &end) != 0)
+    if (acked_end(data, "ingestd log groups", &end) != 0)
         goto out;
     for (size_t i = 0; i < n; i++) {
         size_t l = strlen(list[i].name);

@@ -19,6 +19,7 @@
 #include "server/cli_filter.h"
 #include "server/cli_log.h"
 #include "server/cli_lookup.h"
+#include "server/cli_seed.h"
 #include "server/cli_worker.h"
 #include "server/config.h"
 #include "server/http.h"
@@ -61,6 +62,9 @@ static void usage(FILE *out)
                  "  worker --kafka-brokers LIST --raw-topic NAME --out-topic NAME --group NAME\n"
                  "      the Kafka worker role: exactly-once de-duplication between two topics\n"
                  "      (docs/scale-out.md)\n"
+                 "  seed --data DIR --kafka-brokers LIST --raw-topic NAME [--from-offset N]\n"
+                 "      carry a single node's retained log into the raw topic as seed records,\n"
+                 "      so the workers that take over keep its window (docs/scale-out.md)\n"
                  "  filter-bench --filter SPEC --stream artificial:ALPHABET:LENGTH|file:PATH\n"
                  "      measure a bounded-memory duplicate filter (docs/filters.md)\n"
                  "  version\n"
@@ -497,6 +501,8 @@ int main(int argc, char **argv)
         return cli_filter_main(argc - 1, argv + 1);
     if (strcmp(cmd, "worker") == 0)
         return cli_worker_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "seed") == 0)
+        return cli_seed_main(argc - 1, argv + 1);
     if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
         printf("ingestd %s\n", INGESTD_VERSION);
         return 0;
