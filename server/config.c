@@ -56,7 +56,7 @@ struct setting {
 /* K_CHOICE fields are enums stored and read as the int index of their word. */
 #define CHOICE_FIELDS_ARE_INT                                                                      \
     (sizeof(enum config_data_mode) == sizeof(int) && sizeof(enum store_sync) == sizeof(int) &&     \
-     sizeof(enum config_role) == sizeof(int))
+     sizeof(enum config_role) == sizeof(int) && sizeof(enum config_tls_min) == sizeof(int))
 _Static_assert(CHOICE_FIELDS_ARE_INT, "a K_CHOICE field is not the size of an int");
 
 /* The one table: parsing, validation, --help and config_log all walk it. */
@@ -104,7 +104,14 @@ static const struct setting settings[] = {
     {"admin-token", "INGESTD_ADMIN_TOKEN", NULL, K_SECRET, 1,
      sizeof(((config_t *)0)->admin_token) - 1, FIELD(admin_token), "TOKEN",
      "bearer token for GET /v1/log, /stats and /metrics (/healthz stays open); without one "
-     "/v1/log is off (404). Printable ASCII without blanks, at most 255 bytes"},
+     "/v1/log is off (404) and /stats, /metrics, /dashboard answer only a Host that is localhost, "
+     "an IP address or in --admin-hosts. Printable ASCII without blanks, at most 255 bytes"},
+    {"admin-hosts", "INGESTD_ADMIN_HOSTS", NULL, K_PATH, 1,
+     sizeof(((config_t *)0)->admin_hosts) - 1, FIELD(admin_hosts), "NAME,...",
+     "without --admin-token: more Host names (e.g. ingestd.internal) that may read /stats, "
+     "/metrics and /dashboard, besides localhost, IP addresses and the --listen host; any other "
+     "Host gets 403, so a page that rebinds its own name to this server cannot read them; * for "
+     "any Host"},
     {"log-retention", "INGESTD_LOG_RETENTION", "0", K_DURATION, 0, (uint64_t)(3650 * MS_PER_DAY),
      FIELD(log_retention_ms), "DURATION",
      "delete closed log segments last written longer ago than this, e.g. 7d; 0: keep forever. "
@@ -166,7 +173,11 @@ static const struct setting settings[] = {
     {"tls-cert", "INGESTD_TLS_CERT", NULL, K_PATH, 1, sizeof(((config_t *)0)->tls_cert) - 1,
      FIELD(tls_cert), "FILE", "PEM certificate (chain) to serve HTTPS; needs --tls-key"},
     {"tls-key", "INGESTD_TLS_KEY", NULL, K_PATH, 1, sizeof(((config_t *)0)->tls_key) - 1,
-     FIELD(tls_key), "FILE", "PEM private key of --tls-cert"},
+     FIELD(tls_key), "FILE", "PEM private key of --tls-cert; both are read again on SIGHUP"},
+    /* The words' positions are enum config_tls_min's values. */
+    {"tls-min-version", "INGESTD_TLS_MIN_VERSION", "1.2", K_CHOICE, 0, 0, FIELD(tls_min), "1.2|1.3",
+     "the oldest TLS version served with --tls-cert; either way only forward-secret AEAD "
+     "suites (ECDHE or DHE with AES-GCM or ChaCha20-Poly1305, and TLS 1.3's)"},
     {"cors-origin", "INGESTD_CORS_ORIGIN", "*", K_PATH, 1, sizeof(((config_t *)0)->cors_origin) - 1,
      FIELD(cors_origin), "ORIGINS",
      "browser origins allowed by CORS, comma-separated (https://app.example.com), or * for any "

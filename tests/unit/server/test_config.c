@@ -478,7 +478,7 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 42);
+    assert_int_equal(lines, 44);
     assert_non_null(strstr(log, "admin-token = none"));
     assert_non_null(strstr(log, "data-mode = private\n"));
     assert_non_null(strstr(log, "store-sync = meta\n"));
@@ -488,6 +488,23 @@ static void test_config_log_masks_keys(void **state)
     assert_non_null(strstr(log, "log-max-bytes = 0\n"));
     assert_non_null(strstr(log, "Z INFO config "));
     free(log);
+}
+
+/* Issue 27: --tls-min-version by meaning (1.2|1.3), --admin-hosts. */
+static void test_tls_and_admin_hosts(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k"), 0);
+    assert_int_equal(cfg.tls_min, CONFIG_TLS_1_2);
+    assert_string_equal(cfg.admin_hosts, "");
+    assert_int_equal(PARSE("--write-key", "k", "--tls-min-version", "1.3", "--admin-hosts",
+                           "a.example,b.example"),
+                     0);
+    assert_int_equal(cfg.tls_min, CONFIG_TLS_1_3);
+    assert_string_equal(cfg.admin_hosts, "a.example,b.example");
+    assert_int_equal(PARSE("--write-key", "k", "--tls-min-version", "1.1"), 2);
+    assert_non_null(strstr(err, "invalid --tls-min-version \"1.1\": expected 1.2|1.3"));
+    assert_int_equal(PARSE("--write-key", "k", "--tls-min-version", "TLSv1.2"), 2);
 }
 
 /* Issue 16: slow clients, proxies and context.ip. */
@@ -833,6 +850,7 @@ int main(void)
         cmocka_unit_test(test_store),
         cmocka_unit_test(test_config_log_hides_admin_token),
         cmocka_unit_test(test_transport_hardening),
+        cmocka_unit_test(test_tls_and_admin_hosts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
