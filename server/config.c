@@ -129,10 +129,11 @@ static const struct setting settings[] = {
      "where the de-duplication window lives: lmdb (exact, on disk), or memory:SPEC, a "
      "bounded-memory filter such as memory:qqhtd:8Mbit or memory:nsq:64Mbit (no disk, fixed "
      "memory, approximate: a false positive drops a unique event; docs/filters.md)"},
-    {"max-connections-per-ip", "INGESTD_MAX_CONNECTIONS_PER_IP", "0", K_COUNT, 0, 1000000,
+    {"max-connections-per-ip", "INGESTD_MAX_CONNECTIONS_PER_IP", NULL, K_COUNT, 0, 1000000,
      FIELD(max_connections_per_ip), "N",
-     "concurrent connections from one socket address at most (a proxy in front counts as one "
-     "address); 0: no per-address cap"},
+     "concurrent connections from one socket address at most, past it closed at accept (the "
+     "connections of --trusted-proxies are not counted; their forwarded clients may each have "
+     "this many requests in flight); 0: no per-address cap"},
     {"header-timeout", "INGESTD_HEADER_TIMEOUT", "10s", K_SECONDS, 1, 3600, FIELD(header_timeout_s),
      "DURATION",
      "a new connection's request line and headers must arrive within this (1s..1h); when "
@@ -932,7 +933,9 @@ static int apply_setting(config_t *cfg, const struct setting *st, const char *fl
         return apply(cfg, st, env, st->env, errbuf, errlen);
     if (st->def != NULL)
         return apply(cfg, st, st->def, "default", errbuf, errlen); /* a bad one is a bug */
-    if (st->kind == K_COUNT)
+    if (st->off == offsetof(config_t, max_connections_per_ip))
+        put_uint(cfg, st, UINT32_MAX); /* a share of --max-connections: check_together */
+    else if (st->kind == K_COUNT)
         put_uint(cfg, st, cpu_count()); /* threads */
     /* Else a K_SECRET without default: it stays empty (not set). */
     return 0;
@@ -967,6 +970,12 @@ static int check_together(config_t *cfg, char *errbuf, size_t errlen)
                       cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
                       cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
         return -1;
+    }
+    /* One client address may take a share of the connections, never all of them (README
+     * "Limits"): the rest stays for everyone else. */
+    if (cfg->max_connections_per_ip == UINT32_MAX) {
+        unsigned share = cfg->max_connections / CONFIG_PER_IP_SHARE_DIV;
+        cfg->max_connections_per_ip = share > 0 ? share : 1;
     }
     if (cfg->window_floor_ms > cfg->window_ms) {
         errbuf_printf(errbuf, errlen,
@@ -1170,6 +1179,8 @@ void config_usage(FILE *out)
             snprintf(def, sizeof def, "%s", st->def);
         else if (st->kind == K_KEYS)
             snprintf(def, sizeof def, "none (required)");
+        else if (st->off == offsetof(config_t, max_connections_per_ip))
+            snprintf(def, sizeof def, "1/%d of --max-connections", CONFIG_PER_IP_SHARE_DIV);
         else if (st->kind == K_SECRET || st->kind == K_PATH || st->kind == K_TIME ||
                  st->kind == K_LIST)
             snprintf(def, sizeof def, "none");

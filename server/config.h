@@ -26,6 +26,10 @@ enum config_tls_min {
     CONFIG_TLS_1_3 = 1, /* TLS 1.3 only */
 };
 
+/* --max-connections-per-ip when neither the flag nor its variable gives it: a share of
+ * --max-connections (config_parse resolves it, so the parsed config never holds this). */
+#define CONFIG_PER_IP_SHARE_DIV 4
+
 /* --data-mode: who may read what ingestd creates in a data dir (the umask it runs under). */
 enum config_data_mode {
     CONFIG_DATA_PRIVATE = 0, /* files 0600, directories 0700: the service user only */
@@ -69,7 +73,8 @@ typedef struct config {
     int64_t window_floor_ms;     /* --window-floor (INGESTD_WINDOW_FLOOR), default 0: off */
     /* Hardening (issue #6; README "Limits"). */
     unsigned max_connections_per_ip; /* --max-connections-per-ip (INGESTD_MAX_CONNECTIONS_PER_IP),
-                                        default 0: no per-address cap (README "Limits" says why) */
+                                        default a quarter of --max-connections (README "Limits"
+                                        says why); 0: no per-address cap */
     unsigned request_timeout_s;      /* --request-timeout (INGESTD_REQUEST_TIMEOUT): headers and
                                         body must arrive within this, default 60s */
     unsigned header_timeout_s;       /* --header-timeout (INGESTD_HEADER_TIMEOUT): the request

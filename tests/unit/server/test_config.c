@@ -515,9 +515,18 @@ static void test_transport_hardening(void **state)
     assert_int_equal(cfg.header_timeout_s, 10);
     assert_int_equal(cfg.min_body_rate, 1024);
     assert_int_equal(cfg.max_body_memory, 128ULL << 20);
-    assert_int_equal(cfg.max_connections_per_ip, 0);
+    /* A quarter of --max-connections per address unless given (README "Limits"). */
+    assert_int_equal(cfg.max_connections_per_ip, 1024 / 4);
     assert_int_equal(cfg.proxies.n, 0);
     assert_false(cfg.no_context_ip);
+    assert_int_equal(PARSE("--write-key", "k", "--max-connections", "100"), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 25);
+    assert_int_equal(PARSE("--write-key", "k", "--max-connections", "3"), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 1);
+    assert_int_equal(PARSE("--write-key", "k", "--max-connections-per-ip", "0"), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 0);
+    assert_int_equal(PARSE("--write-key", "k", "--max-connections-per-ip", "5000"), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 5000);
 
     /* A switch takes no value, so the next argument is a flag again. */
     assert_int_equal(PARSE("--no-context-ip", "--write-key", "k", "--header-timeout", "3s",
