@@ -23,7 +23,7 @@ int adminhost_new(const char *listen_host, const char *names, adminhost_t **out)
     *out = NULL;
     if (!a)
         return -1;
-    a->names = malloc(n1 + n2 + 2);
+    a->names = malloc(n1 + n2 + 3); /* both, a comma after each, the NUL */
     if (!a->names) {
         free(a);
         return -1;
