@@ -118,28 +118,23 @@ static void creds_free(struct tls_creds *c)
     free(c);
 }
 
-/* Whether the key belongs to the certificate, by GnuTLS' own check (a scratch credentials set
- * does it: it compares the two public keys). Returns 0 or -1 with the reason in errbuf. */
-static int check_pair(const gnutls_datum_t *cert, const gnutls_datum_t *key, char *errbuf,
-                      size_t errlen)
+/* Whether the key belongs to the chain's leaf (pcerts[0]): the same public key. */
+static bool key_matches(const struct tls_creds *c)
 {
-    gnutls_certificate_credentials_t cred;
-    int rc;
+    gnutls_pubkey_t pub = NULL;
+    gnutls_datum_t mine = {NULL, 0}, leaf = {NULL, 0};
+    bool same = false;
 
-    if (gnutls_certificate_allocate_credentials(&cred) < 0) {
-        errbuf_printf(errbuf, errlen, "out of memory");
-        return -1;
-    }
-    rc = gnutls_certificate_set_x509_key_mem2(cred, cert, key, GNUTLS_X509_FMT_PEM, NULL, 0);
-    gnutls_certificate_free_credentials(cred);
-    if (rc < 0) {
-        errbuf_printf(
-            errbuf, errlen, "TLS certificate and key not usable: %s%s", gnutls_strerror(rc),
-            rc == GNUTLS_E_CERTIFICATE_KEY_MISMATCH ? " (does --tls-key belong to --tls-cert?)"
-                                                    : "");
-        return -1;
-    }
-    return 0;
+    if (c->npcerts == 0 || gnutls_pubkey_init(&pub) < 0)
+        return false;
+    if (gnutls_pubkey_import_privkey(pub, c->key, 0, 0) == 0 &&
+        gnutls_pubkey_export2(pub, GNUTLS_X509_FMT_DER, &mine) == 0 &&
+        gnutls_pubkey_export2(c->pcerts[0].pubkey, GNUTLS_X509_FMT_DER, &leaf) == 0)
+        same = mine.size == leaf.size && memcmp(mine.data, leaf.data, mine.size) == 0;
+    gnutls_free(mine.data);
+    gnutls_free(leaf.data);
+    gnutls_pubkey_deinit(pub);
+    return same;
 }
 
 /* Reads and checks cfg's certificate and key into a new *out. Returns 0 or -1 (errbuf). */
@@ -157,14 +152,13 @@ static int creds_load(const char *cert_path, const char *key_path, struct tls_cr
         goto out;
     gnutls_datum_t cd = {(unsigned char *)cert, (unsigned)cert_len};
     gnutls_datum_t kd = {(unsigned char *)key, (unsigned)key_len};
-    if (check_pair(&cd, &kd, errbuf, errlen) != 0)
-        goto out;
     c = calloc(1, sizeof *c);
     if (c == NULL || gnutls_privkey_init(&c->key) < 0) {
         errbuf_printf(errbuf, errlen, "out of memory");
         goto out;
     }
     c->npcerts = TLS_CHAIN_MAX;
+    /* The leaf first, then its issuers, as GnuTLS' own loading of a PEM chain wants it. */
     g = gnutls_pcert_list_import_x509_raw(c->pcerts, &c->npcerts, &cd, GNUTLS_X509_FMT_PEM, 0);
     if (g < 0) {
         c->npcerts = 0;
@@ -175,6 +169,13 @@ static int creds_load(const char *cert_path, const char *key_path, struct tls_cr
     g = gnutls_privkey_import_x509_raw(c->key, &kd, GNUTLS_X509_FMT_PEM, NULL, 0);
     if (g < 0) {
         errbuf_printf(errbuf, errlen, "TLS key \"%s\": %s", key_path, gnutls_strerror(g));
+        goto out;
+    }
+    if (!key_matches(c)) {
+        errbuf_printf(errbuf, errlen,
+                      "TLS certificate and key not usable: %s (does --tls-key "
+                      "belong to --tls-cert?)",
+                      gnutls_strerror(GNUTLS_E_CERTIFICATE_KEY_MISMATCH));
         goto out;
     }
     *out = c;
