@@ -9,7 +9,7 @@ FROM debian:bookworm-slim AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config \
-        libmicrohttpd-dev libjansson-dev liblmdb-dev uuid-dev zlib1g-dev librdkafka-dev \
+        libmicrohttpd-dev libgnutls28-dev libjansson-dev liblmdb-dev uuid-dev zlib1g-dev librdkafka-dev \
         libjemalloc-dev \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src

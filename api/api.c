@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/adminhost.h"
 #include "api/cors.h"
 #include "api/reqhist.h"
 #include "common/clock.h"
@@ -55,6 +56,11 @@ int api_new(const api_options_t *opts, api_t **out)
         goto fail;
     if (new_reqhist(api) != 0)
         goto fail;
+    if (adminhost_new(opts->listen_host, opts->admin_hosts, &api->admin_hosts) != 0)
+        goto fail;
+    api->tls_min_version = opts->tls_min_version;
+    for (size_t i = 0; i < API_TLS_VERSIONS; i++)
+        atomic_init(&api->tls_handshakes[i], 0);
     api_reject_init(api, opts); /* reject.c */
     api->fsync_seconds = opts->fsync_seconds;
     api->batch_events = opts->batch_events;
@@ -87,6 +93,7 @@ void api_free(api_t *api)
     free(api->admin_token);
     free(api->data_dir);
     cors_free(api->cors);
+    adminhost_free(api->admin_hosts);
     reqhist_free(api->reqhist);
     pthread_mutex_destroy(&api->polls_mu);
     free(api);

@@ -102,6 +102,15 @@ typedef struct api_options {
      * (commit_options_t.duplicate_age_seconds); may be NULL. */
     const histogram_t *duplicate_age_seconds;
     int64_t window_floor_ms; /* --window-floor, reported in /stats (0: off) */
+    /* The oldest TLS version the transport serves ("1.2", "1.3"; static string), reported with
+     * the handshakes in /stats `tls` and /metrics ingestd_tls_handshakes_total; NULL: plain
+     * HTTP (neither is reported). */
+    const char *tls_min_version;
+    /* Without admin_token, which Host may read /stats, /metrics and /dashboard (DNS rebinding,
+     * api/adminhost.h): localhost, IP addresses, listen_host and the comma-separated names of
+     * admin_hosts ("*": any Host). Both copied by api_new; NULL or "": none. */
+    const char *listen_host;
+    const char *admin_hosts;
 } api_options_t;
 
 /*
@@ -140,6 +149,8 @@ typedef struct api_req {
     void *transport;    /* passed to param */
     /* The request's id (X-Request-Id), kept with what the quarantine records of it; NULL: none. */
     const char *request_id;
+    /* The Host header (the operator routes' DNS-rebinding check); NULL when absent. */
+    const char *host;
 } api_req_t;
 
 #define API_MAX_HEADERS 8 /* a CORS preflight answer takes 5 */
@@ -252,6 +263,20 @@ void api_count_duration(api_t *api, const char *path, int status, int64_t ns);
  * or -1 when out of memory (the body is then unchanged). The transport calls it for every answer.
  */
 int api_resp_add_request_id(api_resp_t *resp, const char *id);
+
+/* TLS versions a transport negotiates (ingestd_tls_handshakes_total{version}). */
+enum api_tls_version {
+    API_TLS_1_0,
+    API_TLS_1_1,
+    API_TLS_1_2,
+    API_TLS_1_3,
+    API_TLS_OTHER,
+};
+#define API_TLS_VERSIONS 5
+
+/* Counts one finished TLS handshake by its version; the transport calls it once per TLS
+ * connection. Lock-free, thread-safe. */
+void api_count_tls_handshake(api_t *api, enum api_tls_version v);
 
 /* Reasons of refusals the transport decides itself (ingestd_events_rejected_total{reason}). */
 #define API_REASON_REQUEST_TOO_LARGE "request_too_large"

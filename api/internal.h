@@ -59,6 +59,9 @@ struct api {
     atomic_uint_fast64_t unattributed; /* refusals not quarantined: no known key (reject.c) */
     const histogram_t *duplicate_ages; /* api_options_t's, may be NULL */
     int64_t window_floor_ms;
+    const char *tls_min_version;                           /* api_options_t's; NULL: no TLS */
+    atomic_uint_fast64_t tls_handshakes[API_TLS_VERSIONS]; /* by enum api_tls_version */
+    struct adminhost *admin_hosts; /* who may read the operator routes without a token */
 };
 
 /* ---- error.c: answers ---- */
@@ -117,6 +120,14 @@ void api_reject_metrics(api_t *api, prom_t *p);
 
 /* /stats: adds events.rejected_by_reason and "quarantine" to the /stats object j. */
 void api_reject_stats(api_t *api, json_t *j);
+
+/* ---- tlscount.c: TLS handshakes by version ---- */
+
+/* /stats: adds "tls" (min_version, handshakes by version) to j when the transport serves TLS. */
+void api_tls_stats(const api_t *api, json_t *j);
+
+/* /metrics: ingestd_tls_handshakes_total{version} when the transport serves TLS. */
+void api_tls_metrics(api_t *api, prom_t *p);
 
 /* ---- reqhist.c: the /metrics histograms ---- */
 

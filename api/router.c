@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "api/adminhost.h"
 #include "api/cors.h"
 #include "api/lookup.h"
 #include "api/reqhist.h"
@@ -163,10 +164,29 @@ static const struct route *route_or_error(const api_t *api, const api_req_t *req
     return r;
 }
 
+/*
+ * The operator routes without an admin token answer only a Host that no DNS-rebinding page can
+ * send (api/adminhost.h). True: refused, *resp holds the 403.
+ */
+static bool host_refused(const api_t *api, const struct route *r, const api_req_t *req,
+                         api_resp_t *resp)
+{
+    if (api->admin_token || (r->kind != STATS && r->kind != METRICS && r->kind != DASHBOARD))
+        return false;
+    if (adminhost_allowed(api->admin_hosts, req->host))
+        return false;
+    api_error(resp, 403,
+              "this Host may not read the operator routes: use localhost or an IP address, list "
+              "the name in --admin-hosts, or set --admin-token");
+    return true;
+}
+
 int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
 {
     const struct route *r = route_or_error(api, req, resp);
     if (!r)
+        return API_DONE;
+    if (host_refused(api, r, req, resp))
         return API_DONE;
     /* With an admin token the operator routes need it too; /healthz stays open for probes. */
     if (r->kind == LOG || r->kind == EVENTS ||
@@ -195,7 +215,7 @@ int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
 int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg)
 {
     const struct route *r = route_or_error(api, req, resp);
-    if (!r)
+    if (!r || host_refused(api, r, req, resp))
         return API_DONE;
     switch (r->kind) {
     case INGEST:

@@ -368,6 +368,7 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
     }
     add_limits(api, &s, j);
     api_reject_stats(api, j);
+    api_tls_stats(api, j);
     api_resp_json(resp, 200, j);
 }
 
@@ -594,6 +595,7 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
     metrics_log(p, &s);
     metrics_groups(p, api, s.committed_offset);
     metrics_store(p, &s);
+    api_tls_metrics(api, p);
     api_metrics_histograms(api, p);
     metrics_finish(api, p, resp);
 }
@@ -650,6 +652,7 @@ void api_stats_sink(api_t *api, api_resp_t *resp)
         return;
     }
     api_reject_stats(api, j);
+    api_tls_stats(api, j);
     api_resp_json(resp, 200, j);
 }
 
@@ -670,6 +673,7 @@ void api_metrics_sink(api_t *api, api_resp_t *resp)
     metrics_rate_limit(p, api);
     prom_text(p, more);
     free(more);
+    api_tls_metrics(api, p);
     api_metrics_histograms(api, p);
     metrics_finish(api, p, resp);
 }

@@ -56,7 +56,7 @@ struct setting {
 /* K_CHOICE fields are enums stored and read as the int index of their word. */
 #define CHOICE_FIELDS_ARE_INT                                                                      \
     (sizeof(enum config_data_mode) == sizeof(int) && sizeof(enum store_sync) == sizeof(int) &&     \
-     sizeof(enum config_role) == sizeof(int))
+     sizeof(enum config_role) == sizeof(int) && sizeof(enum config_tls_min) == sizeof(int))
 _Static_assert(CHOICE_FIELDS_ARE_INT, "a K_CHOICE field is not the size of an int");
 
 /* The one table: parsing, validation, --help and config_log all walk it. */
@@ -104,7 +104,14 @@ static const struct setting settings[] = {
     {"admin-token", "INGESTD_ADMIN_TOKEN", NULL, K_SECRET, 1,
      sizeof(((config_t *)0)->admin_token) - 1, FIELD(admin_token), "TOKEN",
      "bearer token for GET /v1/log, /stats and /metrics (/healthz stays open); without one "
-     "/v1/log is off (404). Printable ASCII without blanks, at most 255 bytes"},
+     "/v1/log is off (404) and /stats, /metrics, /dashboard answer only a Host that is localhost, "
+     "an IP address or in --admin-hosts. Printable ASCII without blanks, at most 255 bytes"},
+    {"admin-hosts", "INGESTD_ADMIN_HOSTS", NULL, K_PATH, 1,
+     sizeof(((config_t *)0)->admin_hosts) - 1, FIELD(admin_hosts), "NAME,...",
+     "without --admin-token: more Host names (e.g. ingestd.internal) that may read /stats, "
+     "/metrics and /dashboard, besides localhost, IP addresses and the --listen host; any other "
+     "Host gets 403, so a page that rebinds its own name to this server cannot read them; * for "
+     "any Host"},
     {"log-retention", "INGESTD_LOG_RETENTION", "0", K_DURATION, 0, (uint64_t)(3650 * MS_PER_DAY),
      FIELD(log_retention_ms), "DURATION",
      "delete closed log segments last written longer ago than this, e.g. 7d; 0: keep forever. "
@@ -123,10 +130,11 @@ static const struct setting settings[] = {
      "where the de-duplication window lives: lmdb (exact, on disk), or memory:SPEC, a "
      "bounded-memory filter such as memory:qqhtd:8Mbit or memory:nsq:64Mbit (no disk, fixed "
      "memory, approximate: a false positive drops a unique event; docs/filters.md)"},
-    {"max-connections-per-ip", "INGESTD_MAX_CONNECTIONS_PER_IP", "0", K_COUNT, 0, 1000000,
+    {"max-connections-per-ip", "INGESTD_MAX_CONNECTIONS_PER_IP", NULL, K_COUNT, 0, 1000000,
      FIELD(max_connections_per_ip), "N",
-     "concurrent connections from one socket address at most (a proxy in front counts as one "
-     "address); 0: no per-address cap"},
+     "concurrent connections from one socket address at most, past it closed at accept (the "
+     "connections of --trusted-proxies are not counted; their forwarded clients may each have "
+     "this many requests in flight); 0: no per-address cap"},
     {"header-timeout", "INGESTD_HEADER_TIMEOUT", "10s", K_SECONDS, 1, 3600, FIELD(header_timeout_s),
      "DURATION",
      "a new connection's request line and headers must arrive within this (1s..1h); when "
@@ -167,7 +175,11 @@ static const struct setting settings[] = {
     {"tls-cert", "INGESTD_TLS_CERT", NULL, K_PATH, 1, sizeof(((config_t *)0)->tls_cert) - 1,
      FIELD(tls_cert), "FILE", "PEM certificate (chain) to serve HTTPS; needs --tls-key"},
     {"tls-key", "INGESTD_TLS_KEY", NULL, K_PATH, 1, sizeof(((config_t *)0)->tls_key) - 1,
-     FIELD(tls_key), "FILE", "PEM private key of --tls-cert"},
+     FIELD(tls_key), "FILE", "PEM private key of --tls-cert; both are read again on SIGHUP"},
+    /* The words' positions are enum config_tls_min's values. */
+    {"tls-min-version", "INGESTD_TLS_MIN_VERSION", "1.2", K_CHOICE, 0, 0, FIELD(tls_min), "1.2|1.3",
+     "the oldest TLS version served with --tls-cert; either way only forward-secret AEAD "
+     "suites (ECDHE or DHE with AES-GCM or ChaCha20-Poly1305, and TLS 1.3's)"},
     {"cors-origin", "INGESTD_CORS_ORIGIN", "*", K_PATH, 1, sizeof(((config_t *)0)->cors_origin) - 1,
      FIELD(cors_origin), "ORIGINS",
      "browser origins allowed by CORS, comma-separated (https://app.example.com), or * for any "
@@ -922,7 +934,9 @@ static int apply_setting(config_t *cfg, const struct setting *st, const char *fl
         return apply(cfg, st, env, st->env, errbuf, errlen);
     if (st->def != NULL)
         return apply(cfg, st, st->def, "default", errbuf, errlen); /* a bad one is a bug */
-    if (st->kind == K_COUNT)
+    if (st->off == offsetof(config_t, max_connections_per_ip))
+        put_uint(cfg, st, UINT32_MAX); /* a share of --max-connections: check_together */
+    else if (st->kind == K_COUNT)
         put_uint(cfg, st, cpu_count()); /* threads */
     /* Else a K_SECRET without default: it stays empty (not set). */
     return 0;
@@ -957,6 +971,12 @@ static int check_together(config_t *cfg, char *errbuf, size_t errlen)
                       cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key",
                       cfg->tls_cert[0] != '\0' ? "--tls-key" : "--tls-cert");
         return -1;
+    }
+    /* One client address may take a share of the connections, never all of them (README
+     * "Limits"): the rest stays for everyone else. */
+    if (cfg->max_connections_per_ip == UINT32_MAX) {
+        unsigned share = cfg->max_connections / CONFIG_PER_IP_SHARE_DIV;
+        cfg->max_connections_per_ip = share > 0 ? share : 1;
     }
     if (cfg->window_floor_ms > cfg->window_ms) {
         errbuf_printf(errbuf, errlen,
@@ -1160,6 +1180,8 @@ void config_usage(FILE *out)
             snprintf(def, sizeof def, "%s", st->def);
         else if (st->kind == K_KEYS)
             snprintf(def, sizeof def, "none (required)");
+        else if (st->off == offsetof(config_t, max_connections_per_ip))
+            snprintf(def, sizeof def, "1/%d of --max-connections", CONFIG_PER_IP_SHARE_DIV);
         else if (st->kind == K_SECRET || st->kind == K_PATH || st->kind == K_TIME ||
                  st->kind == K_LIST)
             snprintf(def, sizeof def, "none");

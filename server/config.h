@@ -20,6 +20,16 @@ enum config_role {
     CONFIG_ROLE_EDGE = 1,   /* produce them to Kafka's raw topic (cluster/edge.h) */
 };
 
+/* --tls-min-version: the oldest TLS version served (the words of the setting, in order). */
+enum config_tls_min {
+    CONFIG_TLS_1_2 = 0, /* TLS 1.2 and 1.3 */
+    CONFIG_TLS_1_3 = 1, /* TLS 1.3 only */
+};
+
+/* --max-connections-per-ip when neither the flag nor its variable gives it: a share of
+ * --max-connections (config_parse resolves it, so the parsed config never holds this). */
+#define CONFIG_PER_IP_SHARE_DIV 4
+
 /* --data-mode: who may read what ingestd creates in a data dir (the umask it runs under). */
 enum config_data_mode {
     CONFIG_DATA_PRIVATE = 0, /* files 0600, directories 0700: the service user only */
@@ -63,7 +73,8 @@ typedef struct config {
     int64_t window_floor_ms;     /* --window-floor (INGESTD_WINDOW_FLOOR), default 0: off */
     /* Hardening (issue #6; README "Limits"). */
     unsigned max_connections_per_ip; /* --max-connections-per-ip (INGESTD_MAX_CONNECTIONS_PER_IP),
-                                        default 0: no per-address cap (README "Limits" says why) */
+                                        default a quarter of --max-connections (README "Limits"
+                                        says why); 0: no per-address cap */
     unsigned request_timeout_s;      /* --request-timeout (INGESTD_REQUEST_TIMEOUT): headers and
                                         body must arrive within this, default 60s */
     unsigned header_timeout_s;       /* --header-timeout (INGESTD_HEADER_TIMEOUT): the request
@@ -86,6 +97,10 @@ typedef struct config {
                                         one KEY[:SOURCE] per line, reloaded on SIGHUP */
     char tls_cert[4096];             /* --tls-cert (INGESTD_TLS_CERT) PEM path, "": plain HTTP */
     char tls_key[4096];              /* --tls-key (INGESTD_TLS_KEY) PEM path, "": plain HTTP */
+    enum config_tls_min tls_min;     /* --tls-min-version 1.2|1.3 (INGESTD_TLS_MIN_VERSION) */
+    char admin_hosts[1024];          /* --admin-hosts (INGESTD_ADMIN_HOSTS): Host names that may
+                                        read /stats, /metrics, /dashboard without --admin-token
+                                        besides localhost and IP addresses; "*": any */
     char cors_origin[1024];          /* --cors-origin (INGESTD_CORS_ORIGIN): allowed browser
                                         origins, comma-separated, default "*" */
     enum config_data_mode data_mode; /* --data-mode private|group (INGESTD_DATA_MODE) */

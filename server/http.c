@@ -449,6 +449,7 @@ static void fill_req(const struct req *r, const char *method, api_req_t *areq)
     areq->acr_headers =
         MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     areq->sent_at = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "SentAt");
+    areq->host = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
     areq->now_ms = r->now_ms;
     areq->arrived_mono_ms = r->mono_ms;
     areq->param = get_param;
@@ -1070,7 +1071,9 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     /*
      * What one client did to its own connection (hung up mid-request, was cut by the request
      * timeout or a cap) is no operator's business: a slowloris flood would otherwise write a
-     * warning per connection. Everything else libmicrohttpd reports stays a warning.
+     * warning per connection; so would a scan of TLS versions and suites the server refuses
+     * (libmicrohttpd says "handshake" for each). Everything else libmicrohttpd reports stays a
+     * warning.
      */
     static const char *const client_side[] = {"closed when reading request",
                                               "closed by remote",
@@ -1078,7 +1081,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
                                               "connection limit",
                                               "Server reached connection limit",
                                               "too many connections",
-                                              "timed out"};
+                                              "timed out",
+                                              "handshake"};
     for (size_t i = 0; i < sizeof client_side / sizeof client_side[0]; i++) {
         if (strcasestr(msg, client_side[i]) != NULL) {
             LOG_DEBUG("http: %s", msg);
@@ -1245,9 +1249,7 @@ static void listen_error(const http_t *h, const config_t *cfg, bool v6, int e, c
     errbuf_printf(errbuf, errlen, "cannot listen on %s%s%s:%u%s%s%s", v6 ? "[" : "",
                   cfg->listen_host, v6 ? "]" : "", (unsigned)cfg->listen_port, e != 0 ? ": " : "",
                   e != 0 ? strerror(e) : "",
-                  h->tls ? " (or TLS setup failed: see the line above; does --tls-key belong to "
-                           "--tls-cert?)"
-                         : "");
+                  h->tls ? " (or TLS setup failed: see the line above)" : "");
 }
 
 int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size_t errlen)

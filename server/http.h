@@ -21,6 +21,14 @@ void http_quiesce(http_t *h);
  */
 unsigned http_drain(http_t *h, int timeout_ms);
 
+/*
+ * SIGHUP: reads --tls-cert and --tls-key again; handshakes from now on present the new pair,
+ * those under way finish with the old one. Returns 0 (reloaded), 1 (no TLS: nothing to do), or
+ * -1 with the reason in errbuf (unreadable, not PEM, not matching: the old pair stays in force).
+ * Not thread-safe against itself: one thread (the signal loop) calls it.
+ */
+int http_reload_tls(http_t *h, char *errbuf, size_t errlen);
+
 /* Stops the daemon and frees; NULL is a no-op. */
 void http_stop(http_t *h);
 

@@ -96,8 +96,10 @@ struct http {
     _Atomic uint64_t body_used;       /* bytes of request bodies buffered now */
     _Atomic int64_t budget_warned_ms; /* last "--max-body-memory" warning (CLOCK_MONOTONIC) */
     bool tls;
-    char *tls_cert, *tls_key;  /* PEM text, kept while the daemon runs */
-    _Atomic uint64_t rid_next; /* request ids: a counter from a random start, mixed */
+    char *tls_cert_path, *tls_key_path; /* --tls-cert, --tls-key: read again by http_reload_tls */
+    struct tls_creds *tls_retired;      /* replaced credentials, freed later (http_tls.c) */
+    int64_t tls_grace_ms;               /* how long a handshake may still use replaced ones */
+    _Atomic uint64_t rid_next;          /* request ids: a counter from a random start, mixed */
 
     /* The request-timeout watchdog and the connections it watches. */
     pthread_mutex_t wd_mu;
@@ -204,16 +206,22 @@ void http_watchdog_stop(http_t *h);
 
 /* ---- http_tls.c: the TLS set-up ---- */
 
+/* The GnuTLS priority string of --tls-min-version (a static string). */
+const char *http_tls_priority(enum config_tls_min min);
+
 /*
- * With cfg's --tls-cert: checks that libmicrohttpd has TLS, reads the certificate and key into
- * h->tls_cert / h->tls_key (kept while the daemon runs), sets h->tls and fills opts with the
- * options that hand them to MHD_start_daemon, MHD_OPTION_END last. Without: opts[0] is
- * MHD_OPTION_END. Returns 0, or -1 with the reason in errbuf; http_tls_free either way.
+ * With cfg's --tls-cert: checks that libmicrohttpd has TLS, reads and checks the certificate and
+ * key (they must match), puts them in force for the certificate callback (which also has each
+ * finished handshake counted in h->api by version), sets h->tls and fills opts with the options for
+ * MHD_start_daemon (the callback, the priority string of
+ * --tls-min-version), MHD_OPTION_END last. Without: opts[0] is MHD_OPTION_END. Returns 0, or -1
+ * with the reason in errbuf; http_tls_free either way. One TLS http_t per process at a time.
  */
 int http_tls_load(http_t *h, const config_t *cfg, struct MHD_OptionItem opts[3], char *errbuf,
                   size_t errlen);
 
-/* Wipes and frees the key, frees the certificate. Idempotent. */
+/* Frees the credentials (in force and replaced) and the paths. Only once the daemon is stopped
+ * or was never started. Idempotent. */
 void http_tls_free(http_t *h);
 
 #endif

@@ -176,7 +176,9 @@ static void reload_keys(const config_t *cfg, api_t *api)
     char err[512];
 
     if (cfg->write_keys_file[0] == '\0') {
-        LOG_INFO("SIGHUP: no --write-keys-file to reload; configuration is read once at start");
+        /* The TLS pair (reload_tls) is the only other thing SIGHUP reads again. */
+        LOG_INFO("SIGHUP: no --write-keys-file to reload; the other settings are read once at "
+                 "start");
         return;
     }
     err[0] = '\0';
@@ -381,6 +383,11 @@ static int start_serving(struct serving *s)
         .quarantine = s->quarantine,
         .duplicate_age_seconds = edge ? NULL : s->age_hist,
         .window_floor_ms = cfg->window_floor_ms,
+        .tls_min_version = cfg->tls_cert[0] == '\0'         ? NULL
+                           : cfg->tls_min == CONFIG_TLS_1_3 ? "1.3"
+                                                            : "1.2",
+        .listen_host = cfg->listen_host,
+        .admin_hosts = cfg->admin_hosts,
     };
 
     if (api_new(&aopts, &s->api) != 0) {
@@ -395,7 +402,28 @@ static int start_serving(struct serving *s)
     return 0;
 }
 
-/* Waits for SIGINT or SIGTERM (returned); SIGHUP reloads the write keys meanwhile. */
+/* SIGHUP: reads --tls-cert and --tls-key again; a bad pair changes nothing. */
+static void reload_tls(http_t *http)
+{
+    char err[512];
+
+    err[0] = '\0';
+    switch (http_reload_tls(http, err, sizeof err)) {
+    case 0:
+        LOG_INFO("SIGHUP: TLS certificate and key reloaded; new handshakes use them");
+        break;
+    case 1:
+        break; /* plain HTTP */
+    default:
+        LOG_ERROR("SIGHUP: TLS certificate and key not reloaded, the previous pair stays in "
+                  "force: %s",
+                  err);
+        break;
+    }
+}
+
+/* Waits for SIGINT or SIGTERM (returned); SIGHUP reloads the write keys and the TLS pair
+ * meanwhile. */
 static int wait_for_stop(const struct serving *s, const sigset_t *sigs)
 {
     int sig = 0;
@@ -406,6 +434,7 @@ static int wait_for_stop(const struct serving *s, const sigset_t *sigs)
         if (sig != SIGHUP)
             return sig;
         reload_keys(s->cfg, s->api);
+        reload_tls(s->http);
     }
 }
 

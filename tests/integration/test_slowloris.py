@@ -3,7 +3,10 @@ for the request head (--header-timeout) apart from the request's, a minimum body
 oldest connections without a complete head closed first near --max-connections, and a global
 budget for buffered bodies (--max-body-memory, 503 with Retry-After past it).
 
-Everything comes from 127.0.0.1, as it would through a proxy: no per-address cap helps.
+Everything comes from 127.0.0.1, as it would through a proxy nobody declared in
+--trusted-proxies, so these servers run with --max-connections-per-ip 0: no per-address cap
+helps there, and these defences must hold without one. With the default share of the
+connections per address, one flooding address leaves room for the others (PerAddressShare).
 """
 
 import json
@@ -62,7 +65,7 @@ class Slowloris(unittest.TestCase):
         if not raise_nofile(SLOW + 1000):
             raise unittest.SkipTest("RLIMIT_NOFILE cannot be raised to %d" % (SLOW + 1000))
         cls.srv = Server(args=["--threads", "2", "--header-timeout", "%ds" % HEADER_TIMEOUT,
-                               "--log-level", "info"])
+                               "--log-level", "info", "--max-connections-per-ip", "0"])
         cls.srv.start()
 
     @classmethod
@@ -203,7 +206,8 @@ class BodyBudget(ServerTestCase):
     checked: together they get --max-body-memory, past it 503 with Retry-After. One test: the
     warning it waits for is logged at most once a second."""
 
-    ARGS = ("--max-body-memory", "1MiB", "--threads", "2", "--log-level", "info")
+    ARGS = ("--max-body-memory", "1MiB", "--threads", "2", "--log-level", "info",
+            "--max-connections-per-ip", "0")
 
     def test_past_the_budget_503_then_served_again(self):
         # Three bodies of ~400 KB, each announced by Content-Length and buffered whole: two fit
@@ -235,6 +239,84 @@ class BodyBudget(ServerTestCase):
         for _ in range(3):
             r = self.srv.batch([track(pad="b" * 1000) for _ in range(380)])
             self.assertEqual(r.status, 200, r)
+
+
+class PerAddressShare(unittest.TestCase):
+    """The default --max-connections-per-ip: a quarter of --max-connections per client address.
+    Slow bodies from one address (their heads are complete, so nothing sheds them, and
+    --min-body-rate only judges them --header-timeout after their head) take at most that share;
+    a client from another address is served at once. Connections from --trusted-proxies are not
+    counted against it: the proxy carries many clients."""
+
+    MAX = 64  # --max-connections: the default share is 16 per address
+    FLOOD = 64
+
+    def slow_body(self, srv, source):
+        s = socket.create_connection((srv.host, srv.port), timeout=5, source_address=(source, 0))
+        s.sendall(b"POST /v1/batch HTTP/1.1\r\nHost: x\r\nAuthorization: Basic dGVzdGtleTo=\r\n"
+                  b"Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+        return s
+
+    def served(self, srv, source, timeout):
+        start = time.monotonic()
+        c = Raw(srv, source=source, timeout=timeout)
+        try:
+            c.send(request_bytes("GET", "/healthz", b""))
+            r = c.read_response()
+        finally:
+            c.close()
+        return r.status, time.monotonic() - start
+
+    def test_a_flood_from_one_address_leaves_room_for_another(self):
+        with Server(args=["--max-connections", str(self.MAX), "--threads", "2",
+                          "--header-timeout", "10s", "--log-level", "info"]) as srv:
+            flood = []
+            try:
+                for _ in range(self.FLOOD):
+                    try:
+                        flood.append(self.slow_body(srv, "127.0.0.2"))
+                    except OSError:
+                        break
+                # Another address is served at once, not after the flood's 408s (10 s).
+                status, took = self.served(srv, "127.0.0.3", timeout=5)
+                self.assertEqual(status, 200)
+                self.assertLess(took, 2.0)
+                # The server took the flood in and closed those past the share at accept.
+                deadline_wait(lambda: sum(closed_now(s) for s in flood)
+                              >= self.FLOOD - self.MAX // 4, 5,
+                              "the connections past the share closed")
+                # The flood's share is still open: it was limited, not cut off.
+                self.assertEqual(sum(not closed_now(s) for s in flood), self.MAX // 4)
+            finally:
+                for s in flood:
+                    s.close()
+
+    def test_trusted_proxy_not_limited_by_the_share(self):
+        with Server(args=["--max-connections", str(self.MAX), "--threads", "2",
+                          "--trusted-proxies", "127.0.0.4/32"]) as srv:
+            conns = []
+            try:
+                # More connections than the share from the proxy, each a different client.
+                for i in range(self.MAX // 4 + 8):
+                    c = Raw(srv, source="127.0.0.4", timeout=5)
+                    conns.append(c)
+                for i, c in enumerate(conns):
+                    c.send(request_bytes("GET", "/healthz", b"",
+                                         headers={"X-Forwarded-For": "203.0.113.%d" % (i + 1)}))
+                for c in conns:
+                    self.assertEqual(c.read_response().status, 200)
+            finally:
+                for c in conns:
+                    c.close()
+
+
+def closed_now(sock):
+    """Whether the server has closed sock (without waiting)."""
+    sock.setblocking(False)
+    try:
+        return closed(sock)
+    finally:
+        sock.setblocking(True)
 
 
 if __name__ == "__main__":

@@ -478,7 +478,7 @@ static void test_config_log_masks_keys(void **state)
     size_t lines = 0;
     for (const char *p = log; (p = strchr(p, '\n')) != NULL; p++)
         lines++;
-    assert_int_equal(lines, 42);
+    assert_int_equal(lines, 44);
     assert_non_null(strstr(log, "admin-token = none"));
     assert_non_null(strstr(log, "data-mode = private\n"));
     assert_non_null(strstr(log, "store-sync = meta\n"));
@@ -490,6 +490,23 @@ static void test_config_log_masks_keys(void **state)
     free(log);
 }
 
+/* Issue 27: --tls-min-version by meaning (1.2|1.3), --admin-hosts. */
+static void test_tls_and_admin_hosts(void **state)
+{
+    (void)state;
+    assert_int_equal(PARSE("--write-key", "k"), 0);
+    assert_int_equal(cfg.tls_min, CONFIG_TLS_1_2);
+    assert_string_equal(cfg.admin_hosts, "");
+    assert_int_equal(PARSE("--write-key", "k", "--tls-min-version", "1.3", "--admin-hosts",
+                           "a.example,b.example"),
+                     0);
+    assert_int_equal(cfg.tls_min, CONFIG_TLS_1_3);
+    assert_string_equal(cfg.admin_hosts, "a.example,b.example");
+    assert_int_equal(PARSE("--write-key", "k", "--tls-min-version", "1.1"), 2);
+    assert_non_null(strstr(err, "invalid --tls-min-version \"1.1\": expected 1.2|1.3"));
+    assert_int_equal(PARSE("--write-key", "k", "--tls-min-version", "TLSv1.2"), 2);
+}
+
 /* Issue 16: slow clients, proxies and context.ip. */
 static void test_transport_hardening(void **state)
 {
@@ -498,9 +515,18 @@ static void test_transport_hardening(void **state)
     assert_int_equal(cfg.header_timeout_s, 10);
     assert_int_equal(cfg.min_body_rate, 1024);
     assert_int_equal(cfg.max_body_memory, 128ULL << 20);
-    assert_int_equal(cfg.max_connections_per_ip, 0);
+    /* A quarter of --max-connections per address unless given (README "Limits"). */
+    assert_int_equal(cfg.max_connections_per_ip, 1024 / 4);
     assert_int_equal(cfg.proxies.n, 0);
     assert_false(cfg.no_context_ip);
+    assert_int_equal(PARSE("--write-key", "k", "--max-connections", "100"), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 25);
+    assert_int_equal(PARSE("--write-key", "k", "--max-connections", "3"), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 1);
+    assert_int_equal(PARSE("--write-key", "k", "--max-connections-per-ip", "0"), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 0);
+    assert_int_equal(PARSE("--write-key", "k", "--max-connections-per-ip", "5000"), 0);
+    assert_int_equal(cfg.max_connections_per_ip, 5000);
 
     /* A switch takes no value, so the next argument is a flag again. */
     assert_int_equal(PARSE("--no-context-ip", "--write-key", "k", "--header-timeout", "3s",
@@ -833,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_store),
         cmocka_unit_test(test_config_log_hides_admin_token),
         cmocka_unit_test(test_transport_hardening),
+        cmocka_unit_test(test_tls_and_admin_hosts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
