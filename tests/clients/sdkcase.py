@@ -18,7 +18,8 @@ with its type, the source of the write key it was sent with, and the SDK's libra
 the loss really happened and was really retried (each dropped batch came back with the same
 messageIds and got a 200; ingestd's /stats counted exactly the re-sent events as duplicates);
 and what differs between SDKs: the Content-Encoding of every batch (ENCODING), where the write
-key travels (KEY_IN), the batch size (at most FLUSH_AT events), the refused statuses retried,
+key travels (KEY_IN), the path (PATH), the batch size (at most FLUSH_AT events), the refused
+statuses retried,
 and what becomes of the event over 32 KB (BIG: "sdk" drops it before sending, "server" sends
 it and ingestd rejects it alone).
 """
@@ -69,6 +70,8 @@ class SdkCase:
     REFUSE = ()          # statuses the proxy answers first, each to a new batch; all retried
     REBATCHES = False    # a refused batch may come back re-cut (its events in other batches)
     BIG = None           # None: no event over 32 KB; "sdk" or "server": who refuses it
+    PATH = "/v1/batch"   # the path every batch is posted to
+    FLUSH_AT = FLUSH_AT  # events per batch the sender asks for (more: fewer batches, drops)
 
     def deps_error(self):
         """Text of the failed install, or "" (installs on first call)."""
@@ -194,8 +197,9 @@ class SdkCase:
             self.assertEqual({r.encoding for r in posts}, {self.ENCODING}, records)
         if self.KEY_IN is not None:
             self.assertEqual({r.key_in for r in posts}, {self.KEY_IN}, records)
-        self.assertLessEqual(max(len(r.ids) for r in posts if big_id not in r.ids), FLUSH_AT,
-                             records)
+        self.assertLessEqual(max(len(r.ids) for r in posts if big_id not in r.ids),
+                             self.FLUSH_AT, records)
+        self.assertEqual({r.path for r in posts}, {self.PATH}, records)
 
         # ingestd saw the retries and answered them as duplicates, exactly.
         forwarded_ids = [i for r in records if r.status == 200 for i in r.ids if i != big_id]

@@ -182,7 +182,12 @@ def ensure_java():
     version = _run([javac, "-version"]).strip()
     target, _ = _build("java-sender", ["java/pom.xml", "java/src"], version, build)
     with open(os.path.join(target, "classpath.txt")) as f:
-        return os.path.join(target, "classes") + os.pathsep + f.read().strip()
+        jars = f.read().strip()
+    if not all(os.path.isfile(j) for j in jars.split(os.pathsep)):
+        # The jars live in Maven's own repository (~/.m2), which may have been cleaned since.
+        os.remove(os.path.join(target, STAMP_NAME))
+        return ensure_java()
+    return os.path.join(target, "classes") + os.pathsep + jars
 
 
 _results = {}

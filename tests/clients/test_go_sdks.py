@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import sdkdeps  # noqa: E402
-from sdkcase import EVENTS_PER_TYPE, FLUSH_AT, SdkCase  # noqa: E402
+from sdkcase import EVENTS_PER_TYPE, SdkCase  # noqa: E402
 
 class GoCase(SdkCase):
     LIBRARY_NAME = "analytics-go"
@@ -33,8 +33,8 @@ class GoCase(SdkCase):
 
     def command(self, url, key, run_id):
         env = {"SSL_CERT_FILE": self.tls_ca} if self.tls_ca else {}
-        return ([sdkdeps.once("go")[0][self.SDK], url, key, run_id, str(EVENTS_PER_TYPE), str(FLUSH_AT),
-                 "1"], env)
+        return ([sdkdeps.once("go")[0][self.SDK], url, key, run_id, str(EVENTS_PER_TYPE),
+                 str(self.FLUSH_AT), "1"], env)
 
 
 class Segment(GoCase):

@@ -27,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import nodedeps  # noqa: E402
-from sdkcase import EVENTS_PER_TYPE, FLUSH_AT, SdkCase  # noqa: E402
+from sdkcase import EVENTS_PER_TYPE, SdkCase  # noqa: E402
 
 _deps_ready = None  # None: not tried yet; else the exception text, or "" when installed
 
@@ -49,7 +49,7 @@ class NodeCase(SdkCase):
 
     def command(self, url, key, run_id):
         return (["node", os.path.join(HERE, "send.js"), self.SDK, url, key, run_id,
-                 str(EVENTS_PER_TYPE), str(FLUSH_AT)], {})
+                 str(EVENTS_PER_TYPE), str(self.FLUSH_AT)], {})
 
 
 class TestSegmentAnalyticsNode(NodeCase, unittest.TestCase):

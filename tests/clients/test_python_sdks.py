@@ -18,7 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import sdkdeps  # noqa: E402
-from sdkcase import EVENTS_PER_TYPE, FLUSH_AT, SdkCase  # noqa: E402
+from sdkcase import EVENTS_PER_TYPE, SdkCase  # noqa: E402
 
 class PythonCase(SdkCase):
     def deps_error(self):
@@ -27,7 +27,8 @@ class PythonCase(SdkCase):
     def command(self, url, key, run_id):
         env = {"REQUESTS_CA_BUNDLE": self.tls_ca} if self.tls_ca else {}
         return ([sdkdeps.once("python")[0], os.path.join(HERE, "python", "send.py"), self.SDK, url, key,
-                 run_id, str(EVENTS_PER_TYPE), str(FLUSH_AT), "1" if self.BIG else "0"], env)
+                 run_id, str(EVENTS_PER_TYPE), str(self.FLUSH_AT), "1" if self.BIG else "0"],
+                env)
 
 
 class Segment(PythonCase):
