@@ -28,6 +28,7 @@ import collections
 import json
 import os
 import shutil
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -97,7 +98,6 @@ class SdkCase:
             cert, keyfile = make_cert(self.tmp)
             self.tls_ca = cert
             args += ["--tls-cert", cert, "--tls-key", keyfile]
-            import ssl
             upstream_ssl = ssl.create_default_context(cafile=cert)
             tls = (cert, keyfile)
         # A second key first, so the test sees the source follow the key the SDK used.

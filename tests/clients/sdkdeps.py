@@ -147,7 +147,8 @@ def go_env():
 
 def ensure_go():
     """Returns {sender name: built binary} for go/'s senders."""
-    go = _which("go", "the machine's Go toolchain (1.21 or later) is needed on PATH")
+    go = _which("go", "the machine's Go toolchain (1.23 or later, as go/go.mod says) is "
+                "needed on PATH")
 
     def build(tmp):
         _run([go, "build", "-trimpath", "-o", tmp + "/"] +
