@@ -16,8 +16,14 @@ unlucky run of drops. Losses alternate between the two ways a gateway loses an a
 - "502":   a 502 Bad Gateway JSON error, as nginx sends when its upstream connection breaks.
 
 Every SDK under test retries both (network errors and 5xx). The proxy records what it did per
-request (`records`), with the messageIds it found in the body (gzip/deflate bodies decoded), so
-the test can check that each dropped batch really came back.
+request (`records`), with the messageIds it found in the body (gzip/deflate bodies decoded), the
+Content-Encoding and where the write key was (Basic auth or the body), so the test can check
+that each dropped batch really came back and how the SDK sent it.
+
+`refuse=(429, 503)` answers the first new batches with those statuses instead of forwarding
+them (as ingestd answers a rate-limited key or a full commit queue: a JSON error and
+`Retry-After: 1`), to see which the SDK retries. `tls=(cert, key)` serves HTTPS, and
+`upstream_ssl` (an ssl.SSLContext) reaches an ingestd that serves HTTPS itself.
 
     p = DroppingProxy("127.0.0.1", ingestd_port, drop_every=3).start()
     ... point the SDK at p.url ...
@@ -31,6 +37,7 @@ import http.client
 import http.server
 import json
 import socket
+import ssl
 import threading
 import zlib
 
@@ -41,6 +48,15 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "transf
 
 def message_ids(body, encoding):
     """The messageIds of a Segment-style body (batch or single event); None when not readable."""
+    doc = decode_body(body, encoding)
+    if not isinstance(doc, dict):
+        return None
+    events = doc.get("batch") if isinstance(doc.get("batch"), list) else [doc]
+    return tuple(e.get("messageId") for e in events if isinstance(e, dict))
+
+
+def decode_body(body, encoding):
+    """The JSON document of a (gzip/deflate) body; None when not readable."""
     try:
         enc = (encoding or "").strip().lower()
         if enc in ("gzip", "x-gzip"):
@@ -50,34 +66,37 @@ def message_ids(body, encoding):
         doc = json.loads(body.decode("utf-8"))
     except (ValueError, zlib.error, UnicodeDecodeError):
         return None
-    if not isinstance(doc, dict):
-        return None
-    events = doc.get("batch") if isinstance(doc.get("batch"), list) else [doc]
-    return tuple(e.get("messageId") for e in events if isinstance(e, dict))
+    return doc
 
 
 class Record:
     """What the proxy did with one request."""
 
-    def __init__(self, path, ids, status, action):
+    def __init__(self, path, ids, status, action, encoding=None, key_in=None):
         self.path = path
         self.ids = ids          # tuple of messageIds, or None when the body was not readable
         self.status = status    # ingestd's status code, or None when ingestd was not reached
-        self.action = action    # "forwarded", "close" or "502"
+        self.action = action    # "forwarded", "close", "502", or "refused" (not forwarded)
+        self.encoding = encoding  # the request's Content-Encoding, lower case, or None
+        self.key_in = key_in    # "basic", "body", "basic+body" or None: where the write key was
 
     def __repr__(self):
-        return "<%s %s -> %s, %d ids>" % (self.path, self.action, self.status,
-                                          len(self.ids or ()))
+        return "<%s %s -> %s, %d ids, %s, key in %s>" % (
+            self.path, self.action, self.status, len(self.ids or ()), self.encoding or "identity",
+            self.key_in)
 
 
 class DroppingProxy:
     def __init__(self, upstream_host, upstream_port, drop_every=3, listen_host="127.0.0.1",
-                 listen_port=0, upstream_timeout=30.0):
+                 listen_port=0, upstream_timeout=30.0, refuse=(), tls=None, upstream_ssl=None):
         if drop_every < 1:
             raise ValueError("drop_every must be >= 1")
         self.upstream = (upstream_host, upstream_port)
         self.drop_every = drop_every
         self.upstream_timeout = upstream_timeout
+        self.refuse = tuple(refuse)
+        self.upstream_ssl = upstream_ssl
+        self._refused = 0
         self.records = []
         self._lock = threading.Lock()
         self._seen = set()      # messageId sets forwarded at least once
@@ -101,6 +120,15 @@ class DroppingProxy:
 
         self._server = http.server.ThreadingHTTPServer((listen_host, listen_port), Handler)
         self._server.daemon_threads = True
+        self.scheme = "http"
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            # The handshake happens on the handler's first read, in its own thread, so a slow
+            # client does not hold up accept().
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True,
+                                                  do_handshake_on_connect=False)
+            self.scheme = "https"
         self._thread = None
 
     @property
@@ -109,7 +137,7 @@ class DroppingProxy:
 
     @property
     def url(self):
-        return "http://%s:%d" % (self._server.server_address[0], self.port)
+        return "%s://%s:%d" % (self.scheme, self._server.server_address[0], self.port)
 
     def start(self):
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -138,7 +166,8 @@ class DroppingProxy:
             return list(self.records)
 
     def dropped(self):
-        return [r for r in self.snapshot() if r.action != "forwarded"]
+        """Requests ingestd accepted whose answer the client never got."""
+        return [r for r in self.snapshot() if r.action in ("close", "502")]
 
     # ---- one request ---------------------------------------------------------
 
@@ -172,13 +201,44 @@ class DroppingProxy:
             self._drops += 1
             return "close" if self._drops % 2 == 1 else "502"
 
+    def _refusal(self, ids):
+        """The status to answer instead of forwarding (the next of `refuse` for a new batch)."""
+        with self._lock:
+            if ids is None or ids in self._seen or self._refused >= len(self.refuse):
+                return None
+            self._refused += 1
+            return self.refuse[self._refused - 1]
+
+    @staticmethod
+    def _key_in(h, doc):
+        where = []
+        if (h.headers.get("Authorization") or "").lower().startswith("basic "):
+            where.append("basic")
+        if isinstance(doc, dict) and doc.get("writeKey"):
+            where.append("body")
+        return "+".join(where) or None
+
     def _handle(self, h):
         body = self._read_body(h)
-        ids = message_ids(body, h.headers.get("Content-Encoding"))
+        encoding = (h.headers.get("Content-Encoding") or "").strip().lower() or None
+        doc = decode_body(body, encoding)
+        ids = message_ids(body, encoding)
+        key_in = self._key_in(h, doc)
+        refused = self._refusal(ids)
+        if refused is not None:
+            self._record(Record(h.path, ids, refused, "refused", encoding, key_in))
+            self._send(h, refused, [("Content-Type", "application/json"), ("Retry-After", "1")],
+                       json.dumps({"success": False,
+                                   "error": "refused with %d by the test proxy" % refused}).encode())
+            return
         headers = {k: v for k, v in h.headers.items() if k.lower() not in _HOP}
         status, rheaders, rbody = None, [], b""
         try:
-            conn = http.client.HTTPConnection(*self.upstream, timeout=self.upstream_timeout)
+            if self.upstream_ssl is not None:
+                conn = http.client.HTTPSConnection(*self.upstream, timeout=self.upstream_timeout,
+                                                   context=self.upstream_ssl)
+            else:
+                conn = http.client.HTTPConnection(*self.upstream, timeout=self.upstream_timeout)
             try:
                 conn.request(h.command, h.path, body=body, headers=headers)
                 resp = conn.getresponse()
@@ -186,12 +246,12 @@ class DroppingProxy:
             finally:
                 conn.close()
         except OSError as e:
-            self._record(Record(h.path, ids, None, "forwarded"))
+            self._record(Record(h.path, ids, None, "forwarded", encoding, key_in))
             self._send(h, 502, [("Content-Type", "application/json")],
                        json.dumps({"success": False, "error": "upstream: %s" % e}).encode())
             return
         action = self._decide(ids, status)
-        self._record(Record(h.path, ids, status, action))
+        self._record(Record(h.path, ids, status, action, encoding, key_in))
         if action == "close":
             # Lose the answer the way a broken network does: no status line, connection gone.
             h.close_connection = True
