@@ -8,7 +8,8 @@ with property-based bodies, parameters and headers (the schema's examples, its b
 /v1/track -> GET /v1/events/{messageId} -> GET /v1/log?from=offset, ...). The checks, in
 schemathesis.toml: no 5xx (not_a_server_error), no status, Content-Type, header or body the
 response does not declare (status_code_, content_type_, response_headers_ and
-response_schema_conformance).
+response_schema_conformance), and no request the spec calls valid refused
+(positive_data_acceptance: the spec must not be looser than the server's validation).
 
 Bounded and repeatable: deterministic generation (the same cases every run, no seed), and
 --max-examples per operation (CONTRACT_MAX_EXAMPLES, default below), so the test takes about
