@@ -172,6 +172,25 @@ class PerAddressCapBehindProxy(ServerTestCase):
         # Their requests done, the client is served again.
         self.assertEqual(self.post_via("203.0.113.1").status, 200)
 
+    def test_every_route_answers_429_as_the_spec_says(self):
+        # The cap is checked before routing, so every route answers a capped client 429;
+        # the harness validates each answer against openapi.yaml (429 listed, Retry-After).
+        held = [self.hold("203.0.113.4"), self.hold("203.0.113.4")]
+        try:
+            via = {"X-Forwarded-For": "203.0.113.4"}
+            for method, path in (("GET", "/stats"), ("HEAD", "/stats"), ("GET", "/metrics"),
+                                 ("HEAD", "/metrics"), ("GET", "/healthz"), ("HEAD", "/healthz"),
+                                 ("GET", "/dashboard"), ("HEAD", "/dashboard"),
+                                 ("OPTIONS", "/v1/track"), ("OPTIONS", "/v1/batch")):
+                r = self.srv.request(method, path, headers=via)
+                self.assertEqual(r.status, 429, "%s %s: %r" % (method, path, r))
+                self.assertEqual(r.header("Retry-After"), "1")
+        finally:
+            for c, body in held:
+                c.send(body)
+                self.assertEqual(c.read_response().status, 200)
+                c.close()
+
     def test_direct_clients_capped_at_accept(self):
         held = [Raw(self.srv, source="127.0.0.2") for _ in range(2)]
         try:
