@@ -91,12 +91,7 @@ class Worker:
         self.log_path = os.path.join(self.data_dir + ".log")
         self.log = open(self.log_path, "a")
         offset = os.path.getsize(self.log_path)
-        argv = [BIN, "worker", "--kafka-brokers", self.mock.bootstrap, "--raw-topic", "raw",
-                "--out-topic", "out", "--group", self.group, "--data", self.data_dir,
-                "--listen", "127.0.0.1:0", "--mirror-offsets", "--log-level", "info"]
-        for o in KAFKA_OPTS:
-            argv += ["--kafka-opt", o]
-        self.proc = subprocess.Popen(argv + self.args, stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen(self.argv() + self.args, stdout=subprocess.DEVNULL,
                                      stderr=self.log, env=clean_env(self.extra_env))
 
         def port():
@@ -111,6 +106,16 @@ class Worker:
             return None
         self.port = deadline_wait(port, 20, "the worker's listening line")
         return self
+
+    def argv(self):
+        """The command line before self.args: the mock's topics, short timeouts and mirrored
+        offsets (tests/kafka/realcluster.py's RealWorker has a real cluster's)."""
+        argv = [BIN, "worker", "--kafka-brokers", self.mock.bootstrap, "--raw-topic", "raw",
+                "--out-topic", "out", "--group", self.group, "--data", self.data_dir,
+                "--listen", "127.0.0.1:0", "--mirror-offsets", "--log-level", "info"]
+        for o in KAFKA_OPTS:
+            argv += ["--kafka-opt", o]
+        return argv
 
     def tail(self):
         with open(self.log_path) as f:
