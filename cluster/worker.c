@@ -54,6 +54,8 @@ typedef struct part {
     /* its handle with the merger, which rewrites gs off this thread (storage/merger.h) */
     merger_set_t *mp;
     srcmap_t *sources; /* the young store's keys by source: --max-keys is per source */
+    int64_t move_to;   /* where to read on after an out-of-range position (-1: nowhere), done
+                          before the next batch (move_pending) */
 } part_t;
 
 /* What /stats shows of one partition (copied under snap_mu). */
@@ -327,6 +329,7 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     p->committed = -1;
     p->repair_until = -1;
     p->batch_last = -1;
+    p->move_to = -1;
     snprintf(dir, sizeof dir, "%s/partitions/%s-%" PRId32, w->o.data_dir, w->o.raw_topic, id);
     int rc = CLUSTER_STORE;
     store_info_t info;
@@ -1228,26 +1231,72 @@ static int watermarks(cluster_worker_t *w, int32_t id, int64_t *lo, int64_t *hi)
     }
 }
 
-/* Pauses partition id (pause) or seeks it to `offset` and lets it be read again. A cluster
- * status. */
-static int pause_or_seek(cluster_worker_t *w, int32_t id, bool pause, int64_t offset)
+/* Pauses (stops fetching) partition id or lets it be fetched again. */
+static void pause_one(cluster_worker_t *w, int32_t id, bool pause)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, w->o.raw_topic, id)->offset = offset;
+    rd_kafka_topic_partition_list_add(l, w->o.raw_topic, id);
+    rd_kafka_resp_err_t err = pause ? rd_kafka_pause_partitions(w->consumer, l)
+                                    : rd_kafka_resume_partitions(w->consumer, l);
+    if (err || l->elems[0].err)
+        wlog(w, 0, "partition %" PRId32 ": %s: %s", id, pause ? "pause" : "resume",
+             rd_kafka_err2str(err ? err : l->elems[0].err));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/*
+ * Moves partition id to `offset` and lets it be fetched. After an out-of-range error
+ * librdkafka has stopped the partition's fetcher and refuses a seek (its state is
+ * FETCH_NONE), so the partition is taken out of the assignment and put back at the offset:
+ * incrementally under the cooperative protocol; under an eager one the whole assignment is
+ * set again at the positions position() gives. Only between batches (no record of the
+ * assignment gathered and unprocessed). A cluster status.
+ */
+static int move_one(cluster_worker_t *w, int32_t id, int64_t offset)
+{
+    rd_kafka_topic_partition_list_t *l = NULL;
     rd_kafka_error_t *e = NULL;
-    rd_kafka_resp_err_t err =
-        pause ? rd_kafka_pause_partitions(w->consumer, l) : RD_KAFKA_RESP_ERR_NO_ERROR;
-    if (!pause && (e = rd_kafka_seek_partitions(w->consumer, l, KAFKA_TIMEOUT_MS)) == NULL)
-        err = rd_kafka_resume_partitions(w->consumer, l);
-    if (!err && e == NULL)
-        err = l->elems[0].err;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (strcmp(rd_kafka_rebalance_protocol(w->consumer), "COOPERATIVE") == 0) {
+        l = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(l, w->o.raw_topic, id)->offset = offset;
+        e = rd_kafka_incremental_unassign(w->consumer, l);
+        if (e == NULL)
+            e = rd_kafka_incremental_assign(w->consumer, l);
+    } else if ((err = rd_kafka_assignment(w->consumer, &l)) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (position(w, l) != CLUSTER_OK)
+            err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+        for (int i = 0; i < l->cnt; i++)
+            if (l->elems[i].partition == id)
+                l->elems[i].offset = offset;
+        if (!err)
+            err = rd_kafka_assign(w->consumer, l);
+        for (int i = 0; !err && i < l->cnt; i++) /* stopped ones stay where they stopped */
+            if (l->elems[i].partition != id &&
+                worker_lost_stopped(w->lost, l->elems[i].partition, NULL))
+                pause_one(w, l->elems[i].partition, true);
+    }
     if (e != NULL || err)
-        wlog(w, 0, "partition %" PRId32 ": %s %" PRId64 ": %s", id, pause ? "pause at" : "seek to",
-             offset, e ? rd_kafka_error_string(e) : rd_kafka_err2str(err));
+        wlog(w, 0, "partition %" PRId32 ": moving to offset %" PRId64 ": %s", id, offset,
+             e ? rd_kafka_error_string(e) : rd_kafka_err2str(err));
+    else
+        pause_one(w, id, false);
     int rc = e != NULL || err ? CLUSTER_KAFKA : CLUSTER_OK;
     rd_kafka_error_destroy(e);
-    rd_kafka_topic_partition_list_destroy(l);
+    if (l != NULL)
+        rd_kafka_topic_partition_list_destroy(l);
     return rc;
+}
+
+/* The moves out_of_range decided, before a batch is gathered. One that fails is logged and
+ * tried again before the next batch. */
+static void move_pending(cluster_worker_t *w)
+{
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        part_t *p = w->parts[i];
+        if (p != NULL && p->move_to >= 0 && move_one(w, p->id, p->move_to) == CLUSTER_OK)
+            p->move_to = -1;
+    }
 }
 
 /*
@@ -1286,23 +1335,22 @@ static void log_keys_lost(cluster_worker_t *w, const part_t *p, const lost_range
  * position. Says what is lost, counts it, and stops the partition (paused; the others go on)
  * or, with continue_on_lost, goes on at the log start. Never skips without a word.
  */
-static void out_of_range(cluster_worker_t *w, part_t *p, int64_t position)
+static void out_of_range(cluster_worker_t *w, part_t *p, int64_t pos)
 {
     int64_t lo = -1, hi = -1;
     lost_range_t r;
-    if (position < 0)
-        position = (int64_t)p->applied; /* a log truncation reports no offset */
+    if (pos < 0)
+        pos = (int64_t)p->applied; /* a log truncation reports no offset */
     if (watermarks(w, p->id, &lo, &hi) != CLUSTER_OK)
         return; /* stopping: the next owner meets the same position */
-    worker_lost_classify(position, p->repair_until, lo, hi, &r);
+    worker_lost_classify(pos, p->repair_until, lo, hi, &r);
     if (r.keys_to > r.keys_from)
         log_keys_lost(w, p, &r);
     bool stop = worker_lost_stops(&r) && !w->o.continue_on_lost;
-    /* A partition left unread must say so: one that cannot be moved on is stopped. */
-    if (!stop && pause_or_seek(w, p->id, false, r.resume_at) != CLUSTER_OK)
-        stop = true;
     if (stop)
-        pause_or_seek(w, p->id, true, position);
+        pause_one(w, p->id, true); /* also through later seeks and re-assignments */
+    else
+        p->move_to = r.resume_at;
     if (worker_lost_found(w->lost, p->id, &r, stop, clk_wall_ms()) != 0)
         wlog(w, 0, "partition %" PRId32 ": out of memory counting lost offsets", p->id);
     if (!stop)
@@ -1312,7 +1360,7 @@ static void out_of_range(cluster_worker_t *w, part_t *p, int64_t position)
              "partition %" PRId32 " of %s: position %" PRId64 " is past the log end %" PRId64
              " (log start %" PRId64 "): the log was cut (unclean leader election) or the topic "
              "made again; %s",
-             p->id, w->o.raw_topic, position, hi, lo,
+             p->id, w->o.raw_topic, pos, hi, lo,
              stop ? "partition stopped, the others go on (docs/scale-out.md, \"Records deleted "
                     "before they were processed\")"
                   : "going on at the log end (--on-records-lost continue)");
@@ -1336,7 +1384,7 @@ static void out_of_range(cluster_worker_t *w, part_t *p, int64_t position)
         wlog(w, 1,
              "partition %" PRId32 ": position %" PRId64 " reported out of range, but the log "
              "holds [%" PRId64 ", %" PRId64 "): reading on",
-             p->id, position, lo, hi);
+             p->id, pos, lo, hi);
 }
 
 /* cluster_worker_resume on the run() thread. A cluster status, *out filled on CLUSTER_OK. */
@@ -1356,7 +1404,7 @@ static int resume_stopped(cluster_worker_t *w, int32_t id, cluster_resume_t *out
     /* The log start may have moved on since the stop: whatever is below it now is skipped. */
     out->resumed_at = r.past_end ? hi : lo;
     out->skipped_from = r.past_end ? out->resumed_at : r.records_from;
-    if (pause_or_seek(w, id, false, out->resumed_at) != CLUSTER_OK)
+    if (move_one(w, id, out->resumed_at) != CLUSTER_OK)
         return CLUSTER_KAFKA;
     worker_lost_skipped(w->lost, id, out->skipped_from, out->resumed_at);
     wlog(w, 1,
@@ -1548,6 +1596,8 @@ static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *e
     size_t n = 0;
     while (n < w->o.max_batch && !atomic_load(&w->stop)) {
         int64_t left = deadline - clk_mono_ms();
+        if (n == 0)
+            move_pending(w); /* nothing gathered yet: a partition may move (out_of_range) */
         if (n > 0 && left <= 0)
             break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, n == 0 ? 100 : (int)left);
