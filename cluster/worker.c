@@ -53,9 +53,10 @@ typedef struct part {
     uint64_t epoch;       /* which assignment opened it (cluster_worker.epochs) */
     /* its handle with the merger, which rewrites gs off this thread (storage/merger.h) */
     merger_set_t *mp;
-    srcmap_t *sources; /* the young store's keys by source: --max-keys is per source */
-    int64_t move_to;   /* where to read on after an out-of-range position (-1: nowhere), done
-                          before the next batch (move_pending) */
+    srcmap_t *sources;  /* the young store's keys by source: --max-keys is per source */
+    int64_t move_to;    /* where to read on after an out-of-range position (-1: nowhere), done
+                           before the next batch (move_pending) */
+    int64_t move_retry; /* after a failed move, not again before this (clk_mono_ms) */
 } part_t;
 
 /* What /stats shows of one partition (copied under snap_mu). */
@@ -1289,13 +1290,18 @@ static int move_one(cluster_worker_t *w, int32_t id, int64_t offset)
 }
 
 /* The moves out_of_range decided, before a batch is gathered. One that fails is logged and
- * tried again before the next batch. */
+ * tried again after RETRY_PAUSE_MS (the partition is not read meanwhile, and says so). */
 static void move_pending(cluster_worker_t *w)
 {
+    int64_t now = clk_mono_ms();
     for (int32_t i = 0; i < w->nparts_cap; i++) {
         part_t *p = w->parts[i];
-        if (p != NULL && p->move_to >= 0 && move_one(w, p->id, p->move_to) == CLUSTER_OK)
+        if (p == NULL || p->move_to < 0 || now < p->move_retry)
+            continue;
+        if (move_one(w, p->id, p->move_to) == CLUSTER_OK)
             p->move_to = -1;
+        else
+            p->move_retry = now + RETRY_PAUSE_MS;
     }
 }
 
