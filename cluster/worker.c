@@ -16,6 +16,7 @@
 #include "cluster/internal.h"
 #include "cluster/partition.h"
 #include "storage/merger.h"
+#include "cluster/worker_lost.h"
 #include "cluster/worker_sources.h"
 #include "common/clock.h"
 #include "common/errbuf.h"
@@ -52,7 +53,10 @@ typedef struct part {
     uint64_t epoch;       /* which assignment opened it (cluster_worker.epochs) */
     /* its handle with the merger, which rewrites gs off this thread (storage/merger.h) */
     merger_set_t *mp;
-    srcmap_t *sources; /* the young store's keys by source: --max-keys is per source */
+    srcmap_t *sources;  /* the young store's keys by source: --max-keys is per source */
+    int64_t move_to;    /* where to read on after an out-of-range position (-1: nowhere), done
+                           before the next batch (move_pending) */
+    int64_t move_retry; /* after a failed move, not again before this (clk_mono_ms) */
 } part_t;
 
 /* What /stats shows of one partition (copied under snap_mu). */
@@ -63,11 +67,14 @@ typedef struct part_snap {
     int64_t oldest_ms, committed, high, position;
 } part_snap_t;
 
-/* A cluster_worker_lookup waiting for the run() thread; lives on the caller's stack. */
+/* A question for the run() thread, answered between batches: a cluster_worker_lookup, or a
+ * cluster_worker_resume when `rout` is set. Lives on the caller's stack. */
 typedef struct lookup_q {
     const char *source, *mid;
     size_t source_len, mid_len;
     cluster_lookup_t *out;
+    int32_t resume; /* the partition to resume, with rout */
+    cluster_resume_t *rout;
     int rc;
     bool taken, answered; /* under lk_mu */
     struct lookup_q *next;
@@ -88,6 +95,7 @@ struct cluster_worker {
     /* merges every partition's generations off the consuming thread */
     merger_t *merger;
     worker_sources_t *sources; /* the windows by source, for /stats and /metrics */
+    worker_lost_t *lost;       /* records deleted before they were read: counts and stops */
     int32_t nparts_cap;
     uint64_t epochs; /* assignments so far: each part_open takes the next one */
     atomic_bool stop, ready;
@@ -322,6 +330,7 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     p->committed = -1;
     p->repair_until = -1;
     p->batch_last = -1;
+    p->move_to = -1;
     snprintf(dir, sizeof dir, "%s/partitions/%s-%" PRId32, w->o.data_dir, w->o.raw_topic, id);
     int rc = CLUSTER_STORE;
     store_info_t info;
@@ -372,6 +381,8 @@ static void part_close(cluster_worker_t *w, int32_t id)
     srcmap_free(p->sources);
     free(p);
     w->parts[id] = NULL;
+    /* Its new owner meets the same out-of-range position and stops it there, if still so. */
+    worker_lost_unassigned(w->lost, id);
 }
 
 /*
@@ -454,6 +465,9 @@ static void on_assign(cluster_worker_t *w, rd_kafka_t *rk, rd_kafka_topic_partit
         rd_kafka_error_destroy(e);
         atomic_store(&w->stop, true);
     }
+    /* A partition stopped here (records lost), revoked and assigned again, starts afresh: left
+     * paused it would stall without a word; read, it meets its out-of-range position again. */
+    rd_kafka_resume_partitions(rk, list);
     wlog(w, 2, "assigned %d partition(s) of %s%s", list->cnt, w->o.raw_topic,
          coop ? " (incremental)" : "");
     atomic_store(&w->ready, w->producer_ready);
@@ -578,7 +592,8 @@ static int consumer_new(cluster_worker_t *w, char *err, size_t errlen)
         (rc = cluster_conf_set(conf, "enable.auto.commit", "false", err, errlen)) ||
         (rc = cluster_conf_set(conf, "enable.auto.offset.store", "false", err, errlen)) ||
         (rc = cluster_conf_set(conf, "isolation.level", "read_committed", err, errlen)) ||
-        (rc = cluster_conf_set(conf, "auto.offset.reset", "earliest", err, errlen)) ||
+        /* Never skip silently: an out-of-range position is reported to us (out_of_range). */
+        (rc = cluster_conf_set(conf, "auto.offset.reset", "error", err, errlen)) ||
         (rc = cluster_conf_set(conf, "enable.partition.eof", "false", err, errlen)) ||
         (rc = membership_conf(w, conf, err, errlen)) ||
         (rc = cluster_conf_apply(conf, &w->o.opts, "consumer", err, errlen))) {
@@ -704,7 +719,8 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
     pthread_mutex_init(&w->snap_mu, NULL);
     pthread_mutex_init(&w->lk_mu, NULL);
     pthread_cond_init(&w->lk_cv, NULL);
-    if ((w->sources = worker_sources_new()) == NULL) {
+    if ((w->sources = worker_sources_new()) == NULL ||
+        (w->lost = worker_lost_new(!o->continue_on_lost)) == NULL) {
         cluster_worker_free(w);
         return CLUSTER_NOMEM;
     }
@@ -751,7 +767,7 @@ void cluster_worker_stop(cluster_worker_t *w)
 
 bool cluster_worker_ready(cluster_worker_t *w)
 {
-    return atomic_load(&w->ready);
+    return atomic_load(&w->ready) && worker_lost_stopped_count(w->lost) == 0;
 }
 
 /* ---- one batch ---- */
@@ -780,6 +796,10 @@ static void rewind_all(cluster_worker_t *w)
     rd_kafka_topic_partition_list_t *list = NULL;
     if (rd_kafka_assignment(w->consumer, &list) != 0 || list == NULL)
         return;
+    /* A stopped partition stays where it stopped until the operator resumes it. */
+    for (int32_t i = 0; i < w->nparts_cap; i++)
+        if (w->parts[i] != NULL && worker_lost_stopped(w->lost, i, NULL))
+            rd_kafka_topic_partition_list_del(list, w->o.raw_topic, i);
     while (list->cnt > 0 && position(w, list) != CLUSTER_OK && !atomic_load(&w->stop))
         usleep(RETRY_PAUSE_MS * 1000);
     if (list->cnt > 0) {
@@ -1212,6 +1232,213 @@ static size_t drop_moved(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_
     return k;
 }
 
+/* ---- records deleted before they were read (worker_lost.h) ---- */
+
+/* Partition id's watermarks, retried while the cluster does not answer. A cluster status
+ * (CLUSTER_TIMEOUT: stopping). */
+static int watermarks(cluster_worker_t *w, int32_t id, int64_t *lo, int64_t *hi)
+{
+    for (;;) {
+        rd_kafka_resp_err_t err = rd_kafka_query_watermark_offsets(w->consumer, w->o.raw_topic, id,
+                                                                   lo, hi, COMMITTED_TIMEOUT);
+        if (!err)
+            return CLUSTER_OK;
+        if (atomic_load(&w->stop))
+            return CLUSTER_TIMEOUT;
+        wlog(w, 1, "partition %" PRId32 ": reading its watermarks: %s; retrying", id,
+             rd_kafka_err2str(err));
+        usleep(RETRY_PAUSE_MS * 1000);
+    }
+}
+
+/* Pauses (stops fetching) partition id or lets it be fetched again. */
+static void pause_one(cluster_worker_t *w, int32_t id, bool pause)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, w->o.raw_topic, id);
+    rd_kafka_resp_err_t err = pause ? rd_kafka_pause_partitions(w->consumer, l)
+                                    : rd_kafka_resume_partitions(w->consumer, l);
+    if (err || l->elems[0].err)
+        wlog(w, 0, "partition %" PRId32 ": %s: %s", id, pause ? "pause" : "resume",
+             rd_kafka_err2str(err ? err : l->elems[0].err));
+    rd_kafka_topic_partition_list_destroy(l);
+}
+
+/*
+ * Moves partition id to `offset` and lets it be fetched. After an out-of-range error
+ * librdkafka has stopped the partition's fetcher and refuses a seek (its state is
+ * FETCH_NONE), so the partition is taken out of the assignment and put back at the offset:
+ * incrementally under the cooperative protocol; under an eager one the whole assignment is
+ * set again at the positions position() gives. Only between batches (no record of the
+ * assignment gathered and unprocessed). A cluster status.
+ */
+static int move_one(cluster_worker_t *w, int32_t id, int64_t offset)
+{
+    rd_kafka_topic_partition_list_t *l = NULL;
+    rd_kafka_error_t *e = NULL;
+    rd_kafka_resp_err_t err = RD_KAFKA_RESP_ERR_NO_ERROR;
+    if (strcmp(rd_kafka_rebalance_protocol(w->consumer), "COOPERATIVE") == 0) {
+        l = rd_kafka_topic_partition_list_new(1);
+        rd_kafka_topic_partition_list_add(l, w->o.raw_topic, id)->offset = offset;
+        e = rd_kafka_incremental_unassign(w->consumer, l);
+        if (e == NULL)
+            e = rd_kafka_incremental_assign(w->consumer, l);
+    } else if ((err = rd_kafka_assignment(w->consumer, &l)) == RD_KAFKA_RESP_ERR_NO_ERROR) {
+        if (position(w, l) != CLUSTER_OK)
+            err = RD_KAFKA_RESP_ERR__TIMED_OUT;
+        for (int i = 0; i < l->cnt; i++)
+            if (l->elems[i].partition == id)
+                l->elems[i].offset = offset;
+        if (!err)
+            err = rd_kafka_assign(w->consumer, l);
+        for (int i = 0; !err && i < l->cnt; i++) /* stopped ones stay where they stopped */
+            if (l->elems[i].partition != id &&
+                worker_lost_stopped(w->lost, l->elems[i].partition, NULL))
+                pause_one(w, l->elems[i].partition, true);
+    }
+    if (e != NULL || err)
+        wlog(w, 0, "partition %" PRId32 ": moving to offset %" PRId64 ": %s", id, offset,
+             e ? rd_kafka_error_string(e) : rd_kafka_err2str(err));
+    else
+        pause_one(w, id, false);
+    int rc = e != NULL || err ? CLUSTER_KAFKA : CLUSTER_OK;
+    rd_kafka_error_destroy(e);
+    if (l != NULL)
+        rd_kafka_topic_partition_list_destroy(l);
+    return rc;
+}
+
+/* The moves out_of_range decided, before a batch is gathered. One that fails is logged and
+ * tried again after RETRY_PAUSE_MS (the partition is not read meanwhile, and says so). */
+static void move_pending(cluster_worker_t *w)
+{
+    int64_t now = clk_mono_ms();
+    for (int32_t i = 0; i < w->nparts_cap; i++) {
+        part_t *p = w->parts[i];
+        if (p == NULL || p->move_to < 0 || now < p->move_retry)
+            continue;
+        if (move_one(w, p->id, p->move_to) == CLUSTER_OK)
+            p->move_to = -1;
+        else
+            p->move_retry = now + RETRY_PAUSE_MS;
+    }
+}
+
+/*
+ * Whether keys of offsets below lo may have been in the window: the first record of the
+ * partition at least as new as the window's start is at lo or before (or cannot be found).
+ * Keys older than the window were due to be forgotten anyway.
+ */
+static bool window_reaches(cluster_worker_t *w, int32_t id, int64_t lo)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, w->o.raw_topic, id)->offset =
+        clk_wall_ms() - w->o.window_ms;
+    rd_kafka_resp_err_t err = rd_kafka_offsets_for_times(w->consumer, l, COMMITTED_TIMEOUT);
+    int64_t first = err || l->elems[0].err ? 0 : l->elems[0].offset;
+    rd_kafka_topic_partition_list_destroy(l);
+    return first != RD_KAFKA_OFFSET_END && first <= lo; /* END: no record is that new */
+}
+
+/* The log line of a repair that cannot re-read the keys of r's keys range. */
+static void log_keys_lost(cluster_worker_t *w, const part_t *p, const lost_range_t *r)
+{
+    bool window = window_reaches(w, p->id, r->lo);
+    wlog(w, window ? 0 : 2,
+         "partition %" PRId32 " of %s: offsets [%" PRId64 ", %" PRId64 ") were deleted before "
+         "this worker re-read their keys (repair up to the committed offset %" PRId64 "): "
+         "their events are in the output, but %s",
+         p->id, w->o.raw_topic, r->keys_from, r->keys_to, p->repair_until,
+         window ? "keys of the window are lost: a retry of one of those events within the "
+                  "window passes as new"
+                : "each was older than the window, so the window lost nothing");
+}
+
+/*
+ * The consumer found partition p's position out of range (auto.offset.reset=error): records it
+ * had not read were deleted (retention, DeleteRecords), or the log is shorter than the
+ * position. Says what is lost, counts it, and stops the partition (paused; the others go on)
+ * or, with continue_on_lost, goes on at the log start. Never skips without a word.
+ */
+static void out_of_range(cluster_worker_t *w, part_t *p, int64_t pos)
+{
+    int64_t lo = -1, hi = -1;
+    lost_range_t r;
+    if (pos < 0)
+        pos = (int64_t)p->applied; /* a log truncation reports no offset */
+    if (watermarks(w, p->id, &lo, &hi) != CLUSTER_OK)
+        return; /* stopping: the next owner meets the same position */
+    worker_lost_classify(pos, p->repair_until, lo, hi, &r);
+    if (r.keys_to > r.keys_from)
+        log_keys_lost(w, p, &r);
+    bool stop = worker_lost_stops(&r) && !w->o.continue_on_lost;
+    if (stop)
+        pause_one(w, p->id, true); /* also through later seeks and re-assignments */
+    else
+        p->move_to = r.resume_at;
+    if (worker_lost_found(w->lost, p->id, &r, stop, clk_wall_ms()) != 0)
+        wlog(w, 0, "partition %" PRId32 ": out of memory counting lost offsets", p->id);
+    if (!stop)
+        worker_lost_skipped(w->lost, p->id, r.records_from, r.records_to);
+    if (r.past_end)
+        wlog(w, 0,
+             "partition %" PRId32 " of %s: position %" PRId64 " is past the log end %" PRId64
+             " (log start %" PRId64 "): the log was cut (unclean leader election) or the topic "
+             "made again; %s",
+             p->id, w->o.raw_topic, pos, hi, lo,
+             stop ? "partition stopped, the others go on (docs/scale-out.md, \"Records deleted "
+                    "before they were processed\")"
+                  : "going on at the log end (--on-records-lost continue)");
+    else if (r.records_to > r.records_from && stop)
+        wlog(w, 0,
+             "partition %" PRId32 " of %s: records [%" PRId64 ", %" PRId64 ") were deleted "
+             "(retention or DeleteRecords) before this worker processed them: %" PRId64
+             " offset(s) lost, their events are not in the output; partition stopped "
+             "(--on-records-lost stop), the others go on; to go on at the log start: "
+             "POST /admin/partitions/%" PRId32 "/resume",
+             p->id, w->o.raw_topic, r.records_from, r.records_to, r.records_to - r.records_from,
+             p->id);
+    else if (r.records_to > r.records_from)
+        wlog(w, 0,
+             "partition %" PRId32 " of %s: records [%" PRId64 ", %" PRId64 ") were deleted "
+             "(retention or DeleteRecords) before this worker processed them: %" PRId64
+             " offset(s) lost, their events are not in the output; going on at the log start "
+             "(--on-records-lost continue)",
+             p->id, w->o.raw_topic, r.records_from, r.records_to, r.records_to - r.records_from);
+    else if (r.keys_to == r.keys_from)
+        wlog(w, 1,
+             "partition %" PRId32 ": position %" PRId64 " reported out of range, but the log "
+             "holds [%" PRId64 ", %" PRId64 "): reading on",
+             p->id, pos, lo, hi);
+}
+
+/* cluster_worker_resume on the run() thread. A cluster status, *out filled on CLUSTER_OK. */
+static int resume_stopped(cluster_worker_t *w, int32_t id, cluster_resume_t *out)
+{
+    lost_range_t r;
+    int64_t lo = -1, hi = -1;
+    memset(out, 0, sizeof *out);
+    out->partition = id;
+    out->status = part_get(w, id) == NULL                 ? CLUSTER_RESUME_NOT_OWNED
+                  : !worker_lost_stopped(w->lost, id, &r) ? CLUSTER_RESUME_NOT_STOPPED
+                                                          : CLUSTER_RESUME_RESUMED;
+    if (out->status != CLUSTER_RESUME_RESUMED)
+        return CLUSTER_OK;
+    if (watermarks(w, id, &lo, &hi) != CLUSTER_OK)
+        return CLUSTER_TIMEOUT;
+    /* The log start may have moved on since the stop: whatever is below it now is skipped. */
+    out->resumed_at = r.past_end ? hi : lo;
+    out->skipped_from = r.past_end ? out->resumed_at : r.records_from;
+    if (move_one(w, id, out->resumed_at) != CLUSTER_OK)
+        return CLUSTER_KAFKA;
+    worker_lost_skipped(w->lost, id, out->skipped_from, out->resumed_at);
+    wlog(w, 1,
+         "partition %" PRId32 " of %s resumed by the operator at offset %" PRId64
+         ": offsets [%" PRId64 ", %" PRId64 ") skipped",
+         id, w->o.raw_topic, out->resumed_at, out->skipped_from, out->resumed_at);
+    return CLUSTER_OK;
+}
+
 /* ---- lookups (cluster_worker_lookup) ---- */
 
 /*
@@ -1313,7 +1540,7 @@ static void answer_lookups(cluster_worker_t *w)
     if (list == NULL)
         return;
     for (lookup_q_t *q = list; q; q = q->next)
-        q->rc = answer_lookup(w, q, q->out);
+        q->rc = q->rout ? resume_stopped(w, q->resume, q->rout) : answer_lookup(w, q, q->out);
     pthread_mutex_lock(&w->lk_mu);
     for (lookup_q_t *q = list, *next; q; q = next) {
         next = q->next; /* q is the caller's once answered */
@@ -1321,6 +1548,40 @@ static void answer_lookups(cluster_worker_t *w)
     }
     pthread_cond_broadcast(&w->lk_cv);
     pthread_mutex_unlock(&w->lk_mu);
+}
+
+/* Queues q for the run() thread and waits up to timeout_ms for it to be taken (then until it
+ * is answered). q->rc: the answer's, or CLUSTER_TIMEOUT. */
+static int ask(cluster_worker_t *w, lookup_q_t *q, int timeout_ms)
+{
+    struct timespec dl;
+    clock_gettime(CLOCK_REALTIME, &dl);
+    dl.tv_sec += timeout_ms / 1000;
+    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (dl.tv_nsec >= 1000000000) {
+        dl.tv_sec++;
+        dl.tv_nsec -= 1000000000;
+    }
+    q->rc = CLUSTER_TIMEOUT;
+    pthread_mutex_lock(&w->lk_mu);
+    q->next = w->lookups;
+    /* q lives until answered: the answering thread takes the whole list off before it sets
+     * `answered`, and this thread waits for that below. */
+    w->lookups = q;
+    while (!q->answered) {
+        if (q->taken) {
+            pthread_cond_wait(&w->lk_cv, &w->lk_mu); /* being answered: q must outlive it */
+        } else if (pthread_cond_timedwait(&w->lk_cv, &w->lk_mu, &dl) != 0 && !q->taken) {
+            /* run() did not get to it: take it back off the queue before it goes */
+            lookup_q_t **pp = &w->lookups;
+            while (*pp != q)
+                pp = &(*pp)->next;
+            *pp = q->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->lk_mu);
+    return q->rc;
 }
 
 int cluster_worker_lookup(cluster_worker_t *w, const char *source, size_t source_len,
@@ -1331,38 +1592,24 @@ int cluster_worker_lookup(cluster_worker_t *w, const char *source, size_t source
                     .source_len = source_len,
                     .mid = message_id,
                     .mid_len = message_id_len,
-                    .out = out,
-                    .rc = CLUSTER_TIMEOUT};
-    struct timespec dl;
+                    .out = out};
     if (source_len == 0)
         return CLUSTER_EINVAL;
-    clock_gettime(CLOCK_REALTIME, &dl);
-    dl.tv_sec += timeout_ms / 1000;
-    dl.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
-    if (dl.tv_nsec >= 1000000000) {
-        dl.tv_sec++;
-        dl.tv_nsec -= 1000000000;
-    }
-    pthread_mutex_lock(&w->lk_mu);
-    q.next = w->lookups;
-    /* q lives until answered: the answering thread takes the whole list off before it sets
-     * `answered`, and this thread waits for that below. */
-    // cppcheck-suppress autoVariables
-    w->lookups = &q;
-    while (!q.answered) {
-        if (q.taken) {
-            pthread_cond_wait(&w->lk_cv, &w->lk_mu); /* being answered: q must outlive it */
-        } else if (pthread_cond_timedwait(&w->lk_cv, &w->lk_mu, &dl) != 0 && !q.taken) {
-            /* run() did not get to it: take it back off the queue before it goes */
-            lookup_q_t **pp = &w->lookups;
-            while (*pp != &q)
-                pp = &(*pp)->next;
-            *pp = q.next;
-            break;
-        }
-    }
-    pthread_mutex_unlock(&w->lk_mu);
-    return q.rc;
+    return ask(w, &q, timeout_ms);
+}
+
+int cluster_worker_resume(cluster_worker_t *w, int32_t partition, int timeout_ms,
+                          cluster_resume_t *out)
+{
+    lookup_q_t q = {.resume = partition, .rout = out};
+    if (partition < 0)
+        return CLUSTER_EINVAL;
+    return ask(w, &q, timeout_ms);
+}
+
+size_t cluster_worker_stopped_partitions(cluster_worker_t *w)
+{
+    return worker_lost_stopped_count(w->lost);
 }
 
 /* Polls one batch: up to max_batch records or batch_ms. Returns how many are in msgs, each
@@ -1374,6 +1621,8 @@ static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *e
     size_t n = 0;
     while (n < w->o.max_batch && !atomic_load(&w->stop)) {
         int64_t left = deadline - clk_mono_ms();
+        if (n == 0)
+            move_pending(w); /* nothing gathered yet: a partition may move (out_of_range) */
         if (n > 0 && left <= 0)
             break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(w->consumer, n == 0 ? 100 : (int)left);
@@ -1388,6 +1637,12 @@ static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *e
                 snapshot(w);
                 *last_snap = clk_mono_ms();
             }
+            continue;
+        }
+        if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && part_get(w, m->partition)) {
+            wlog(w, 3, "consume: %s", rd_kafka_message_errstr(m));
+            out_of_range(w, part_get(w, m->partition), m->offset);
+            rd_kafka_message_destroy(m);
             continue;
         }
         if (m->err) {
@@ -1518,6 +1773,17 @@ static void snapshot(cluster_worker_t *w)
     pthread_mutex_unlock(&w->snap_mu);
 }
 
+/* /stats' not_ready_reason: a JSON string, or null when ready. */
+static const char *not_ready_json(cluster_worker_t *w)
+{
+    if (!atomic_load(&w->ready))
+        return "\"joining the group or waiting for the transaction coordinator\"";
+    if (worker_lost_stopped_count(w->lost) > 0)
+        return "\"a partition is stopped: records were deleted before they were processed "
+               "(records_lost.stopped)\"";
+    return "null";
+}
+
 char *cluster_worker_stats_json(cluster_worker_t *w)
 {
     char *buf = NULL;
@@ -1529,11 +1795,12 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
     pthread_mutex_lock(&w->snap_mu);
     const counters_t *c = &w->snap_c;
     fprintf(f,
-            "{\"role\":\"worker\",\"ready\":%s,\"group\":\"%s\",\"group_instance_id\":%s%s%s,"
+            "{\"role\":\"worker\",\"ready\":%s,\"not_ready_reason\":%s,\"group\":\"%s\",\"group_"
+            "instance_id\":%s%s%s,"
             "\"raw_topic\":\"%s\","
             "\"out_topic\":\"%s\",\"transactional_id\":\"%s\","
             "\"dedupe\":{\"window_seconds\":%" PRId64 ",\"max_keys\":%" PRIu64 ",\"sources\":",
-            atomic_load(&w->ready) ? "true" : "false", w->o.group,
+            cluster_worker_ready(w) ? "true" : "false", not_ready_json(w), w->o.group,
             w->o.dynamic_membership ? "" : "\"", w->o.dynamic_membership ? "null" : w->instance_id,
             w->o.dynamic_membership ? "" : "\"", w->o.raw_topic, w->o.out_topic, w->txn_id,
             w->o.window_ms / 1000, w->o.max_keys);
@@ -1543,9 +1810,11 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
             ",\"duplicates\":%" PRIu64 ",\"owner_replays\":%" PRIu64 ",\"repaired\":%" PRIu64
             ",\"malformed\":%" PRIu64 ",\"seeded\":%" PRIu64 "},"
             "\"transactions\":{\"committed\":%" PRIu64 ",\"aborted\":%" PRIu64
-            ",\"producer_restarts\":%" PRIu64 "},\"store_errors\":%" PRIu64 ",\"partitions\":[",
+            ",\"producer_restarts\":%" PRIu64 "},\"store_errors\":%" PRIu64 ",",
             c->consumed, c->produced, c->duplicates, c->owners, c->repaired, c->malformed,
             c->seeded, c->txn_committed, c->txn_aborted, c->producer_restarts, c->store_errors);
+    worker_lost_json(w->lost, f);
+    fputs(",\"partitions\":[", f);
     for (size_t i = 0; i < w->nsnap; i++) {
         const part_snap_t *s = &w->snap[i];
         int64_t eff = s->keys && now > s->oldest_ms ? (now - s->oldest_ms) / 1000 : 0;
@@ -1556,9 +1825,11 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
                 ",\"generation_keys\":%" PRIu64 ",\"merges\":%" PRIu64
                 ",\"effective_window_seconds\":%" PRId64 ",\"applied_offset\":%" PRIu64
                 ",\"committed_offset\":%" PRId64 ",\"high_watermark\":%" PRId64 ",\"lag\":%" PRId64
-                "}",
+                ",",
                 i ? "," : "", s->id, s->keys, s->generations, s->generation_keys, s->merges, eff,
                 s->applied, s->committed, s->high, lag);
+        worker_lost_json_partition(w->lost, s->id, f);
+        fputc('}', f);
     }
     pthread_mutex_unlock(&w->snap_mu);
     fputs("]}", f);
@@ -1614,8 +1885,9 @@ char *cluster_worker_metrics(cluster_worker_t *w)
     cluster_prom_outcomes(p, "worker_transactions_total", txns, ntx, 2);
     prom_counter(p, "worker_producer_restarts_total", "Producers replaced after fatal errors.",
                  (double)c->producer_restarts);
-    prom_gauge(p, "worker_ready", "1 when assigned and the producer is ready.",
-               atomic_load(&w->ready) ? 1 : 0);
+    prom_gauge(p, "worker_ready",
+               "1 when assigned, the producer is ready and no partition is stopped.",
+               cluster_worker_ready(w) ? 1 : 0);
     for (size_t g = 0; g < sizeof gauges / sizeof gauges[0]; g++) {
         prom_head(p, gauges[g][0], PROM_GAUGE, gauges[g][1]);
         for (size_t i = 0; i < w->nsnap; i++) {
@@ -1627,6 +1899,7 @@ char *cluster_worker_metrics(cluster_worker_t *w)
     }
     pthread_mutex_unlock(&w->snap_mu);
     worker_sources_prom(w->sources, p, now);
+    worker_lost_prom(w->lost, p);
     return prom_take(p, NULL);
 }
 
@@ -1644,6 +1917,7 @@ void cluster_worker_free(cluster_worker_t *w)
         part_close(w, i);
     merger_free(w->merger); /* after the partitions: none is left to merge */
     worker_sources_free(w->sources);
+    worker_lost_free(w->lost);
     free(w->parts);
     free(w->snap);
     pthread_mutex_destroy(&w->snap_mu);

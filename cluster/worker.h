@@ -38,6 +38,12 @@
  *                    the partition comes from another worker), then go on at C;
  *   C known, A >= C: go on at C (records in [C, A) find themselves as owners);
  *   C unknown      : go on at A (a new group, or one whose offsets expired).
+ * A position out of range (auto.offset.reset=error: retention deleted records
+ * not yet read) is never skipped silently (cluster/worker_lost.h): logged as
+ * an error with the range lost, counted, and the partition is stopped (paused,
+ * the others go on) until cluster_worker_resume(), or with continue_on_lost
+ * read on from the log start. A repair that cannot re-read keys below the
+ * log start goes on from there, and says whether the window lost keys.
  *
  * Threading: cluster_worker_run() runs on the caller's thread;
  * cluster_worker_stats_json/metrics and cluster_worker_stop may be called
@@ -67,6 +73,10 @@ typedef struct cluster_worker_options {
      * restart rebalances. Default (false): static membership, group.instance.id = the
      * transactional id. */
     bool dynamic_membership;
+    /* Records deleted before they were processed (--on-records-lost): false (stop, the
+     * default): the partition stops until cluster_worker_resume; true: logged, counted, and
+     * read on from the log start. */
+    bool continue_on_lost;
     cluster_kafka_opts_t opts; /* pass-through librdkafka settings */
     /* Optional log sink (the worker thread or librdkafka's threads): level 0 error .. 3 debug. */
     void (*log)(void *arg, int level, const char *msg);
@@ -132,8 +142,38 @@ int cluster_worker_lookup(cluster_worker_t *w, const char *source, size_t source
                           const char *message_id, size_t message_id_len, int timeout_ms,
                           cluster_lookup_t *out);
 
-/* True once the worker has joined the group and its producer is ready (for /healthz). */
+/* True once the worker has joined the group and its producer is ready, and while none of its
+ * partitions is stopped (for /healthz). Thread-safe. */
 bool cluster_worker_ready(cluster_worker_t *w);
+
+/* How many partitions are stopped because records were deleted before they were processed.
+ * Thread-safe. */
+size_t cluster_worker_stopped_partitions(cluster_worker_t *w);
+
+/* What cluster_worker_resume did. */
+enum cluster_resume_status {
+    CLUSTER_RESUME_RESUMED = 0,     /* reading again at `resumed_at` */
+    CLUSTER_RESUME_NOT_STOPPED = 1, /* the partition is assigned here and not stopped */
+    CLUSTER_RESUME_NOT_OWNED = 2,   /* the partition is not assigned to this worker */
+};
+
+typedef struct cluster_resume {
+    int status; /* enum cluster_resume_status */
+    int32_t partition;
+    int64_t skipped_from, resumed_at; /* RESUMED: offsets [skipped_from, resumed_at) skipped */
+} cluster_resume_t;
+
+/*
+ * The operator's resume of a stopped partition (POST /admin/partitions/P/resume): moves it to
+ * the log start as it is now (the log end when its position was past the end), counts the
+ * offsets skipped as lost records, and reads on. Answered by the run() thread between two
+ * batches; blocks up to timeout_ms for it to take the request. CLUSTER_OK with *out filled,
+ * CLUSTER_TIMEOUT (run() busy or not running, or the watermarks could not be read),
+ * CLUSTER_KAFKA (the seek failed; still stopped) or CLUSTER_EINVAL (partition < 0).
+ * Thread-safe.
+ */
+int cluster_worker_resume(cluster_worker_t *w, int32_t partition, int timeout_ms,
+                          cluster_resume_t *out);
 
 void cluster_worker_free(cluster_worker_t *w);
 

@@ -25,6 +25,8 @@
 #define MAX_BATCH_MAX  UINT64_C(100000)
 #define MAX_KAFKA_OPTS 64
 #define LOOKUP_WAIT_MS 5000 /* for the worker thread to take a lookup between two batches */
+#define RESUME_PREFIX  "/admin/partitions/"
+#define RESUME_SUFFIX  "/resume"
 
 /* Positions in SPECS. */
 enum {
@@ -43,6 +45,7 @@ enum {
     O_BATCH,
     O_MIRROR,
     O_DYNAMIC,
+    O_ON_LOST,
     O_LEVEL,
     O_MAX
 };
@@ -73,8 +76,8 @@ static const opts_spec_t SPECS[] = {
                   "/stats, /metrics, /healthz, /dashboard; port 0 picks one; \"none\": no HTTP"},
     [O_ADMIN_TOKEN] = {"admin-token", NULL, "INGESTD_ADMIN_TOKEN", NULL, OPTS_STRING, 1, 255,
                        "TOKEN",
-                       "Bearer token of GET /v1/events/{messageId} on --listen (without one the "
-                       "route is off)"},
+                       "Bearer token of GET /v1/events/{messageId} and POST "
+                       "/admin/partitions/P/resume on --listen (without one they are off)"},
     [O_KAFKA_OPT] = {"kafka-opt", NULL, "INGESTD_KAFKA_OPTS", NULL, OPTS_REPEAT, 0, MAX_KAFKA_OPTS,
                      "NAME=VALUE",
                      "librdkafka setting, e.g. security.protocol=SASL_SSL; \"consumer.NAME\" or "
@@ -95,6 +98,12 @@ static const opts_spec_t SPECS[] = {
                    "(group.instance.id = the transactional id), a restart within "
                    "session.timeout.ms keeps the partitions; partitions are assigned "
                    "cooperative-sticky"},
+    [O_ON_LOST] = {"on-records-lost", NULL, "INGESTD_ON_RECORDS_LOST", "stop", OPTS_STRING, 1, 16,
+                   "stop|continue",
+                   "when retention deleted raw records before they were processed (a position "
+                   "out of range): stop that partition (the others go on; /healthz 503) until "
+                   "POST /admin/partitions/P/resume, or continue at the log start; both log an "
+                   "error with the range lost and count it"},
     [O_LEVEL] = {"log-level", NULL, "INGESTD_LOG_LEVEL", "info", OPTS_STRING, 1, 16, "LEVEL",
                  "error, warn, info or debug"},
 };
@@ -191,28 +200,67 @@ static unsigned error_body(unsigned status, const char *msg, char **json)
     return status;
 }
 
-/* GET /v1/events/{messageId}?source=S on the worker (docs/scale-out.md); ops_http's route. */
-static unsigned events_route(void *ctx, const ops_http_req_t *req, char **json)
+/* The admin routes' method and token: 0 when both are right, else the error's status. */
+static unsigned admin_check(const struct http_ctx *h, const ops_http_req_t *req, const char *method,
+                            char **json)
 {
-    const struct http_ctx *h = ctx;
-    const char *path = ops_http_path(req);
     const char *auth = ops_http_authorization(req);
-    const char *source = ops_http_query(req, "source");
     const char *tok = NULL;
     size_t tlen = 0;
-    cluster_lookup_t res;
-    unsigned status = 500;
-
-    if (!h->admin_token || strncmp(path, API_LOOKUP_PREFIX, strlen(API_LOOKUP_PREFIX)) != 0)
-        return 0;
-    const char *id = path + strlen(API_LOOKUP_PREFIX);
-    if (strcmp(ops_http_method(req), "GET") != 0)
+    if (strcmp(ops_http_method(req), method) != 0)
         return error_body(405, "method not allowed", json);
     auth_bearer_token(auth, &tok, &tlen);
     if (!tok || !auth_equal(tok, tlen, h->admin_token, strlen(h->admin_token)))
         return error_body(
             401, auth ? "invalid admin token" : "missing admin token (Authorization: Bearer TOKEN)",
             json);
+    return 0;
+}
+
+/* POST /admin/partitions/P/resume (docs/scale-out.md, "Records deleted before they were
+ * processed"): a stopped partition goes on at the log start. */
+static unsigned resume_route(const struct http_ctx *h, const ops_http_req_t *req, const char *p,
+                             char **json)
+{
+    char *end = NULL;
+    cluster_resume_t res;
+    unsigned status = admin_check(h, req, "POST", json);
+    if (status != 0)
+        return status;
+    long part = strtol(p, &end, 10);
+    if (end == p || part < 0 || part > INT32_MAX || strcmp(end, RESUME_SUFFIX) != 0)
+        return error_body(404, "not found: POST /admin/partitions/P/resume", json);
+    int rc = cluster_worker_resume(h->w, (int32_t)part, LOOKUP_WAIT_MS, &res);
+    if (rc != CLUSTER_OK)
+        return error_body(503,
+                          rc == CLUSTER_TIMEOUT ? "the worker is busy or not running, retry later"
+                                                : "the partition could not be moved, retry later",
+                          json);
+    json_t *j = json_pack("{s:i, s:s}", "partition", (int)part, "status",
+                          res.status == CLUSTER_RESUME_RESUMED       ? "resumed"
+                          : res.status == CLUSTER_RESUME_NOT_STOPPED ? "not_stopped"
+                                                                     : "not_owned");
+    if (j != NULL && res.status == CLUSTER_RESUME_RESUMED) {
+        json_object_set_new(j, "resumed_at", json_integer(res.resumed_at));
+        json_object_set_new(j, "skipped_from", json_integer(res.skipped_from));
+        json_object_set_new(j, "offsets_skipped", json_integer(res.resumed_at - res.skipped_from));
+    }
+    *json = j ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    return res.status == CLUSTER_RESUME_RESUMED       ? 200
+           : res.status == CLUSTER_RESUME_NOT_STOPPED ? 409
+                                                      : 404;
+}
+
+/* GET /v1/events/{messageId}?source=S on the worker (docs/scale-out.md). */
+static unsigned events_route(const struct http_ctx *h, const ops_http_req_t *req, const char *id,
+                             char **json)
+{
+    const char *source = ops_http_query(req, "source");
+    cluster_lookup_t res;
+    unsigned status = admin_check(h, req, "GET", json);
+    if (status != 0)
+        return status;
     const char *why = api_lookup_check_id(id, strlen(id));
     if (why)
         return error_body(400, why, json);
@@ -233,6 +281,20 @@ static unsigned events_route(void *ctx, const ops_http_req_t *req, char **json)
     return status;
 }
 
+/* ops_http's route: the admin token's routes, off without --admin-token. */
+static unsigned admin_route(void *ctx, const ops_http_req_t *req, char **json)
+{
+    const struct http_ctx *h = ctx;
+    const char *path = ops_http_path(req);
+    if (!h->admin_token)
+        return 0;
+    if (strncmp(path, API_LOOKUP_PREFIX, strlen(API_LOOKUP_PREFIX)) == 0)
+        return events_route(h, req, path + strlen(API_LOOKUP_PREFIX), json);
+    if (strncmp(path, RESUME_PREFIX, strlen(RESUME_PREFIX)) == 0)
+        return resume_route(h, req, path + strlen(RESUME_PREFIX), json);
+    return 0;
+}
+
 static char *stats_json(void *ctx)
 {
     return cluster_worker_stats_json(((struct http_ctx *)ctx)->w);
@@ -245,8 +307,12 @@ static char *metrics(void *ctx)
 
 static const char *unhealthy(void *ctx)
 {
-    return cluster_worker_ready(((struct http_ctx *)ctx)->w)
-               ? NULL
+    cluster_worker_t *w = ((struct http_ctx *)ctx)->w;
+    if (cluster_worker_ready(w))
+        return NULL;
+    return cluster_worker_stopped_partitions(w) > 0
+               ? "not ready: a partition is stopped, its raw records were deleted before they "
+                 "were processed (/stats records_lost; POST /admin/partitions/P/resume)"
                : "not ready: joining the group or waiting for the transaction coordinator";
 }
 
@@ -278,6 +344,12 @@ static int worker_options(const opts_val_t *v, cluster_worker_options_t *o)
         return 2;
     }
     logging_level = level;
+    const char *on_lost = v[O_ON_LOST].str;
+    if (strcmp(on_lost, "stop") != 0 && strcmp(on_lost, "continue") != 0) {
+        fprintf(stderr, "ingestd worker: --on-records-lost must be stop or continue, not \"%s\"\n",
+                on_lost);
+        return 2;
+    }
     *o = (cluster_worker_options_t){
         .brokers = v[O_BROKERS].str,
         .raw_topic = v[O_RAW].str,
@@ -292,6 +364,7 @@ static int worker_options(const opts_val_t *v, cluster_worker_options_t *o)
         .max_batch = (uint32_t)v[O_BATCH].n,
         .mirror_offsets = v[O_MIRROR].on,
         .dynamic_membership = v[O_DYNAMIC].on,
+        .continue_on_lost = strcmp(on_lost, "continue") == 0,
         .opts = {.kv = v[O_KAFKA_OPT].items, .n = v[O_KAFKA_OPT].nitems},
         .log = on_worker_log,
     };
@@ -302,10 +375,11 @@ static void log_start(const cluster_worker_options_t *o)
 {
     LOG_INFO("ingestd %s worker: brokers %s, %s -> %s, group %s, data %s, window %" PRId64
              "s, max-keys %" PRIu64 ", young-keys %" PRIu64 ", max-batch %" PRIu32
-             ", %s membership, %zu kafka option(s)%s",
+             ", %s membership, on-records-lost %s, %zu kafka option(s)%s",
              INGESTD_VERSION, o->brokers, o->raw_topic, o->out_topic, o->group, o->data_dir,
              o->window_ms / 1000, o->max_keys, o->young_keys, o->max_batch,
-             o->dynamic_membership ? "dynamic" : "static", o->opts.n,
+             o->dynamic_membership ? "dynamic" : "static",
+             o->continue_on_lost ? "continue" : "stop", o->opts.n,
              o->mirror_offsets ? ", mirrored offsets" : "");
 }
 
@@ -330,7 +404,7 @@ static int start_http(const char *listen, struct http_ctx *hctx, ops_http_t **ou
         .stats_json = stats_json,
         .metrics = metrics,
         .unhealthy = unhealthy,
-        .route = events_route,
+        .route = admin_route,
         .ctx = hctx,
         .not_found = "not found: the worker serves /stats, /metrics, /healthz and /dashboard",
     };

@@ -27,6 +27,10 @@
  *   {"partition":P,"offset":O,"timestamp":T,"source":S,"messageId":M,"input":"P:O"|null,
  *    "value":V}   (T: the record's timestamp in ms, -1 when it has none)
  *   (V is the record's value, itself JSON). Exit 0, or 1 when MS passed first.
+ * kcat_lite delete-records --brokers B --topic T --partition P --before OFFSET
+ *   Deletes the records of partition P below OFFSET with the Admin API's DeleteRecords (what
+ *   retention does to old segments, at once and to the offset); prints "low N", the
+ *   partition's new log start, and exits 0, or 1 on an error.
  */
 
 static void json_str(FILE *f, const char *s, size_t n)
@@ -220,14 +224,63 @@ out:
     return rc;
 }
 
+static int delete_records(const char *brokers, const char *topic, int32_t partition, int64_t before)
+{
+    char errstr[512];
+    int rc = 1;
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof errstr)) {
+        fprintf(stderr, "kcat_lite: %s\n", errstr);
+        rd_kafka_conf_destroy(conf);
+        return 1;
+    }
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errstr, sizeof errstr);
+    if (rk == NULL) {
+        fprintf(stderr, "kcat_lite: %s\n", errstr);
+        return 1;
+    }
+    rd_kafka_queue_t *q = rd_kafka_queue_new(rk);
+    rd_kafka_topic_partition_list_t *list = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(list, topic, partition)->offset = before;
+    rd_kafka_DeleteRecords_t *del = rd_kafka_DeleteRecords_new(list);
+    rd_kafka_DeleteRecords(rk, &del, 1, NULL, q);
+    rd_kafka_event_t *ev = rd_kafka_queue_poll(q, 60000);
+    const rd_kafka_DeleteRecords_result_t *res =
+        ev ? rd_kafka_event_DeleteRecords_result(ev) : NULL;
+    if (res == NULL || rd_kafka_event_error(ev)) {
+        fprintf(stderr, "kcat_lite: DeleteRecords: %s\n",
+                ev ? rd_kafka_event_error_string(ev) : "no answer in 60 s");
+        goto out;
+    }
+    const rd_kafka_topic_partition_list_t *offs = rd_kafka_DeleteRecords_result_offsets(res);
+    if (offs == NULL || offs->cnt != 1 || offs->elems[0].err) {
+        fprintf(stderr, "kcat_lite: DeleteRecords: %s\n",
+                offs && offs->cnt == 1 ? rd_kafka_err2str(offs->elems[0].err) : "no result");
+        goto out;
+    }
+    printf("low %" PRId64 "\n", offs->elems[0].offset);
+    rc = 0;
+out:
+    if (ev != NULL)
+        rd_kafka_event_destroy(ev);
+    rd_kafka_DeleteRecords_destroy(del);
+    rd_kafka_topic_partition_list_destroy(list);
+    rd_kafka_queue_destroy(q);
+    rd_kafka_destroy(rk);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     const char *brokers = NULL, *topic = NULL;
     int32_t before = 0;
     int64_t at_ms = 0;
     int max_ms = 30000;
+    int32_t partition = -1;
+    int64_t before_offset = -1;
     if (argc < 2) {
-        fprintf(stderr, "usage: kcat_lite produce|consume --brokers B --topic T ...\n");
+        fprintf(stderr,
+                "usage: kcat_lite produce|consume|delete-records --brokers B --topic T ...\n");
         return 2;
     }
     for (int i = 2; i + 1 < argc; i += 2) {
@@ -241,6 +294,10 @@ int main(int argc, char **argv)
             at_ms = strtoll(argv[i + 1], NULL, 10);
         else if (strcmp(argv[i], "--max-ms") == 0)
             max_ms = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--partition") == 0)
+            partition = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--before") == 0)
+            before_offset = strtoll(argv[i + 1], NULL, 10);
         else {
             fprintf(stderr, "kcat_lite: unknown flag %s\n", argv[i]);
             return 2;
@@ -254,6 +311,8 @@ int main(int argc, char **argv)
         return produce(brokers, topic, before, at_ms);
     if (strcmp(argv[1], "consume") == 0)
         return consume(brokers, topic, max_ms);
+    if (strcmp(argv[1], "delete-records") == 0 && partition >= 0 && before_offset >= 0)
+        return delete_records(brokers, topic, partition, before_offset);
     fprintf(stderr, "kcat_lite: unknown mode %s\n", argv[1]);
     return 2;
 }
