@@ -98,6 +98,7 @@ struct cluster_worker {
     char crash_point[32];
     long crash_after;
     long crash_seen;
+    bool crash_stop; /* ":stop": SIGSTOP (a zombie, resumed by SIGCONT) instead of SIGKILL */
     /* snapshot for the HTTP thread */
     pthread_mutex_t snap_mu;
     part_snap_t *snap;
@@ -128,9 +129,10 @@ static void crash_hook(cluster_worker_t *w, const char *point)
 {
     if (w->crash_point[0] == '\0' || strcmp(point, w->crash_point) != 0)
         return;
-    if (++w->crash_seen >= w->crash_after) {
-        wlog(w, 1, "test hook: SIGKILL at %s #%ld", point, w->crash_seen);
-        raise(SIGKILL);
+    if (++w->crash_seen == w->crash_after) {
+        wlog(w, 1, "test hook: %s at %s #%ld", w->crash_stop ? "SIGSTOP" : "SIGKILL", point,
+             w->crash_seen);
+        raise(w->crash_stop ? SIGSTOP : SIGKILL);
     }
 }
 
@@ -733,6 +735,8 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
         if (n < sizeof w->crash_point) {
             memcpy(w->crash_point, crash, n);
             w->crash_after = colon ? strtol(colon + 1, NULL, 10) : 1;
+            const char *mode = colon ? strchr(colon + 1, ':') : NULL;
+            w->crash_stop = mode != NULL && strcmp(mode + 1, "stop") == 0;
         }
     }
     if ((rc = producer_new(w, err, errlen)) || (rc = consumer_new(w, err, errlen)) ||
