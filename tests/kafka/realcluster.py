@@ -1,14 +1,17 @@
 """The real-cluster fixture: a 3-node Apache Kafka (scripts/kafka-cluster) for one test module.
 
-    from realcluster import start_module_cluster, RealWorker, count_output
+    from realcluster import RealTestCase, count_output, start_module_cluster
 
     def setUpModule():
-        global CLUSTER
-        CLUSTER = start_module_cluster()   # stopped at the module's end, even on failure
-    CLUSTER.create_topic("raw-x", 8)       # replication factor 3, served by every broker
-    w = RealWorker(CLUSTER, data_dir, "raw-x", "out-x").start()
-    CLUSTER.kill_node(2); CLUSTER.start_node(2)
-    counts = count_output(CLUSTER.consume("out-x"), acked)   # read_committed
+        start_module_cluster()             # stopped at the module's end, even on failure
+
+    class T(RealTestCase):                 # self.cluster; edges and workers cleaned up
+        def test_x(self):
+            self.cluster.create_topic("raw-x", 8)   # replication factor 3, on every broker
+            w = self.worker("w1", "raw-x", "out-x")  # RealWorker, started
+            e = self.edge("raw-x", ["key:source"])   # harness.Server --role edge, started
+            self.cluster.kill_node(2); self.cluster.start_node(2)
+            counts = count_output(self.cluster.consume("out-x"), acked)  # read_committed
 
 `scripts/kafka-cluster install` must have run (scripts/test does it before the Release tests):
 without it, start fails and so do the tests (they never skip). The cluster's port block is a free
@@ -26,7 +29,8 @@ import tempfile
 import time
 import unittest
 
-from test_worker import BIN, KCAT, Worker
+from test_worker import BIN, KCAT, Worker  # (it puts tests/integration on sys.path)
+from harness import Server  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.abspath(os.path.join(HERE, "..", "..", "scripts", "kafka-cluster"))
@@ -120,9 +124,13 @@ class RealCluster:
         return [json.loads(line) for line in r.stdout.splitlines()]
 
 
+CURRENT = None  # the running module's cluster (RealTestCase.cluster)
+
+
 def start_module_cluster(nodes=3):
     """Starts a cluster for the calling test module and registers its stop as a module
     cleanup (it runs after tearDownModule, also when setUpModule or a test failed)."""
+    global CURRENT
     c = RealCluster(nodes)
     try:
         c.start()
@@ -130,6 +138,7 @@ def start_module_cluster(nodes=3):
         c.stop()
         raise
     unittest.addModuleCleanup(c.stop)
+    CURRENT = c
     return c
 
 
@@ -138,8 +147,9 @@ class RealWorker(Worker):
     offsets), and no --kafka-opt unless given: the defaults docs/scale-out.md recommends
     (static membership, cooperative-sticky, librdkafka's session.timeout.ms of 45 s)."""
 
-    def __init__(self, cluster, data_dir, raw, out, group="workers", kafka_opts=(), args=()):
-        super().__init__(cluster, data_dir, group=group, args=args)
+    def __init__(self, cluster, data_dir, raw, out, group="workers", kafka_opts=(), args=(),
+                 extra_env=None):
+        super().__init__(cluster, data_dir, group=group, extra_env=extra_env, args=args)
         self.raw, self.out, self.kafka_opts = raw, out, list(kafka_opts)
 
     def argv(self):
@@ -173,3 +183,37 @@ def count_output(recs, acked):
                   unacked_seen=len(set(by_key) - set(acked)),
                   examples={"lost": lost[:5], "duplicated": sorted(dup.items())[:5],
                             "conflicts": sorted(conflicts.items())[:5]})
+
+
+class RealTestCase(unittest.TestCase):
+    """A test on the module's cluster: a temporary dir, and every edge and worker it started
+    killed at its end if still running (a passing test stops them itself, asserting exit 0)."""
+
+    def setUp(self):
+        self.cluster = CURRENT
+        self.assertIsNotNone(self.cluster, "setUpModule must call start_module_cluster()")
+        self.tmp = tempfile.mkdtemp(prefix="ingestd-real-")
+        self.servers, self.workers = [], []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.cleanup()
+        for w in self.workers:
+            w.cleanup()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def edge(self, raw, keys, args=()):
+        """`ingestd serve --role edge` on the cluster, started (the integration harness's
+        Server: every answer is checked against openapi.yaml)."""
+        s = Server(keys=keys, data_dir=os.path.join(self.tmp, "edge-%d" % len(self.servers)),
+                   args=["--role", "edge", "--kafka-brokers", self.cluster.bootstrap,
+                         "--raw-topic", raw] + list(args))
+        self.servers.append(s)
+        return s.start()
+
+    def worker(self, name, raw, out, **kw):
+        """A RealWorker on data dir TMP/name, started (a second call with the same name
+        restarts on the same data dir)."""
+        w = RealWorker(self.cluster, os.path.join(self.tmp, name), raw, out, **kw)
+        self.workers.append(w)
+        return w.start()
