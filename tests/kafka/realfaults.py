@@ -38,8 +38,8 @@ from test_edge import partition_of  # noqa: E402
 PARTITIONS = 8
 CLIENTS = 4
 BATCH = 25
-PACE = 0.25           # seconds between one client's batches
-MAX_BATCHES = 200     # per client: a bound on the events of a case, whatever its length
+PACE = 0.5            # seconds between one client's batches
+MAX_BATCHES = 400     # per client: a bound on the events of a case, whatever its length
 KEYS = ["k_web:web", "k_app:app"]
 WAIT = 90.0
 # The session timeout bounds how long a dead (or frozen) member's partitions wait; the
@@ -203,6 +203,10 @@ class Load:
         with self.lock:
             self.edges.remove(edge)
         edge.proc.wait(timeout=10)
+
+    def add_edge(self, edge):
+        with self.lock:
+            self.edges.append(edge)
 
     def stop(self):
         self.stopped_at = time.monotonic()

@@ -6,12 +6,17 @@ module, 8 raw and 8 output partitions of replication factor 3).
 - a zombie: a worker frozen (SIGSTOP) with its transaction open, past its session timeout; the
   other takes its partitions; once resumed (SIGCONT) its transaction is fenced, and nothing it
   produced is visible read_committed;
-- a rolling restart of every worker (SIGTERM, start again on the same data dir).
+- a worker SIGKILLed between its Kafka commit and its LMDB commit, and restarted (its store
+  repaired from the raw topic);
+- a rolling restart of every worker (SIGTERM, start again on the same data dir), the last one
+  with a partition's store deleted while stopped (rebuilt from the raw topic), then retries of
+  events acknowledged before the restarts.
 
 Each case: 0 lost, 0 duplicated, 0 lineage conflicts among acknowledged events, and it prints
 the time until every partition flowed again after each change.
 """
 import os
+import shutil
 import signal
 import sys
 import time
@@ -22,6 +27,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import deadline_wait  # noqa: E402
 from realcluster import start_module_cluster  # noqa: E402
 from realfaults import PARTITIONS, WAIT, FaultCase, Load  # noqa: E402
+from test_edge import partition_of  # noqa: E402
 
 
 def setUpModule():
@@ -112,16 +118,48 @@ class RealMembersTest(FaultCase):
               file=sys.stderr)
         self.assertGreaterEqual(st["aborted"], 1)
 
+    def test_crash_between_commits(self):
+        raw, out = self.topics("between")
+        a = self.worker("wa", raw, out)
+        # b SIGKILLs itself after its 10th Kafka commit, before the LMDB commit: the output and
+        # the group's offsets have the batch, its stores do not.
+        b = self.worker("wb", raw, out, env={"INGESTD_WORKER_CRASH_AT": "kafka-committed:10"})
+        self.wait_split([a, b])
+        parts = self.parts(b)
+        load = Load([self.edge(raw), self.edge(raw)], "between")
+        deadline_wait(lambda: b.proc.poll() is not None, WAIT, "b killed between its commits",
+                      interval=0.1)
+        t = time.monotonic()
+        b.log.close()
+        b.extra_env = {}
+        b.start()
+        self.wait_split([a, b], "b back with its partitions")
+        self.assertEqual(self.parts(b), parts)
+        self.recovered("killed between the commits, restarted", t, out, "between")
+        # The restart repaired the store: the batch's keys re-inserted without producing.
+        self.assertGreater(b.stats()["events"]["repaired"], 0)
+        load.wait_acked(load.acked_count() + 300)
+        self.finish("worker SIGKILLed between the Kafka and the LMDB commit", load, out, [a, b])
+
     def test_rolling_restart_workers(self):
         raw, out = self.topics("rolling")
         ws = [self.worker("wa", raw, out), self.worker("wb", raw, out)]
         self.wait_split(ws)
         load = Load([self.edge(raw), self.edge(raw)], "rolling")
         load.wait_acked(1000)
+        # Acknowledged early, retried after the restarts: 100 of each source.
+        first = [k for src in ("web", "app") for k in sorted(k for k in load.acked
+                                                             if k[0] == src)[:100]]
+        lost_store = None
         for w in ws:
             instance, parts = w.stats()["group_instance_id"], self.parts(w)
             t = time.monotonic()
             w.stop()
+            if w is ws[-1]:
+                # The last one also lost a partition's store while stopped (deleted, as the
+                # operator does with a corrupt one): the restart rebuilds it from the raw topic.
+                lost_store = parts[0]
+                shutil.rmtree(os.path.join(w.data_dir, "partitions", "%s-%d" % (raw, lost_store)))
             w.start()
             self.wait_split(ws, "the restarted worker back with its partitions")
             # Static membership: back within the session timeout as the same member, it gets
@@ -130,9 +168,19 @@ class RealMembersTest(FaultCase):
             self.assertEqual(self.parts(w), parts)
             self.recovered("restart %s" % os.path.basename(w.data_dir), t, out,
                            "rolling-%s" % os.path.basename(w.data_dir))
-            load.wait_acked(load.acked_count() + 500)
-        self.finish("rolling restart of every worker", load, out, ws)
-
+            if lost_store is not None:
+                self.assertGreater(w.stats()["events"]["repaired"], 0, "the store not rebuilt")
+            load.wait_acked(load.acked_count() + 300)
+        # Retries of events acknowledged before the restarts, the rebuilt partition's among
+        # them, are duplicates.
+        edge = load.live()[0]
+        for source in ("web", "app"):
+            evs = [{"type": "track", "event": "Load", "userId": "u", "messageId": m,
+                    "properties": {"retry": True}} for s, m in first if s == source]
+            r = edge.batch(evs, key="k_" + source)
+            self.assertEqual(r.status, 200, r)
+        self.assertTrue(any(partition_of(s, m, PARTITIONS) == lost_store for s, m in first))
+        self.finish("rolling restart of every worker (one store rebuilt)", load, out, ws)
 
 if __name__ == "__main__":
     unittest.main()
