@@ -1,38 +1,41 @@
 """Fault cases on the real cluster (tests/kafka/realcluster.py): a load that keeps going through
 the fault, probes that time the recovery, and the exactly-once count at the end.
 
+    def setUpModule():
+        start_module_cluster()
+
     class T(FaultCase):
         def test_x(self):
             raw, out = self.topics("x")
             a, b = self.worker("wa", raw, out), self.worker("wb", raw, out)
             self.wait_split([a, b])
-            load = self.load([self.edge(raw), self.edge(raw)])
+            load = Load([self.edge(raw), self.edge(raw)], "x")
             ...fault...
-            self.recovered("x", t_fault, [a, b])   # seconds until every partition flows again
-            self.finish("x", load, [a, b])         # 0 lost, 0 duplicated, 0 lineage conflicts
+            self.recovered("x", t_fault, out, "x")  # seconds until every partition flows again
+            self.finish("x", load, out, [a, b])     # 0 lost, 0 duplicated, 0 lineage conflicts
 
 The load: CLIENTS HTTP clients post BATCH-event batches to the edges, one every PACE seconds,
 until stopped (or MAX_BATCHES each); every fourth batch also goes through the other edge (a
 client's retry through another edge). A 503 or a broken connection is retried through the next
 live edge until answered 200; only a 200 acknowledges. The workers run with the flags
-docs/scale-out.md recommends except for the group timeouts in KAFKA_OPTS (a session timeout of
-6 s, the broker's minimum, so a lost member's partitions move within the test's time).
+docs/scale-out.md recommends, plus KAFKA_OPTS: a session timeout of 6 s (the broker's minimum,
+so a lost member's partitions move within the test's time) and a transaction timeout of 10 s
+(so the broker aborts a frozen member's open transaction soon).
 """
 import importlib.machinery
 import importlib.util
 import os
-import shutil
 import signal
+import socket
+import struct
 import sys
-import tempfile
 import threading
 import time
-import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
-from harness import Server, deadline_wait  # noqa: E402
-from realcluster import SCRIPT, RealWorker, count_output  # noqa: E402
+from harness import deadline_wait  # noqa: E402
+from realcluster import SCRIPT, RealTestCase, count_output  # noqa: E402
 from test_edge import partition_of  # noqa: E402
 
 PARTITIONS = 8
@@ -66,6 +69,31 @@ def stop_node(cluster, node):
     SIGKILLs it after its stop timeout. Returns whether it needed SIGKILL."""
     st = KC.load_state(cluster.dir)
     return bool(KC.stop_nodes(cluster.dir, st, [node]))
+
+
+def group_coordinator(cluster, group):
+    """The node id of `group`'s coordinator (FindCoordinator v1, asked of the first node that
+    answers without an error)."""
+    st = KC.load_state(cluster.dir)
+    body = KC._kstr(group) + struct.pack(">b", 0)
+    req = struct.pack(">hhi", 10, 1, 1) + KC._kstr("ingestd-test") + body
+    for n in range(1, st["nodes"] + 1):
+        try:
+            with socket.create_connection(("127.0.0.1", st["port_base"] + n - 1), 5) as c:
+                c.sendall(struct.pack(">i", len(req)) + req)
+                f = c.makefile("rb")
+                size = struct.unpack(">i", f.read(4))[0]
+                r = KC._Reader(f.read(size))
+        except OSError:
+            continue
+        r.take(">i")  # correlation id
+        r.take(">i")  # throttle_time_ms
+        err = r.take(">h")
+        r.string()    # error message
+        node = r.take(">i")
+        if err == 0:
+            return node
+    raise AssertionError("no coordinator for group %s" % group)
 
 
 def under_replicated(cluster, topics):
@@ -218,43 +246,31 @@ class Load:
         self.seconds = time.monotonic() - self.t0
 
 
-class FaultCase(unittest.TestCase):
-    """Edges, workers and the exactly-once count on the module's cluster (set CLUSTER)."""
-    CLUSTER = None
+class FaultCase(RealTestCase):
+    """Edges and workers as the fault cases run them, the recovery probes and the count."""
 
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="ingestd-real-fault-")
-        self.servers, self.workers = [], []
+        super().setUp()
         self.figures = []
 
     def tearDown(self):
-        for s in self.servers:
-            s.cleanup()
         for w in self.workers:
             if w.proc is not None and w.proc.poll() is None:
                 w.proc.send_signal(signal.SIGCONT)  # a frozen one dies of SIGKILL either way
-            w.cleanup()
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        super().tearDown()
 
     def topics(self, name):
         raw, out = "raw-" + name, "out-" + name
-        self.CLUSTER.create_topic(raw, PARTITIONS)
-        self.CLUSTER.create_topic(out, PARTITIONS)
+        self.cluster.create_topic(raw, PARTITIONS)
+        self.cluster.create_topic(out, PARTITIONS)
         return raw, out
 
     def edge(self, raw):
-        s = Server(keys=KEYS, data_dir=os.path.join(self.tmp, "edge-%d" % len(self.servers)),
-                   args=["--role", "edge", "--kafka-brokers", self.CLUSTER.bootstrap,
-                         "--raw-topic", raw])
-        self.servers.append(s)
-        return s.start()
+        return super().edge(raw, KEYS)
 
-    def worker(self, name, raw, out, group=None, args=(), env=None, start=True):
-        w = RealWorker(self.CLUSTER, os.path.join(self.tmp, name), raw, out,
-                       group=group or "g-" + raw, kafka_opts=KAFKA_OPTS, args=args)
-        w.extra_env = dict(env or {})
-        self.workers.append(w)
-        return w.start() if start else w
+    def worker(self, name, raw, out, args=(), env=None):
+        return super().worker(name, raw, out, group="g-" + raw, kafka_opts=KAFKA_OPTS,
+                              args=args, extra_env=env)
 
     @staticmethod
     def parts(w):
@@ -277,21 +293,6 @@ class FaultCase(unittest.TestCase):
             raise AssertionError("%s: held %s\n%s" % (what, state.get("held"), "\n".join(
                 w.tail() for w in workers)))
         return state["held"]
-
-    def output_holds(self, out, want, what):
-        state = {}
-
-        def done():
-            state["recs"] = self.CLUSTER.consume(out)
-            return set(want) <= {(r["source"], r["messageId"]) for r in state["recs"]}
-        try:
-            deadline_wait(done, WAIT, what, interval=0.5)
-        except AssertionError:
-            got = {(r["source"], r["messageId"]) for r in state.get("recs", [])}
-            raise AssertionError("%s: %d of %d missing, e.g. %s\n%s" % (
-                what, len(set(want) - got), len(want), sorted(set(want) - got)[:5],
-                "\n".join(w.tail() for w in self.workers)))
-        return state["recs"]
 
     def recovered(self, label, t_event, out, tag):
         """Sends a probe to every raw partition through a live edge and waits until all are in
@@ -322,7 +323,7 @@ class FaultCase(unittest.TestCase):
         deadline_wait(lambda: all(p["lag"] == 0 for w in workers
                                   for p in w.stats()["partitions"]),
                       WAIT, "the workers without lag", interval=0.5)
-        counts = count_output(self.CLUSTER.consume(out), acked)
+        counts = count_output(self.cluster.consume(out), acked)
         print("\nreal cluster, %s: %d events acknowledged in %.1f s (%d requests, %d retried, "
               "%d on a broken connection, %d batches through both edges, %d events never "
               "acknowledged); output: %d records, %d distinct, %d lost, %d duplicated, %d "

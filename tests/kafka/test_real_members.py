@@ -31,7 +31,7 @@ from test_edge import partition_of  # noqa: E402
 
 
 def setUpModule():
-    FaultCase.CLUSTER = start_module_cluster()
+    start_module_cluster()
 
 
 def frozen(w):
