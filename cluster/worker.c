@@ -82,7 +82,7 @@ typedef struct lookup_q {
 
 typedef struct counters {
     uint64_t consumed, produced, duplicates, owners, repaired, malformed, seeded;
-    uint64_t txn_committed, txn_aborted, producer_restarts, store_errors;
+    uint64_t txn_committed, txn_aborted, producer_restarts, consumer_restarts, store_errors;
 } counters_t;
 
 struct cluster_worker {
@@ -99,13 +99,15 @@ struct cluster_worker {
     int32_t nparts_cap;
     uint64_t epochs; /* assignments so far: each part_open takes the next one */
     atomic_bool stop, ready;
-    bool rebalanced; /* set by the rebalance callback: check what was gathered */
+    bool rebalanced;     /* set by the rebalance callback: check what was gathered */
+    bool consumer_fatal; /* set by gather: the consumer hit a fatal error, replace it */
     bool producer_ready;
     counters_t c;
     /* crash hook (tests) */
     char crash_point[32];
     long crash_after;
     long crash_seen;
+    bool crash_stop; /* ":stop": SIGSTOP (a zombie, resumed by SIGCONT) instead of SIGKILL */
     /* snapshot for the HTTP thread */
     pthread_mutex_t snap_mu;
     part_snap_t *snap;
@@ -136,9 +138,10 @@ static void crash_hook(cluster_worker_t *w, const char *point)
 {
     if (w->crash_point[0] == '\0' || strcmp(point, w->crash_point) != 0)
         return;
-    if (++w->crash_seen >= w->crash_after) {
-        wlog(w, 1, "test hook: SIGKILL at %s #%ld", point, w->crash_seen);
-        raise(SIGKILL);
+    if (++w->crash_seen == w->crash_after) {
+        wlog(w, 1, "test hook: %s at %s #%ld", w->crash_stop ? "SIGSTOP" : "SIGKILL", point,
+             w->crash_seen);
+        raise(w->crash_stop ? SIGSTOP : SIGKILL);
     }
 }
 
@@ -749,6 +752,8 @@ int cluster_worker_new(const cluster_worker_options_t *o, cluster_worker_t **out
         if (n < sizeof w->crash_point) {
             memcpy(w->crash_point, crash, n);
             w->crash_after = colon ? strtol(colon + 1, NULL, 10) : 1;
+            const char *mode = colon ? strchr(colon + 1, ':') : NULL;
+            w->crash_stop = mode != NULL && strcmp(mode + 1, "stop") == 0;
         }
     }
     if ((rc = producer_new(w, err, errlen)) || (rc = consumer_new(w, err, errlen)) ||
@@ -1612,6 +1617,45 @@ size_t cluster_worker_stopped_partitions(cluster_worker_t *w)
     return worker_lost_stopped_count(w->lost);
 }
 
+static int consumer_subscribe(cluster_worker_t *w, char *err, size_t errlen)
+{
+    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(sub, w->o.raw_topic, RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t se = rd_kafka_subscribe(w->consumer, sub);
+    rd_kafka_topic_partition_list_destroy(sub);
+    if (se) {
+        errbuf_printf(err, errlen, "subscribe to %s: %s", w->o.raw_topic, rd_kafka_err2str(se));
+        return CLUSTER_KAFKA;
+    }
+    return CLUSTER_OK;
+}
+
+/*
+ * Replaces a consumer that hit a fatal error. librdkafka makes FENCED_INSTANCE_ID fatal, and a
+ * real cluster answers it without any other instance: when the group coordinator's broker dies,
+ * the session times out, and the rejoin races the new coordinator (seen on Kafka 4.4 with
+ * librdkafka 2.0.2, tests/kafka/test_real_failover.py). The dead consumer never consumes again,
+ * so without this the worker would sit idle for good. The new one rejoins with the same
+ * group.instance.id; its partitions come back through on_assign and the usual positions.
+ * Called between batches (no transaction open). CLUSTER_OK, or the new consumer's error.
+ */
+static int consumer_restart(cluster_worker_t *w, char *err, size_t errlen)
+{
+    char why[512] = "";
+    rd_kafka_resp_err_t fe = rd_kafka_fatal_error(w->consumer, why, sizeof why);
+    wlog(w, 0, "consumer: fatal error %s (%s); replacing the consumer", rd_kafka_err2name(fe), why);
+    w->c.consumer_restarts++;
+    atomic_store(&w->ready, false);
+    rd_kafka_consumer_close(w->consumer); /* revokes what is left: closes those stores */
+    rd_kafka_destroy(w->consumer);
+    w->consumer = NULL;
+    w->rebalanced = false;
+    int rc = consumer_new(w, err, errlen);
+    if (rc == CLUSTER_OK)
+        rc = consumer_subscribe(w, err, errlen);
+    return rc;
+}
+
 /* Polls one batch: up to max_batch records or batch_ms. Returns how many are in msgs, each
  * with the epoch of its partition's assignment when it was read in epochs. */
 static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *epochs,
@@ -1638,6 +1682,11 @@ static size_t gather(cluster_worker_t *w, rd_kafka_message_t **msgs, uint64_t *e
                 *last_snap = clk_mono_ms();
             }
             continue;
+        }
+        if (m->err == RD_KAFKA_RESP_ERR__FATAL) {
+            rd_kafka_message_destroy(m);
+            w->consumer_fatal = true; /* run() replaces the consumer */
+            break;
         }
         if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET && part_get(w, m->partition)) {
             wlog(w, 3, "consume: %s", rd_kafka_message_errstr(m));
@@ -1679,21 +1728,24 @@ int cluster_worker_run(cluster_worker_t *w, char *err, size_t errlen)
             rc = CLUSTER_OK; /* stopped while waiting for the cluster */
         goto out;
     }
-    rd_kafka_topic_partition_list_t *sub = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(sub, w->o.raw_topic, RD_KAFKA_PARTITION_UA);
-    rd_kafka_resp_err_t se = rd_kafka_subscribe(w->consumer, sub);
-    rd_kafka_topic_partition_list_destroy(sub);
-    if (se) {
-        errbuf_printf(err, errlen, "subscribe to %s: %s", w->o.raw_topic, rd_kafka_err2str(se));
-        rc = CLUSTER_KAFKA;
+    if ((rc = consumer_subscribe(w, err, errlen)) != CLUSTER_OK)
         goto out;
-    }
     wlog(w, 2, "worker %s consuming %s -> %s as group %s", w->txn_id, w->o.raw_topic,
          w->o.out_topic, w->o.group);
 
     int64_t last_snap = 0;
     while (!atomic_load(&w->stop)) {
         n = gather(w, msgs, epochs, &last_snap);
+        if (w->consumer_fatal) {
+            /* what was gathered came from the dead consumer's assignment: read again later */
+            for (size_t i = 0; i < n; i++)
+                rd_kafka_message_destroy(msgs[i]);
+            n = 0;
+            w->consumer_fatal = false;
+            if ((rc = consumer_restart(w, err, errlen)) != CLUSTER_OK)
+                goto out;
+            continue;
+        }
         if (n == 0) {
             maintain_idle(w); /* generations age out while no record comes */
             continue;
@@ -1720,7 +1772,8 @@ out:
     atomic_store(&w->ready, false);
     /* Revokes (closing the stores). A dynamic member also leaves the group, so its partitions
      * move on at once; a static one keeps them until it is back or session.timeout.ms passed. */
-    rd_kafka_consumer_close(w->consumer);
+    if (w->consumer != NULL)
+        rd_kafka_consumer_close(w->consumer);
     snapshot(w);
     return rc;
 }
@@ -1810,9 +1863,11 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
             ",\"duplicates\":%" PRIu64 ",\"owner_replays\":%" PRIu64 ",\"repaired\":%" PRIu64
             ",\"malformed\":%" PRIu64 ",\"seeded\":%" PRIu64 "},"
             "\"transactions\":{\"committed\":%" PRIu64 ",\"aborted\":%" PRIu64
-            ",\"producer_restarts\":%" PRIu64 "},\"store_errors\":%" PRIu64 ",",
+            ",\"producer_restarts\":%" PRIu64 "},\"consumer_restarts\":%" PRIu64
+            ",\"store_errors\":%" PRIu64 ",",
             c->consumed, c->produced, c->duplicates, c->owners, c->repaired, c->malformed,
-            c->seeded, c->txn_committed, c->txn_aborted, c->producer_restarts, c->store_errors);
+            c->seeded, c->txn_committed, c->txn_aborted, c->producer_restarts, c->consumer_restarts,
+            c->store_errors);
     worker_lost_json(w->lost, f);
     fputs(",\"partitions\":[", f);
     for (size_t i = 0; i < w->nsnap; i++) {
@@ -1885,6 +1940,9 @@ char *cluster_worker_metrics(cluster_worker_t *w)
     cluster_prom_outcomes(p, "worker_transactions_total", txns, ntx, 2);
     prom_counter(p, "worker_producer_restarts_total", "Producers replaced after fatal errors.",
                  (double)c->producer_restarts);
+    prom_counter(p, "worker_consumer_restarts_total",
+                 "Consumers replaced after fatal errors (a static member fenced).",
+                 (double)c->consumer_restarts);
     prom_gauge(p, "worker_ready",
                "1 when assigned, the producer is ready and no partition is stopped.",
                cluster_worker_ready(w) ? 1 : 0);

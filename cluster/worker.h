@@ -181,8 +181,10 @@ void cluster_worker_free(cluster_worker_t *w);
  * Test hook: when the environment variable INGESTD_WORKER_CRASH_AT is
  * "POINT:N", the worker kills itself with SIGKILL the Nth time it reaches
  * POINT: "produced" (records produced, transaction open), "kafka-committed"
- * (transaction committed, LMDB not yet), "stored" (both committed). Used by
- * tests/kafka to crash at exact places; unset in production.
+ * (transaction committed, LMDB not yet), "stored" (both committed).
+ * "POINT:N:stop" raises SIGSTOP instead, once: the process freezes there (a
+ * zombie whose session times out) and goes on where it was when sent SIGCONT.
+ * Used by tests/kafka to crash at exact places; unset in production.
  */
 #define CLUSTER_CRASH_ENV "INGESTD_WORKER_CRASH_AT"
 

@@ -30,7 +30,7 @@ import time
 import unittest
 
 from test_worker import BIN, KCAT, Worker  # (it puts tests/integration on sys.path)
-from harness import Server  # noqa: E402
+from harness import Server, deadline_wait  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.abspath(os.path.join(HERE, "..", "..", "scripts", "kafka-cluster"))
@@ -221,3 +221,20 @@ class RealTestCase(unittest.TestCase):
         w = RealWorker(self.cluster, os.path.join(self.tmp, name), raw, out, **kw)
         self.workers.append(w)
         return w.start()
+
+    def output_holds(self, out, want, what, timeout=90.0):
+        """Waits until the topic `out`, read read_committed, holds every (source, messageId) in
+        `want`; returns its records. On a timeout: what is missing, and the workers' logs."""
+        state = {}
+
+        def done():
+            state["recs"] = self.cluster.consume(out)
+            return set(want) <= {(r["source"], r["messageId"]) for r in state["recs"]}
+        try:
+            deadline_wait(done, timeout, what, interval=0.5)
+        except AssertionError:
+            got = {(r["source"], r["messageId"]) for r in state.get("recs", [])}
+            raise AssertionError("%s: %d of %d missing, e.g. %s\n%s" % (
+                what, len(set(want) - got), len(want), sorted(set(want) - got)[:5],
+                "\n".join(w.tail() for w in self.workers)))
+        return state["recs"]

@@ -125,21 +125,6 @@ class Load:
 
 
 class RealWorkerKillTest(RealTestCase):
-    def output_holds(self, out, want, what):
-        state = {}
-
-        def done():
-            state["recs"] = self.cluster.consume(out)
-            return set(want) <= {(r["source"], r["messageId"]) for r in state["recs"]}
-        try:
-            deadline_wait(done, WAIT, what, interval=0.5)
-        except AssertionError:
-            got = {(r["source"], r["messageId"]) for r in state.get("recs", [])}
-            raise AssertionError("%s: %d of %d missing, e.g. %s\n%s" % (
-                what, len(set(want) - got), len(want), sorted(set(want) - got)[:5],
-                "\n".join(w.tail() for w in self.workers)))
-        return state["recs"]
-
     def test_worker_sigkill_under_load(self):
         raw, out = "raw-kill", "out-kill"
         self.cluster.create_topic(raw, PARTITIONS)

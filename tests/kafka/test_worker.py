@@ -477,6 +477,24 @@ class WorkerTest(unittest.TestCase):
                            "b's partitions were rebuilt from the raw topic")
         a.stop()
 
+    def test_fenced_consumer_replaced(self):
+        """FENCED_INSTANCE_ID is fatal for a librdkafka consumer; a real cluster answers it to a
+        static member whose rejoin raced a coordinator failover (kafka-real/failover). The
+        worker replaces its consumer and goes on; before, it polled the dead one for good."""
+        w = self.worker()
+        w.wait_ready()
+        evs = batch("fence", 100)
+        produce(self.mock, evs[:50])
+        self.wait_output({(s, m) for s, m, _ in evs[:50]})
+        self.mock.cmd("errors Heartbeat 1 FENCED_INSTANCE_ID")
+        produce(self.mock, evs[50:])
+        expected = {(s, m) for s, m, _ in evs}
+        self.check_once(self.wait_output(expected), expected)
+        self.assertEqual(w.stats()["consumer_restarts"], 1)
+        self.assertIn("replacing the consumer", w.tail())
+        self.assertEqual(w.get("/healthz")[0], 200)
+        w.stop()
+
     def test_injected_broker_errors(self):
         """Errors and timeouts on the transactional path and a broker outage: it recovers."""
         w = self.worker(args=["--max-batch", "30"])
