@@ -1,13 +1,14 @@
 """How long a worker joining, or killed (-9) and restarted, stops the pipeline (mock or real
 cluster).
 
-    python3 tests/kafka/rebalance.py join|restart [RUNS] [--real] [--kafka-opt NAME=VALUE ...]
-                                                   [--worker-arg ARG ...]
+    python3 tests/kafka/rebalance.py join|restart [RUNS] [--real | --cluster DIR]
+                                     [--kafka-opt NAME=VALUE ...] [--worker-arg ARG ...]
         (binaries from build/, or INGESTD_BIN / KAFKA_MOCK_BIN / KCAT_LITE_BIN)
 
 Each run: a fresh mock cluster (3 brokers, raw:8, out:8), or with --real fresh topics (raw and
 output, 8 partitions each, replication factor 3) and a fresh group on one real 3-node Kafka
-(scripts/kafka-cluster, started once for all runs and stopped at the end), and worker A, which
+(scripts/kafka-cluster, started once for all runs and stopped at the end; --cluster DIR: the
+one already running in DIR, left running), and worker A, which
 takes all 8 partitions. A probe producer then puts one record into every raw partition every
 PROBE_S (the messageIds are chosen with Kafka's murmur2 so each probe hits each partition once:
 probe k is offset k in every partition): kcat_lite on the mock, an edge (`ingestd serve --role
@@ -136,7 +137,7 @@ class RealBackend:
         self.edge = realcluster.Server(
             keys=["k_web:web"], data_dir=os.path.join(tmp, "edge"),
             args=["--role", "edge", "--kafka-brokers", cluster.bootstrap,
-                  "--raw-topic", self.raw, "--log-level", "warn"]).start()
+                  "--raw-topic", self.raw]).start()
 
     def worker(self, data_dir, kafka_opts, worker_args):
         return self.realcluster.RealWorker(self.cluster, data_dir, self.raw, self.out,
@@ -155,6 +156,12 @@ class RealBackend:
 
     def close(self):
         self.edge.cleanup()
+
+
+def settled(hold, members):
+    """Every partition held by exactly one ready worker, and each member holding some."""
+    return (all(len(hs) == 1 and hs[0][2] for hs in hold.values()) and
+            all(any(hs[0][0] is w for hs in hold.values()) for w in members))
 
 
 def measure(kind, kafka_opts=None, worker_args=(), timeout=120.0, log=print, check=None,
@@ -181,8 +188,9 @@ def measure(kind, kafka_opts=None, worker_args=(), timeout=120.0, log=print, che
         a = worker("a")
         b = worker("b") if kind == "restart" else None
         members = [w for w in (a, b) if w]
-        t.deadline_wait(lambda: sum(len(h) == 1 and h[0][2] for h in
-                                    holdings(members).values()) == PARTS, timeout,
+        # Settled: every partition held by one ready worker, and (restart) B among them; A
+        # alone holding all 8 before B joined is not yet the group the restart starts from.
+        t.deadline_wait(lambda: settled(holdings(members), members), timeout,
                         "the first assignment", interval=POLL_S)
         probes = Probes(backend)
         probes.start()
@@ -236,8 +244,11 @@ def measure(kind, kafka_opts=None, worker_args=(), timeout=120.0, log=print, che
                "held_before": held_before, "instance_before": instance_before,
                "instance_after": b.stats().get("group_instance_id"),
                "a_revocations": a_revocations}
-        log("%s: stall %.1f s, recovered %.1f s (B holds %d partitions)" % (
-            kind, res["stall"], recovered, len(held_by_new)))
+        kept = [v for p, v in by_part.items() if p not in held_by_new]
+        log("%s: stall %.1f s, recovered %.1f s (B holds %d partitions; the others' longest "
+            "wait %.1f s; A's log after T0: %d revocation(s))" % (
+                kind, res["stall"], recovered, len(held_by_new), max(kept, default=0.0),
+                len(a_revocations)))
         if check is not None:
             probes.stop.set()
             probes.join(30)
@@ -310,6 +321,8 @@ def main(argv):
         elif argv[i] == "--real":
             real = True
             i -= 1
+        elif argv[i] == "--cluster":
+            real = argv[i + 1]
         else:
             raise SystemExit(__doc__)
         i += 2
@@ -318,14 +331,21 @@ def main(argv):
     default = "none (the recommended defaults)" if real else t.KAFKA_OPTS
     print("kafka options: %s; worker args: %s" % (opts if opts is not None else default, wargs))
     cluster = None
-    if real:
+    if real is True:
         import realcluster
         cluster = realcluster.RealCluster().start()
+    elif real:
+        import realcluster
+        cluster = realcluster.RealCluster()
+        shutil.rmtree(cluster.dir)
+        cluster.dir = real
+        with open(os.path.join(real, "bootstrap")) as f:
+            cluster.bootstrap = f.read().strip()
     try:
         for _ in range(runs):
             measure(kind, opts, wargs, cluster=cluster)
     finally:
-        if cluster is not None:
+        if real is True:
             cluster.stop()
 
 
