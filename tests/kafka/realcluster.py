@@ -36,11 +36,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.abspath(os.path.join(HERE, "..", "..", "scripts", "kafka-cluster"))
 
 # Runs beside the test: blocks on its stdin (a pipe from the test process) and stops the cluster
-# when it closes, that is when the test process ends, however it ends.
-_GUARD = ("import subprocess, sys\n"
+# when it closes, that is when the test process ends, however it ends; then removes its dir
+# unless INGESTD_TEST_KEEP is set (after a clean stop, stop() already did both).
+_GUARD = ("import os, shutil, subprocess, sys\n"
           "sys.stdin.read()\n"
-          "subprocess.run([sys.executable, sys.argv[1], 'stop', sys.argv[2]],\n"
-          "               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n")
+          "if os.path.exists(os.path.join(sys.argv[2], 'cluster.json')):\n"
+          "    subprocess.run([sys.executable, sys.argv[1], 'stop', sys.argv[2]],\n"
+          "                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+          "if not os.environ.get('INGESTD_TEST_KEEP'):\n"
+          "    shutil.rmtree(sys.argv[2], ignore_errors=True)\n")
 
 
 class ClusterError(AssertionError):
@@ -75,7 +79,7 @@ class RealCluster:
                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True)
         out = self.run("start", self.dir, "--nodes", str(self.nodes),
-                       *(["--secure"] if self.secure else []))
+                       *(["--secure"] if self.secure else []), timeout=300)
         lines = [ln for ln in out.splitlines() if ln.startswith("BOOTSTRAP ")]
         if not lines:
             raise ClusterError("kafka-cluster start printed no BOOTSTRAP line: %r" % out)
