@@ -52,12 +52,16 @@ class ClusterError(AssertionError):
 
 
 class RealCluster:
-    """A running 3-node cluster in a temporary dir; `bootstrap` is its broker list."""
+    """A running 3-node cluster in a temporary dir; `bootstrap` is its broker list. With
+    secure=True it also has SASL_SSL listeners (SCRAM-SHA-512, a test CA): `secure_bootstrap`
+    is their list and `client_opts` the librdkafka options a client needs there
+    (["security.protocol=SASL_SSL", ...], from kafka-cluster's DIR/secure/client.conf)."""
 
-    def __init__(self, nodes=3):
-        self.nodes = nodes
+    def __init__(self, nodes=3, secure=False):
+        self.nodes, self.secure = nodes, secure
         self.dir = tempfile.mkdtemp(prefix="ingestd-kafka-real-")
-        self.bootstrap = None
+        self.bootstrap = self.secure_bootstrap = None
+        self.client_opts = []
         self.guard = None
         self.start_seconds = None
 
@@ -74,11 +78,20 @@ class RealCluster:
         self.guard = subprocess.Popen([sys.executable, "-c", _GUARD, SCRIPT, self.dir],
                                       stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True)
-        out = self.run("start", self.dir, "--nodes", str(self.nodes), timeout=300)
+        out = self.run("start", self.dir, "--nodes", str(self.nodes),
+                       *(["--secure"] if self.secure else []), timeout=300)
         lines = [ln for ln in out.splitlines() if ln.startswith("BOOTSTRAP ")]
         if not lines:
             raise ClusterError("kafka-cluster start printed no BOOTSTRAP line: %r" % out)
         self.bootstrap = lines[0].split()[1]
+        if self.secure:
+            lines = [ln for ln in out.splitlines() if ln.startswith("SECURE_BOOTSTRAP ")]
+            if not lines:
+                raise ClusterError("kafka-cluster start --secure printed no SECURE_BOOTSTRAP "
+                                   "line: %r" % out)
+            self.secure_bootstrap = lines[0].split()[1]
+            with open(os.path.join(self.dir, "secure", "client.conf")) as f:
+                self.client_opts = [ln.strip() for ln in f if ln.strip()]
         self.start_seconds = time.monotonic() - t0
         print("real cluster: %d nodes up in %.1f s at %s" % (self.nodes, self.start_seconds,
                                                              self.bootstrap), file=sys.stderr)
@@ -131,11 +144,11 @@ class RealCluster:
 CURRENT = None  # the running module's cluster (RealTestCase.cluster)
 
 
-def start_module_cluster(nodes=3):
+def start_module_cluster(nodes=3, secure=False):
     """Starts a cluster for the calling test module and registers its stop as a module
     cleanup (it runs after tearDownModule, also when setUpModule or a test failed)."""
     global CURRENT
-    c = RealCluster(nodes)
+    c = RealCluster(nodes, secure)
     try:
         c.start()
     except BaseException:
@@ -152,12 +165,13 @@ class RealWorker(Worker):
     (static membership, cooperative-sticky, librdkafka's session.timeout.ms of 45 s)."""
 
     def __init__(self, cluster, data_dir, raw, out, group="workers", kafka_opts=(), args=(),
-                 extra_env=None):
+                 extra_env=None, brokers=None):
         super().__init__(cluster, data_dir, group=group, extra_env=extra_env, args=args)
         self.raw, self.out, self.kafka_opts = raw, out, list(kafka_opts)
+        self.brokers = brokers or cluster.bootstrap  # e.g. cluster.secure_bootstrap
 
     def argv(self):
-        argv = [BIN, "worker", "--kafka-brokers", self.mock.bootstrap, "--raw-topic", self.raw,
+        argv = [BIN, "worker", "--kafka-brokers", self.brokers, "--raw-topic", self.raw,
                 "--out-topic", self.out, "--group", self.group, "--data", self.data_dir,
                 "--listen", "127.0.0.1:0", "--log-level", "info"]
         for o in self.kafka_opts:
@@ -206,12 +220,12 @@ class RealTestCase(unittest.TestCase):
             w.cleanup()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
-    def edge(self, raw, keys, args=()):
-        """`ingestd serve --role edge` on the cluster, started (the integration harness's
-        Server: every answer is checked against openapi.yaml)."""
+    def edge(self, raw, keys, args=(), brokers=None, env=None):
+        """`ingestd serve --role edge` on the cluster (or on `brokers`), started (the
+        integration harness's Server: every answer is checked against openapi.yaml)."""
         s = Server(keys=keys, data_dir=os.path.join(self.tmp, "edge-%d" % len(self.servers)),
-                   args=["--role", "edge", "--kafka-brokers", self.cluster.bootstrap,
-                         "--raw-topic", raw] + list(args))
+                   args=["--role", "edge", "--kafka-brokers", brokers or self.cluster.bootstrap,
+                         "--raw-topic", raw] + list(args), env=env)
         self.servers.append(s)
         return s.start()
 

@@ -18,7 +18,6 @@ joins are never stopped (the old eager protocol revoked all 8 for the whole roun
 output topic still holds every probe exactly once (per raw record; see test_worker.py for what
 the mock shows of aborted transactions).
 """
-import collections
 import os
 import sys
 import unittest
@@ -26,7 +25,6 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import rebalance  # noqa: E402
-import test_worker as t  # noqa: E402
 
 BOUND_S = 15.0
 KEPT_STALL_S = 1.5  # a partition that never moved: normal latency (probe + batch + txn)
@@ -37,27 +35,7 @@ OPTS = ["consumer.session.timeout.ms=3000", "consumer.heartbeat.interval.ms=300"
 class RebalanceTest(unittest.TestCase):
 
     def output_check(self, reproduced_ok):
-        def check(mock, probes, workers):
-            expected = {("web", m) for ids in probes for m in ids}
-            state = {}
-
-            def complete():
-                state["recs"] = t.consume(mock)
-                return expected <= {(r["source"], r["messageId"]) for r in state["recs"]}
-            try:
-                t.deadline_wait(complete, t.WAIT, "every probe in the output", interval=0.5)
-            except AssertionError:
-                raise AssertionError("\n".join(w.tail() for w in workers))
-            by_key = collections.defaultdict(list)
-            for r in state["recs"]:
-                by_key[(r["source"], r["messageId"])].append(r)
-            self.assertEqual(set(by_key), expected, "only the probes, each of them")
-            for k, rs in by_key.items():
-                self.assertEqual(len({r["input"] for r in rs}), 1,
-                                 "%s from two raw records: a duplicate passed" % (k,))
-                if not reproduced_ok:
-                    self.assertEqual(len(rs), 1, "%s appears %d times" % (k, len(rs)))
-        return check
+        return rebalance.output_check(self, reproduced_ok)
 
     def test_join_moves_only_what_must_move(self):
         res = rebalance.measure("join", OPTS, log=print,
@@ -68,13 +46,7 @@ class RebalanceTest(unittest.TestCase):
         self.assertEqual(len(res["held_by_new"]), rebalance.PARTS // 2, "balanced 4 + 4")
         print("stall by partition: %s; moved: %s" % (
             {p: round(v, 1) for p, v in res["stall_by_partition"].items()}, res["held_by_new"]))
-        for p in range(rebalance.PARTS):
-            if p in res["held_by_new"]:
-                continue
-            self.assertLess(res["stall_by_partition"][p], KEPT_STALL_S,
-                            "partition %d stayed with the first worker and should never have "
-                            "stopped (cooperative-sticky): stalled %.1f s" %
-                            (p, res["stall_by_partition"][p]))
+        rebalance.assert_kept_flowing(self, res, KEPT_STALL_S)
 
     def test_kill_and_restart(self):
         # A kill inside a transaction leaves its records visible on the mock only.
