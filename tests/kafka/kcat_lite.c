@@ -289,203 +289,205 @@ out:
     rd_kafka_topic_partition_list_destroy(list);
     rd_kafka_queue_destroy(q);
     rd_kafka_destroy(rk);
+    return rc;
+}
 
-    /* Delivery reports of the copy: how many failed (the copy stops at the first). */
-    static void on_copy_delivery(rd_kafka_t * rk, const rd_kafka_message_t *m, void *opaque)
-    {
-        (void)rk;
-        if (m->err)
-            (*(uint64_t *)opaque)++;
-    }
+/* Delivery reports of the copy: how many failed (the copy stops at the first). */
+static void on_copy_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    if (m->err)
+        (*(uint64_t *)opaque)++;
+}
 
-    static rd_kafka_t *copy_client(rd_kafka_type_t type, rd_kafka_conf_t * conf,
-                                   const char *brokers, const char *const *kv, size_t nkv)
-    {
-        char errstr[512];
-        if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof errstr))
+static rd_kafka_t *copy_client(rd_kafka_type_t type, rd_kafka_conf_t *conf, const char *brokers,
+                               const char *const *kv, size_t nkv)
+{
+    char errstr[512];
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", brokers, errstr, sizeof errstr))
+        goto fail;
+    for (size_t i = 0; i + 1 < nkv; i += 2)
+        if (rd_kafka_conf_set(conf, kv[i], kv[i + 1], errstr, sizeof errstr))
             goto fail;
-        for (size_t i = 0; i + 1 < nkv; i += 2)
-            if (rd_kafka_conf_set(conf, kv[i], kv[i + 1], errstr, sizeof errstr))
-                goto fail;
-        rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
-        if (rk != NULL)
-            return rk;
-        fprintf(stderr, "kcat_lite: %s\n", errstr);
-        return NULL;
-    fail:
-        fprintf(stderr, "kcat_lite: %s\n", errstr);
-        rd_kafka_conf_destroy(conf);
-        return NULL;
-    }
+    rd_kafka_t *rk = rd_kafka_new(type, conf, errstr, sizeof errstr);
+    if (rk != NULL)
+        return rk;
+    fprintf(stderr, "kcat_lite: %s\n", errstr);
+    return NULL;
+fail:
+    fprintf(stderr, "kcat_lite: %s\n", errstr);
+    rd_kafka_conf_destroy(conf);
+    return NULL;
+}
 
-    static int copy(const char *brokers, const char *topic, const char *to, uint64_t count,
-                    int max_batch, int max_ms)
-    {
-        char group[300];
-        uint64_t failed = 0, copied = 0;
-        int rc = 1;
-        rd_kafka_t *c = NULL, *p = NULL;
-        rd_kafka_message_t **msgs = calloc((size_t)max_batch, sizeof *msgs);
-        snprintf(group, sizeof group, "kcat-lite-copy-%s", to);
-        const char *ckv[] = {"group.id",           group,   "isolation.level",   "read_committed",
-                             "enable.auto.commit", "false", "auto.offset.reset", "earliest"};
-        const char *pkv[] = {"partitioner",        "murmur2_random", "linger.ms", "5",
-                             "enable.idempotence", "true",           "acks",      "all"};
-        rd_kafka_conf_t *pconf = rd_kafka_conf_new();
-        rd_kafka_conf_set_opaque(pconf, &failed);
-        rd_kafka_conf_set_dr_msg_cb(pconf, on_copy_delivery);
-        if (msgs == NULL ||
-            (c = copy_client(RD_KAFKA_CONSUMER, rd_kafka_conf_new(), brokers, ckv, 8)) == NULL ||
-            (p = copy_client(RD_KAFKA_PRODUCER, pconf, brokers, pkv, 8)) == NULL)
+static int copy(const char *brokers, const char *topic, const char *to, uint64_t count,
+                int max_batch, int max_ms)
+{
+    char group[300];
+    uint64_t failed = 0, copied = 0;
+    int rc = 1;
+    rd_kafka_t *c = NULL, *p = NULL;
+    rd_kafka_message_t **msgs = calloc((size_t)max_batch, sizeof *msgs);
+    snprintf(group, sizeof group, "kcat-lite-copy-%s", to);
+    const char *ckv[] = {"group.id",           group,   "isolation.level",   "read_committed",
+                         "enable.auto.commit", "false", "auto.offset.reset", "earliest"};
+    const char *pkv[] = {"partitioner",        "murmur2_random", "linger.ms", "5",
+                         "enable.idempotence", "true",           "acks",      "all"};
+    rd_kafka_conf_t *pconf = rd_kafka_conf_new();
+    rd_kafka_conf_set_opaque(pconf, &failed);
+    rd_kafka_conf_set_dr_msg_cb(pconf, on_copy_delivery);
+    if (msgs == NULL ||
+        (c = copy_client(RD_KAFKA_CONSUMER, rd_kafka_conf_new(), brokers, ckv, 8)) == NULL ||
+        (p = copy_client(RD_KAFKA_PRODUCER, pconf, brokers, pkv, 8)) == NULL)
+        goto out;
+    rd_kafka_poll_set_consumer(c);
+    int64_t end = clk_mono_ms() + max_ms, first = 0;
+    if (assign_from_start(c, topic, clk_mono_ms() + 10000) < 0)
+        goto out;
+    while (copied < count && failed == 0) {
+        if (clk_mono_ms() > end) {
+            fprintf(stderr, "kcat_lite: copied %" PRIu64 " of %" PRIu64 " in %d ms\n", copied,
+                    count, max_ms);
             goto out;
-        rd_kafka_poll_set_consumer(c);
-        int64_t end = clk_mono_ms() + max_ms, first = 0;
-        if (assign_from_start(c, topic, clk_mono_ms() + 10000) < 0)
-            goto out;
-        while (copied < count && failed == 0) {
-            if (clk_mono_ms() > end) {
-                fprintf(stderr, "kcat_lite: copied %" PRIu64 " of %" PRIu64 " in %d ms\n", copied,
-                        count, max_ms);
-                goto out;
-            }
-            /* One batch, gathered as the worker gathers it. */
-            int n = 0;
-            int64_t deadline = clk_mono_ms() + 50;
-            while (n < max_batch) {
-                int64_t left = deadline - clk_mono_ms();
-                if (n > 0 && left <= 0)
+        }
+        /* One batch, gathered as the worker gathers it. */
+        int n = 0;
+        int64_t deadline = clk_mono_ms() + 50;
+        while (n < max_batch) {
+            int64_t left = deadline - clk_mono_ms();
+            if (n > 0 && left <= 0)
+                break;
+            rd_kafka_message_t *m = rd_kafka_consumer_poll(c, n == 0 ? 100 : (int)left);
+            if (m == NULL) {
+                if (n == 0 && clk_mono_ms() > end)
                     break;
-                rd_kafka_message_t *m = rd_kafka_consumer_poll(c, n == 0 ? 100 : (int)left);
-                if (m == NULL) {
-                    if (n == 0 && clk_mono_ms() > end)
-                        break;
-                    continue;
-                }
-                if (m->err) {
-                    if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                        fprintf(stderr, "kcat_lite: %s\n", rd_kafka_message_errstr(m));
-                    rd_kafka_message_destroy(m);
-                    continue;
-                }
-                if (first == 0)
-                    first = clk_mono_ms();
-                msgs[n++] = m;
+                continue;
             }
-            for (int i = 0; i < n; i++) {
-                rd_kafka_message_t *m = msgs[i];
-                char input[48];
-                snprintf(input, sizeof input, "%" PRId32 ":%" PRId64, m->partition, m->offset);
-                rd_kafka_timestamp_type_t tstype;
-                int64_t ts = rd_kafka_message_timestamp(m, &tstype);
-                rd_kafka_resp_err_t perr;
-                while ((perr = rd_kafka_producev(
-                            p, RD_KAFKA_V_TOPIC(to), RD_KAFKA_V_KEY(m->key, m->key_len),
-                            RD_KAFKA_V_VALUE(m->payload, m->len),
-                            RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(ts),
-                            RD_KAFKA_V_HEADER(CLUSTER_HEADER_INPUT, input, (ssize_t)strlen(input)),
-                            RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-                    rd_kafka_poll(p, 10);
-                if (perr) {
-                    fprintf(stderr, "kcat_lite: produce: %s\n", rd_kafka_err2str(perr));
-                    goto out;
-                }
+            if (m->err) {
+                if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                    fprintf(stderr, "kcat_lite: %s\n", rd_kafka_message_errstr(m));
+                rd_kafka_message_destroy(m);
+                continue;
             }
-            /* Where the worker commits its transaction: every record of the batch delivered. */
-            if (n > 0 && rd_kafka_flush(p, 60000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
-                fprintf(stderr, "kcat_lite: deliveries still pending after 60 s\n");
+            if (first == 0)
+                first = clk_mono_ms();
+            msgs[n++] = m;
+        }
+        for (int i = 0; i < n; i++) {
+            rd_kafka_message_t *m = msgs[i];
+            char input[48];
+            snprintf(input, sizeof input, "%" PRId32 ":%" PRId64, m->partition, m->offset);
+            rd_kafka_timestamp_type_t tstype;
+            int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+            rd_kafka_resp_err_t perr;
+            while ((perr = rd_kafka_producev(
+                        p, RD_KAFKA_V_TOPIC(to), RD_KAFKA_V_KEY(m->key, m->key_len),
+                        RD_KAFKA_V_VALUE(m->payload, m->len),
+                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_TIMESTAMP(ts),
+                        RD_KAFKA_V_HEADER(CLUSTER_HEADER_INPUT, input, (ssize_t)strlen(input)),
+                        RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+                rd_kafka_poll(p, 10);
+            if (perr) {
+                fprintf(stderr, "kcat_lite: produce: %s\n", rd_kafka_err2str(perr));
                 goto out;
             }
-            if (n > 0) {
-                rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new(n);
-                for (int i = 0; i < n; i++)
-                    rd_kafka_topic_partition_list_add(offs, topic, msgs[i]->partition)->offset =
-                        msgs[i]->offset + 1;
-                rd_kafka_commit(c, offs, 1);
-                rd_kafka_topic_partition_list_destroy(offs);
-            }
-            for (int i = 0; i < n; i++)
-                rd_kafka_message_destroy(msgs[i]);
-            copied += (uint64_t)n;
         }
-        if (failed) {
-            fprintf(stderr, "kcat_lite: %" PRIu64 " deliveries failed\n", failed);
+        /* Where the worker commits its transaction: every record of the batch delivered. */
+        if (n > 0 && rd_kafka_flush(p, 60000) != RD_KAFKA_RESP_ERR_NO_ERROR) {
+            fprintf(stderr, "kcat_lite: deliveries still pending after 60 s\n");
             goto out;
         }
-        printf("copied %" PRIu64 " in %.3f s (first record to last delivery)\n", copied,
-               (double)(clk_mono_ms() - first) / 1000.0);
-        rc = 0;
-    out:
-        fflush(stdout);
-        free(msgs);
-        if (c != NULL) {
-            rd_kafka_consumer_close(c);
-            rd_kafka_destroy(c);
+        if (n > 0) {
+            rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new(n);
+            for (int i = 0; i < n; i++)
+                rd_kafka_topic_partition_list_add(offs, topic, msgs[i]->partition)->offset =
+                    msgs[i]->offset + 1;
+            rd_kafka_commit(c, offs, 1);
+            rd_kafka_topic_partition_list_destroy(offs);
         }
-        if (p != NULL) {
-            rd_kafka_flush(p, 10000);
-            rd_kafka_destroy(p);
-        }
-        return rc;
+        for (int i = 0; i < n; i++)
+            rd_kafka_message_destroy(msgs[i]);
+        copied += (uint64_t)n;
     }
+    if (failed) {
+        fprintf(stderr, "kcat_lite: %" PRIu64 " deliveries failed\n", failed);
+        goto out;
+    }
+    printf("copied %" PRIu64 " in %.3f s (first record to last delivery)\n", copied,
+           (double)(clk_mono_ms() - first) / 1000.0);
+    rc = 0;
+out:
+    fflush(stdout);
+    free(msgs);
+    if (c != NULL) {
+        rd_kafka_consumer_close(c);
+        rd_kafka_destroy(c);
+    }
+    if (p != NULL) {
+        rd_kafka_flush(p, 10000);
+        rd_kafka_destroy(p);
+    }
+    return rc;
+}
 
-    int main(int argc, char **argv)
-    {
-        const char *brokers = NULL, *topic = NULL, *to = NULL;
-        uint64_t count = 0;
-        int max_batch = 1000, max_ms_set = 0;
-        int32_t before = 0;
-        int64_t at_ms = 0;
-        int max_ms = 30000;
-        int32_t partition = -1;
-        int64_t before_offset = -1;
-        if (argc < 2) {
-            fprintf(stderr, "usage: kcat_lite produce|consume|copy|delete-records --brokers B "
-                            "--topic T ...\n");
-            return 2;
-        }
-        for (int i = 2; i + 1 < argc; i += 2) {
-            if (strcmp(argv[i], "--brokers") == 0)
-                brokers = argv[i + 1];
-            else if (strcmp(argv[i], "--topic") == 0)
-                topic = argv[i + 1];
-            else if (strcmp(argv[i], "--partitions-before") == 0)
-                before = atoi(argv[i + 1]);
-            else if (strcmp(argv[i], "--repartition-at") == 0)
-                at_ms = strtoll(argv[i + 1], NULL, 10);
-            else if (strcmp(argv[i], "--max-ms") == 0)
-                max_ms = atoi(argv[i + 1]), max_ms_set = 1;
-            else if (strcmp(argv[i], "--partition") == 0)
-                partition = atoi(argv[i + 1]);
-            else if (strcmp(argv[i], "--before") == 0)
-                before_offset = strtoll(argv[i + 1], NULL, 10);
-            else if (strcmp(argv[i], "--to") == 0)
-                to = argv[i + 1];
-            else if (strcmp(argv[i], "--count") == 0)
-                count = strtoull(argv[i + 1], NULL, 10);
-            else if (strcmp(argv[i], "--max-batch") == 0)
-                max_batch = atoi(argv[i + 1]);
-            else {
-                fprintf(stderr, "kcat_lite: unknown flag %s\n", argv[i]);
-                return 2;
-            }
-        }
-        if (brokers == NULL || topic == NULL) {
-            fprintf(stderr, "kcat_lite: --brokers and --topic are required\n");
-            return 2;
-        }
-        if (strcmp(argv[1], "produce") == 0)
-            return produce(brokers, topic, before, at_ms);
-        if (strcmp(argv[1], "consume") == 0)
-            return consume(brokers, topic, max_ms);
-        if (strcmp(argv[1], "delete-records") == 0 && partition >= 0 && before_offset >= 0)
-            return delete_records(brokers, topic, partition, before_offset);
-        if (strcmp(argv[1], "copy") == 0) {
-            if (to == NULL || count == 0 || max_batch < 1) {
-                fprintf(stderr, "kcat_lite: copy needs --to, --count N > 0 and --max-batch > 0\n");
-                return 2;
-            }
-            return copy(brokers, topic, to, count, max_batch, max_ms_set ? max_ms : 600000);
-        }
-        fprintf(stderr, "kcat_lite: unknown mode %s\n", argv[1]);
+int main(int argc, char **argv)
+{
+    const char *brokers = NULL, *topic = NULL, *to = NULL;
+    uint64_t count = 0;
+    int max_batch = 1000, max_ms_set = 0;
+    int32_t before = 0;
+    int64_t at_ms = 0;
+    int max_ms = 30000;
+    int32_t partition = -1;
+    int64_t before_offset = -1;
+    if (argc < 2) {
+        fprintf(stderr, "usage: kcat_lite produce|consume|copy|delete-records --brokers B "
+                        "--topic T ...\n");
         return 2;
     }
+    for (int i = 2; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--brokers") == 0)
+            brokers = argv[i + 1];
+        else if (strcmp(argv[i], "--topic") == 0)
+            topic = argv[i + 1];
+        else if (strcmp(argv[i], "--partitions-before") == 0)
+            before = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--repartition-at") == 0)
+            at_ms = strtoll(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--max-ms") == 0)
+            max_ms = atoi(argv[i + 1]), max_ms_set = 1;
+        else if (strcmp(argv[i], "--partition") == 0)
+            partition = atoi(argv[i + 1]);
+        else if (strcmp(argv[i], "--before") == 0)
+            before_offset = strtoll(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--to") == 0)
+            to = argv[i + 1];
+        else if (strcmp(argv[i], "--count") == 0)
+            count = strtoull(argv[i + 1], NULL, 10);
+        else if (strcmp(argv[i], "--max-batch") == 0)
+            max_batch = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "kcat_lite: unknown flag %s\n", argv[i]);
+            return 2;
+        }
+    }
+    if (brokers == NULL || topic == NULL) {
+        fprintf(stderr, "kcat_lite: --brokers and --topic are required\n");
+        return 2;
+    }
+    if (strcmp(argv[1], "produce") == 0)
+        return produce(brokers, topic, before, at_ms);
+    if (strcmp(argv[1], "consume") == 0)
+        return consume(brokers, topic, max_ms);
+    if (strcmp(argv[1], "delete-records") == 0 && partition >= 0 && before_offset >= 0)
+        return delete_records(brokers, topic, partition, before_offset);
+    if (strcmp(argv[1], "copy") == 0) {
+        if (to == NULL || count == 0 || max_batch < 1) {
+            fprintf(stderr, "kcat_lite: copy needs --to, --count N > 0 and --max-batch > 0\n");
+            return 2;
+        }
+        return copy(brokers, topic, to, count, max_batch, max_ms_set ? max_ms : 600000);
+    }
+    fprintf(stderr, "kcat_lite: unknown mode %s\n", argv[1]);
+    return 2;
+}
