@@ -45,7 +45,7 @@ SPEC = os.path.abspath(
 CONFIG = os.path.join(HERE, "schemathesis.toml")
 HOOKS = os.path.join(HERE, "stateful_roots.py")
 MAX_EXAMPLES = os.environ.get("CONTRACT_MAX_EXAMPLES", "10")
-RUN_TIMEOUT = 600  # the run takes ~2 min; this only bounds a hang
+RUN_TIMEOUT = 600  # the run takes ~1.5 min; this only bounds a hang
 
 WRITE_KEY = "contract-key"
 ADMIN_TOKEN = "contract-admin-token"
@@ -127,6 +127,7 @@ class SchemathesisContract(unittest.TestCase):
         self.assertGreaterEqual(len(followed), MIN_LINKS_FOLLOWED,
                                 "the stateful phase followed too few of the spec's links (above); "
                                 "the NDJSON report is in %s" % report_dir)
+        os.remove(reports[0])  # every request and response of the run: tens of MB, kept on failure
 
 
 if __name__ == "__main__":
