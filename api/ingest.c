@@ -340,7 +340,8 @@ static int body_key(auth_keyset_t *ks, const json_t *root, const api_write_key_t
 /* The normalized events of the parsed request into *b, and what ?verbose=true needs into *vd.
  * 0, or -1 with a 400 (recorded) or 503 in *resp. */
 static int build(api_t *api, const api_req_t *req, const char *single_type, json_t *root,
-                 const api_write_key_t *wk, batch_t *b, verdict_t *vd, api_resp_t *resp)
+                 const jsonparse_spans_t *spans, const api_write_key_t *wk, batch_t *b,
+                 verdict_t *vd, api_resp_t *resp)
 {
     batch_error_t err = {{0}};
     batch_options_t o = {
@@ -351,6 +352,7 @@ static int build(api_t *api, const api_req_t *req, const char *single_type, json
         .sent_at_header = req->sent_at,
         .size_hint = req->body_len,
         .client_ip = req->client_ip,
+        .spans = spans,
     };
     int brc = batch_build(root, &o, b, &err);
     if (brc == BATCH_BAD_REQUEST) {
@@ -385,6 +387,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     ratelimit_t *limit = NULL;
     auth_keyset_t *ks = NULL;
     json_t *root = NULL;
+    jsonparse_spans_t *spans = NULL;
     batch_t b = {0};
     batch_error_t err = {{0}};
     verdict_t vd = {0};
@@ -398,7 +401,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     if (header_key(ks, req->authorization, &wk, &limit, resp) != 0 ||
         early_limits(api, limit, resp) != 0)
         goto out;
-    int prc = batch_parse(req->body, req->body_len, &root, &err);
+    int prc = batch_parse_spans(req->body, req->body_len, &root, &spans, &err);
     if (prc == BATCH_NOMEM) {
         api_error_commit(resp, COMMIT_NOMEM);
         goto out;
@@ -410,7 +413,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     }
     /* wk is set after body_key: by header_key(), or from the body's writeKey (else a 401). */
     if (body_key(ks, root, &wk, &limit, resp) != 0 ||
-        build(api, req, single_type, root, wk, &b, &vd, resp) != 0)
+        build(api, req, single_type, root, spans, wk, &b, &vd, resp) != 0)
         goto out;
     /* Every event of the request counts, valid or not, and all of them or none are taken: a
      * refused request leaves nothing behind, so its retry is exactly the same request. */
@@ -441,6 +444,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     }
 out:
     json_decref(root);
+    jsonparse_spans_free(spans);
     batch_clear(&b);
     verdict_clear(&vd);
     auth_keyset_release(ks);

@@ -23,7 +23,26 @@ typedef struct parser {
     size_t used;   /* scratch bytes held by the keys of the objects being parsed */
     size_t cap;
     int depth;
+    jsonparse_spans_t *sp; /* NULL: no spans wanted */
+    bool canon;            /* the container being parsed is still verbatim so far */
+    bool dup;              /* a repeated key freed a value: its address may come back */
+    bool nomem;            /* the span table could not grow */
 } parser_t;
+
+/* One verbatim container; the index is an open-addressing table of entry numbers + 1 keyed by
+ * the node's address, built once the parse is done. */
+typedef struct span {
+    const json_t *v;
+    const char *text;
+    size_t len;
+} span_t;
+
+struct jsonparse_spans {
+    span_t *e;
+    size_t n, cap;
+    uint32_t *idx;
+    size_t mask;
+};
 
 static json_t *value(parser_t *p);
 
@@ -41,8 +60,11 @@ static bool is_digit(unsigned char c)
 
 static void skip_ws(parser_t *p)
 {
+    const unsigned char *from = p->s;
     while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
         p->s++;
+    if (p->s != from)
+        p->canon = false; /* the serialiser writes no whitespace */
 }
 
 /* Length of the UTF-8 sequence at s (first byte >= 0x80), or 0 when jansson's utf8_check_first /
@@ -195,6 +217,7 @@ static int string_escaped(parser_t *p, const unsigned char *start, const unsigne
 {
     const unsigned char *end = p->end;
 
+    p->canon = false; /* escapes may be written otherwise (\/, \u00e9, lowercase hex) */
     if (!p->scratch) {
         p->cap = (size_t)(p->end - p->s);
         p->scratch = malloc(p->cap);
@@ -269,6 +292,9 @@ static int string(parser_t *p, const char **out, size_t *out_len)
         size_t n = utf8_len(s, end);
         if (n == 0)
             return -1;
+        /* Raw C1 controls and U+2028/U+2029 go out escaped (batch.c, put_str). */
+        if ((c == 0xC2 && s[1] <= 0x9F) || (c == 0xE2 && s[1] == 0x80 && (s[2] & 0xFE) == 0xA8))
+            p->canon = false;
         s += n;
     }
     return -1;
@@ -315,6 +341,9 @@ static json_t *number(parser_t *p)
             t++;
     }
     p->s = t;
+    /* The serialiser writes integers with put_int (so -0 as 0) and reals its own way. */
+    if (real || int_digits > 18 || (neg && int_digits == 1 && s[1] == '0'))
+        p->canon = false;
 
     if (!real && int_digits <= 18) {
         /* 18 digits always fit in json_int_t. */
@@ -352,15 +381,41 @@ static json_t *literal(parser_t *p, const char *word, size_t n, json_t *v)
     return v;
 }
 
+/* A container parsed from open to p->s: recorded when verbatim; the enclosing one stays
+ * verbatim only if this one is. */
+static void container_done(parser_t *p, const json_t *v, const unsigned char *open, bool outer)
+{
+    jsonparse_spans_t *sp = p->sp;
+    if (sp && p->canon && !p->nomem) {
+        if (sp->n == sp->cap) {
+            size_t ncap = sp->cap ? sp->cap * 2 : 64;
+            span_t *ne = ncap < UINT32_MAX / 2 ? realloc(sp->e, ncap * sizeof(*ne)) : NULL;
+            if (!ne) {
+                p->nomem = true;
+                goto out;
+            }
+            sp->e = ne;
+            sp->cap = ncap;
+        }
+        sp->e[sp->n++] = (span_t){v, (const char *)open, (size_t)(p->s - open)};
+    }
+out:
+    p->canon = outer && p->canon;
+}
+
 static json_t *object(parser_t *p)
 {
     json_t *obj = json_object();
     if (!obj)
         return NULL;
+    const unsigned char *open = p->s;
+    bool outer = p->canon;
+    p->canon = true;
     p->s++;
     skip_ws(p);
     if (p->s < p->end && *p->s == '}') {
         p->s++;
+        container_done(p, obj, open, outer);
         return obj;
     }
     for (;;) {
@@ -383,14 +438,18 @@ static json_t *object(parser_t *p)
         if (!v)
             goto fail;
         /* The call json_loadb makes: a repeated key keeps its first position, the last value. */
+        size_t before = json_object_size(obj);
         if (json_object_setn_new_nocheck(obj, k, klen, v) != 0)
             goto fail;
+        if (json_object_size(obj) == before)
+            p->dup = true;
         p->used = mark;
         skip_ws(p);
         if (p->s >= p->end)
             goto fail;
         if (*p->s == '}') {
             p->s++;
+            container_done(p, obj, open, outer);
             return obj;
         }
         if (*p->s != ',')
@@ -408,10 +467,14 @@ static json_t *array(parser_t *p)
     json_t *arr = json_array();
     if (!arr)
         return NULL;
+    const unsigned char *open = p->s;
+    bool outer = p->canon;
+    p->canon = true;
     p->s++;
     skip_ws(p);
     if (p->s < p->end && *p->s == ']') {
         p->s++;
+        container_done(p, arr, open, outer);
         return arr;
     }
     for (;;) {
@@ -423,6 +486,7 @@ static json_t *array(parser_t *p)
             goto fail;
         if (*p->s == ']') {
             p->s++;
+            container_done(p, arr, open, outer);
             return arr;
         }
         if (*p->s != ',')
@@ -469,14 +533,67 @@ static json_t *value(parser_t *p)
     }
 }
 
-json_t *jsonparse(const char *s, size_t len)
+static size_t slot(const jsonparse_spans_t *sp, const json_t *v)
+{
+    return (size_t)(((uint64_t)(uintptr_t)v * 0x9E3779B97F4A7C15ULL) >> 32) & sp->mask;
+}
+
+/* The address index over sp->e; -1 when out of memory. */
+static int index_spans(jsonparse_spans_t *sp)
+{
+    size_t size = 16;
+    while (size < 2 * sp->n)
+        size *= 2;
+    sp->idx = calloc(size, sizeof(*sp->idx));
+    if (!sp->idx)
+        return -1;
+    sp->mask = size - 1;
+    for (size_t i = 0; i < sp->n; i++) {
+        size_t h = slot(sp, sp->e[i].v);
+        while (sp->idx[h])
+            h = (h + 1) & sp->mask;
+        sp->idx[h] = (uint32_t)(i + 1);
+    }
+    return 0;
+}
+
+bool jsonparse_span(const jsonparse_spans_t *sp, const json_t *v, const char **text, size_t *len)
+{
+    if (!sp)
+        return false;
+    for (size_t h = slot(sp, v); sp->idx[h]; h = (h + 1) & sp->mask) {
+        const span_t *e = &sp->e[sp->idx[h] - 1];
+        if (e->v == v) {
+            *text = e->text;
+            *len = e->len;
+            return true;
+        }
+    }
+    return false;
+}
+
+void jsonparse_spans_free(jsonparse_spans_t *sp)
+{
+    if (!sp)
+        return;
+    free(sp->e);
+    free(sp->idx);
+    free(sp);
+}
+
+json_t *jsonparse_spans(const char *s, size_t len, jsonparse_spans_t **spans)
 {
     parser_t p = {
         .s = (const unsigned char *)s,
         .end = (const unsigned char *)s + len,
     };
+    if (spans)
+        *spans = NULL;
     if (!s || len == 0)
         return NULL;
+    /* No table is no loss: the serialiser then writes every container itself. */
+    if (spans)
+        p.sp = calloc(1, sizeof(*p.sp));
     json_t *v = value(&p);
     if (v) {
         skip_ws(&p);
@@ -486,7 +603,17 @@ json_t *jsonparse(const char *s, size_t len)
         }
     }
     free(p.scratch);
+    if (p.sp && v && !p.dup && !p.nomem && index_spans(p.sp) == 0) {
+        *spans = p.sp;
+        p.sp = NULL;
+    }
+    jsonparse_spans_free(p.sp);
     return v;
+}
+
+json_t *jsonparse(const char *s, size_t len)
+{
+    return jsonparse_spans(s, len, NULL);
 }
 
 /* Whether the string whose opening quote is at s is an object key: followed by ':' after its

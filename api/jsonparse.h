@@ -28,6 +28,29 @@
 json_t *jsonparse(const char *s, size_t len);
 
 /*
+ * Where the parsed tree's arrays and objects lie in the text, for those whose text is exactly
+ * what api/batch.c's serialiser writes for them (compact, no escapes in any string, no raw C1
+ * control or U+2028/U+2029, integers of up to 18 digits other than -0, no reals, no repeated
+ * key), so it can copy their bytes instead of writing them again member by member.
+ */
+typedef struct jsonparse_spans jsonparse_spans_t;
+
+/*
+ * jsonparse, and when spans is not NULL, *spans: the verbatim arrays and objects of the tree
+ * (caller frees with jsonparse_spans_free), or NULL when there are none to give (a repeated key
+ * anywhere in the text, or memory ran out for the table: the tree is still returned). The
+ * spans point into s: valid while s and the tree live, and only while the tree is not changed.
+ */
+json_t *jsonparse_spans(const char *s, size_t len, jsonparse_spans_t **spans);
+
+/* Whether v (a node of the tree the spans came from) is verbatim: then *text and *len are its
+ * bytes in the parsed text. sp NULL: false. Thread-safe (read only). */
+bool jsonparse_span(const jsonparse_spans_t *sp, const json_t *v, const char **text, size_t *len);
+
+/* NULL is a no-op. */
+void jsonparse_spans_free(jsonparse_spans_t *sp);
+
+/*
  * What Go's encoding/json (and so Segment's API) reads as U+FFFD where jansson refuses the
  * whole text, rewritten so json_loadb reads it the same way: a lone surrogate escape
  * (\ud800..\udfff not in a high-low pair, as JSON.stringify writes for a string cut inside an
