@@ -303,8 +303,10 @@ static int put_str(out_t *o, const char *str, size_t n)
         while (n - i >= 8) {
             uint64_t w;
             memcpy(&w, s + i, 8);
-            if (SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\') | SWAR_HAS(w, 0xC2) |
-                SWAR_HAS(w, 0xE2))
+            if (SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\'))
+                break;
+            /* 0xC2 and 0xE2 have the high bit set: an ASCII word needs no test for them. */
+            if ((w & SWAR_HIGHS) && (SWAR_HAS(w, 0xC2) | SWAR_HAS(w, 0xE2)))
                 break;
             i += 8;
         }
