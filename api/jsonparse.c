@@ -268,10 +268,17 @@ static int string(parser_t *p, const char **out, size_t *out_len)
     while (s < end) {
         /* Eight plain ASCII bytes at a time: no quote, backslash, control or non-ASCII byte. */
         while (end - s >= 8) {
-            uint64_t w;
-            memcpy(&w, s, 8);
-            if ((w & SWAR_HIGHS) | SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\'))
+            uint64_t w = (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16 |
+                         (uint64_t)s[3] << 24 | (uint64_t)s[4] << 32 | (uint64_t)s[5] << 40 |
+                         (uint64_t)s[6] << 48 | (uint64_t)s[7] << 56;
+            uint64_t m =
+                (w & SWAR_HIGHS) | SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\');
+            if (m) {
+                /* The first byte in the lowest lane (loaded little-endian whatever the CPU);
+                 * a borrow only carries upwards, so the lowest bit set is a real match. */
+                s += __builtin_ctzll(m) >> 3;
                 break;
+            }
             s += 8;
         }
         while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
