@@ -29,16 +29,19 @@ void batch_uuid_v4(char out[BATCH_UUID_LEN + 1], void *arg)
 
 int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
 {
-    return batch_parse_spans(body, len, root, NULL, err);
+    return batch_parse_spans(body, len, root, NULL, NULL, err);
 }
 
 int batch_parse_spans(const char *body, size_t len, json_t **root, jsonparse_spans_t **spans,
-                      batch_error_t *err)
+                      jsonparse_arena_t **arena, batch_error_t *err)
 {
     json_error_t jerr;
+    jsonparse_arena_t *a = NULL;
     *root = NULL;
     if (spans)
         *spans = NULL;
+    if (arena)
+        *arena = NULL;
     if (!body || len == 0) {
         seterr(err, "body is empty");
         return BATCH_BAD_REQUEST;
@@ -48,7 +51,8 @@ int batch_parse_spans(const char *body, size_t len, json_t **root, jsonparse_spa
      * JSON.stringify writes "\u0000" for a NUL and Segment takes it; the log writes it escaped
      * again (put_str), so no consumer ever sees a raw NUL (docs/log-format.md). */
     jsonparse_spans_t *sp = NULL;
-    json_t *j = jsonparse_spans(body, len, spans ? &sp : NULL);
+    json_t *j = arena ? jsonparse_tree(body, len, spans ? &sp : NULL, &a)
+                      : jsonparse_spans(body, len, spans ? &sp : NULL);
     /* jsonparse builds the same tree for the bodies it takes (nearly all); json_loadb decides the
      * rest, on the repaired text (lone surrogates, bytes that are not UTF-8: U+FFFD), so that
      * one cut emoji does not cost every event of the batch, and words the error when there is
@@ -84,7 +88,10 @@ int batch_parse_spans(const char *body, size_t len, json_t **root, jsonparse_spa
         return BATCH_BAD_REQUEST;
     }
     if (!json_is_object(j)) {
-        json_decref(j);
+        if (a)
+            jsonparse_arena_free(a);
+        else
+            json_decref(j);
         jsonparse_spans_free(sp);
         seterr(err, "body must be a JSON object");
         return BATCH_BAD_REQUEST;
@@ -92,6 +99,8 @@ int batch_parse_spans(const char *body, size_t len, json_t **root, jsonparse_spa
     *root = j;
     if (spans)
         *spans = sp;
+    if (arena)
+        *arena = a;
     return BATCH_OK;
 }
 

@@ -95,9 +95,11 @@ int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
 
 /* batch_parse, and *spans for batch_options_t.spans (caller frees with jsonparse_spans_free;
  * NULL when there are none, e.g. when json_loadb decided). They point into body: keep body and
- * *root alive and unchanged while they are used. */
+ * *root alive and unchanged while they are used. arena NULL: *root is an ordinary tree; else
+ * *arena is set when the tree is in one (jsonparse_tree: free it with jsonparse_arena_free,
+ * never json_decref it) and NULL when *root is an ordinary tree (or there is none). */
 int batch_parse_spans(const char *body, size_t len, json_t **root, jsonparse_spans_t **spans,
-                      batch_error_t *err);
+                      jsonparse_arena_t **arena, batch_error_t *err);
 
 /*
  * The top-level "writeKey" of a parsed body (batch routes: the batch

@@ -380,6 +380,19 @@ static void reject_events(api_t *api, const api_req_t *req, const char *source,
     }
 }
 
+/* Frees the request's tree (in its arena, or an ordinary one) and its spans; NULLs them. */
+static void drop_tree(json_t **root, jsonparse_spans_t **spans, jsonparse_arena_t **arena)
+{
+    if (*arena)
+        jsonparse_arena_free(*arena);
+    else
+        json_decref(*root);
+    jsonparse_spans_free(*spans);
+    *root = NULL;
+    *spans = NULL;
+    *arena = NULL;
+}
+
 int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_resp_t *resp,
                api_done_fn done, void *arg)
 {
@@ -388,6 +401,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     auth_keyset_t *ks = NULL;
     json_t *root = NULL;
     jsonparse_spans_t *spans = NULL;
+    jsonparse_arena_t *arena = NULL; /* holds root when set: freed whole, never json_decref'd */
     batch_t b = {0};
     batch_error_t err = {{0}};
     verdict_t vd = {0};
@@ -401,7 +415,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     if (header_key(ks, req->authorization, &wk, &limit, resp) != 0 ||
         early_limits(api, limit, resp) != 0)
         goto out;
-    int prc = batch_parse_spans(req->body, req->body_len, &root, &spans, &err);
+    int prc = batch_parse_spans(req->body, req->body_len, &root, &spans, &arena, &err);
     if (prc == BATCH_NOMEM) {
         api_error_commit(resp, COMMIT_NOMEM);
         goto out;
@@ -425,8 +439,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     }
     reject_events(api, req, wk->source, single_type, root, &b);
     /* The parsed tree is no longer needed: the events are serialised; drop it before waiting. */
-    json_decref(root);
-    root = NULL;
+    drop_tree(&root, &spans, &arena);
     if (single_type && b.nrejected > 0) {
         api_error(resp, 400, b.rejected[0].error);
         goto out;
@@ -443,8 +456,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         ratelimit_give_back(limit, nall, clk_mono_ms());
     }
 out:
-    json_decref(root);
-    jsonparse_spans_free(spans);
+    drop_tree(&root, &spans, &arena);
     batch_clear(&b);
     verdict_clear(&vd);
     auth_keyset_release(ks);

@@ -69,7 +69,7 @@ static int run(const char *route, const char *source, int64_t now, const char *b
     json_t *root = NULL;
     jsonparse_spans_t *spans = NULL;
     memset(b, 0, sizeof(*b));
-    int rc = batch_parse_spans(body, len, &root, &spans, err);
+    int rc = batch_parse_spans(body, len, &root, &spans, NULL, err);
     if (rc != BATCH_OK)
         return rc;
     uuid_tape_t tape = {.fn = uuid_counter ? counter_uuid : NULL, .arg = uuid_counter};
