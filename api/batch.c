@@ -297,6 +297,19 @@ static size_t escaped(const unsigned char *s, size_t n, unsigned *cp)
     return 0;
 }
 
+/* The bytes put_str must look at: those `escaped` may take (controls, '"', '\\', and the lead
+ * bytes 0xC2 and 0xE2 of C1 controls and U+2028/U+2029). */
+static const unsigned char LOOK[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 static int put_str(out_t *o, const char *str, size_t n)
 {
     static const char HEX[] = "0123456789ABCDEF";
@@ -319,7 +332,7 @@ static int put_str(out_t *o, const char *str, size_t n)
                 break;
             i += 8;
         }
-        while (i < n && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\' && s[i] != 0xC2 && s[i] != 0xE2)
+        while (i < n && !LOOK[s[i]])
             i++;
         if (i >= n)
             break;
