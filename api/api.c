@@ -6,6 +6,7 @@
 
 #include "api/adminhost.h"
 #include "api/cors.h"
+#include "api/jsonparse.h"
 #include "api/reqhist.h"
 #include "common/clock.h"
 
@@ -32,6 +33,8 @@ int api_new(const api_options_t *opts, api_t **out)
     if (opts->sink && !(opts->sink->submit && opts->sink->stats_json && opts->sink->metrics &&
                         opts->sink->unhealthy))
         return -1;
+    /* Request trees in arenas (api_ingest); jansson elsewhere is unchanged. */
+    jsonparse_use_arenas();
     api = calloc(1, sizeof(*api));
     if (!api)
         return -1;

@@ -29,8 +29,19 @@ void batch_uuid_v4(char out[BATCH_UUID_LEN + 1], void *arg)
 
 int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
 {
+    return batch_parse_spans(body, len, root, NULL, NULL, err);
+}
+
+int batch_parse_spans(const char *body, size_t len, json_t **root, jsonparse_spans_t **spans,
+                      jsonparse_arena_t **arena, batch_error_t *err)
+{
     json_error_t jerr;
+    jsonparse_arena_t *a = NULL;
     *root = NULL;
+    if (spans)
+        *spans = NULL;
+    if (arena)
+        *arena = NULL;
     if (!body || len == 0) {
         seterr(err, "body is empty");
         return BATCH_BAD_REQUEST;
@@ -39,7 +50,9 @@ int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
      * No JSON_DISABLE_EOF_CHECK: trailing bytes after the value are an error. JSON_ALLOW_NUL:
      * JSON.stringify writes "\u0000" for a NUL and Segment takes it; the log writes it escaped
      * again (put_str), so no consumer ever sees a raw NUL (docs/log-format.md). */
-    json_t *j = jsonparse(body, len);
+    jsonparse_spans_t *sp = NULL;
+    json_t *j = arena ? jsonparse_tree(body, len, spans ? &sp : NULL, &a)
+                      : jsonparse_spans(body, len, spans ? &sp : NULL);
     /* jsonparse builds the same tree for the bodies it takes (nearly all); json_loadb decides the
      * rest, on the repaired text (lone surrogates, bytes that are not UTF-8: U+FFFD), so that
      * one cut emoji does not cost every event of the batch, and words the error when there is
@@ -75,11 +88,19 @@ int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err)
         return BATCH_BAD_REQUEST;
     }
     if (!json_is_object(j)) {
-        json_decref(j);
+        if (a)
+            jsonparse_arena_free(a);
+        else
+            json_decref(j);
+        jsonparse_spans_free(sp);
         seterr(err, "body must be a JSON object");
         return BATCH_BAD_REQUEST;
     }
     *root = j;
+    if (spans)
+        *spans = sp;
+    if (arena)
+        *arena = a;
     return BATCH_OK;
 }
 
@@ -207,6 +228,7 @@ typedef struct out {
     size_t len, cap;
     int prec; /* %g precision of reals in this pass */
     int need; /* highest precision (15..17) a real written so far needs to read back exactly */
+    const jsonparse_spans_t *spans; /* containers whose input bytes are what we would write */
 } out_t;
 
 static int reserve(out_t *o, size_t n)
@@ -275,6 +297,19 @@ static size_t escaped(const unsigned char *s, size_t n, unsigned *cp)
     return 0;
 }
 
+/* The bytes put_str must look at: those `escaped` may take (controls, '"', '\\', and the lead
+ * bytes 0xC2 and 0xE2 of C1 controls and U+2028/U+2029). */
+static const unsigned char LOOK[256] = {
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 static int put_str(out_t *o, const char *str, size_t n)
 {
     static const char HEX[] = "0123456789ABCDEF";
@@ -290,12 +325,14 @@ static int put_str(out_t *o, const char *str, size_t n)
         while (n - i >= 8) {
             uint64_t w;
             memcpy(&w, s + i, 8);
-            if (SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\') | SWAR_HAS(w, 0xC2) |
-                SWAR_HAS(w, 0xE2))
+            if (SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\'))
+                break;
+            /* 0xC2 and 0xE2 have the high bit set: an ASCII word needs no test for them. */
+            if ((w & SWAR_HIGHS) && (SWAR_HAS(w, 0xC2) | SWAR_HAS(w, 0xE2)))
                 break;
             i += 8;
         }
-        while (i < n && s[i] >= 0x20 && s[i] != '"' && s[i] != '\\' && s[i] != 0xC2 && s[i] != 0xE2)
+        while (i < n && !LOOK[s[i]])
             i++;
         if (i >= n)
             break;
@@ -394,6 +431,10 @@ static int put_value(out_t *o, const json_t *v)
         return put_object(o, v, NULL);
     case JSON_ARRAY: {
         size_t n = json_array_size(v);
+        const char *text;
+        size_t tlen;
+        if (jsonparse_span(o->spans, v, &text, &tlen))
+            return put(o, text, tlen);
         if (put_ch(o, '[') != 0)
             return -1;
         for (size_t i = 0; i < n; i++)
@@ -433,6 +474,11 @@ static int put_key(out_t *o, bool *first, const char *k, size_t klen)
 static int put_object(out_t *o, const json_t *obj, const json_t *extra)
 {
     bool first = true;
+    const char *text;
+    size_t tlen;
+    /* Nearly every nested object arrives compact and plain: its bytes are the output. */
+    if (!extra && jsonparse_span(o->spans, obj, &text, &tlen))
+        return put(o, text, tlen);
     if (put_ch(o, '{') != 0)
         return -1;
     for (void *it = json_object_iter((json_t *)obj); it;
@@ -844,6 +890,7 @@ int batch_build(json_t *root, const batch_options_t *o, batch_t *out, batch_erro
         .bsent = bsent,
         .bctx = bctx,
         .bint = bint,
+        .out = {.spans = o->spans},
     };
     if (o->secret != NULL)
         b.source_tag = keyhash_source_tag(o->secret, o->source, b.source_len);

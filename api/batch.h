@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "api/jsonparse.h"
 #include "storage/keyhash.h"
 
 #define BATCH_UUID_LEN 36 /* "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx" */
@@ -44,6 +45,10 @@ typedef struct batch_options {
     size_t size_hint;      /* the body's length, to size the events' buffer once; 0: unknown */
     const char *client_ip; /* context.ip for events without one (event and batch context win);
                               NULL: none is added */
+    /* batch_parse_spans' spans for root: its verbatim arrays and objects are copied as they
+     * came instead of written member by member (the same bytes, fewer instructions); NULL:
+     * every one is written. */
+    const jsonparse_spans_t *spans;
 } batch_options_t;
 
 typedef struct batch_event {
@@ -87,6 +92,14 @@ typedef struct batch_error {
  * with err->text, or BATCH_NOMEM.
  */
 int batch_parse(const char *body, size_t len, json_t **root, batch_error_t *err);
+
+/* batch_parse, and *spans for batch_options_t.spans (caller frees with jsonparse_spans_free;
+ * NULL when there are none, e.g. when json_loadb decided). They point into body: keep body and
+ * *root alive and unchanged while they are used. arena NULL: *root is an ordinary tree; else
+ * *arena is set when the tree is in one (jsonparse_tree: free it with jsonparse_arena_free,
+ * never json_decref it) and NULL when *root is an ordinary tree (or there is none). */
+int batch_parse_spans(const char *body, size_t len, json_t **root, jsonparse_spans_t **spans,
+                      jsonparse_arena_t **arena, batch_error_t *err);
 
 /*
  * The top-level "writeKey" of a parsed body (batch routes: the batch

@@ -340,7 +340,8 @@ static int body_key(auth_keyset_t *ks, const json_t *root, const api_write_key_t
 /* The normalized events of the parsed request into *b, and what ?verbose=true needs into *vd.
  * 0, or -1 with a 400 (recorded) or 503 in *resp. */
 static int build(api_t *api, const api_req_t *req, const char *single_type, json_t *root,
-                 const api_write_key_t *wk, batch_t *b, verdict_t *vd, api_resp_t *resp)
+                 const jsonparse_spans_t *spans, const api_write_key_t *wk, batch_t *b,
+                 verdict_t *vd, api_resp_t *resp)
 {
     batch_error_t err = {{0}};
     batch_options_t o = {
@@ -351,6 +352,7 @@ static int build(api_t *api, const api_req_t *req, const char *single_type, json
         .sent_at_header = req->sent_at,
         .size_hint = req->body_len,
         .client_ip = req->client_ip,
+        .spans = spans,
     };
     int brc = batch_build(root, &o, b, &err);
     if (brc == BATCH_BAD_REQUEST) {
@@ -378,6 +380,19 @@ static void reject_events(api_t *api, const api_req_t *req, const char *source,
     }
 }
 
+/* Frees the request's tree (in its arena, or an ordinary one) and its spans; NULLs them. */
+static void drop_tree(json_t **root, jsonparse_spans_t **spans, jsonparse_arena_t **arena)
+{
+    if (*arena)
+        jsonparse_arena_free(*arena);
+    else
+        json_decref(*root);
+    jsonparse_spans_free(*spans);
+    *root = NULL;
+    *spans = NULL;
+    *arena = NULL;
+}
+
 int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_resp_t *resp,
                api_done_fn done, void *arg)
 {
@@ -385,6 +400,8 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     ratelimit_t *limit = NULL;
     auth_keyset_t *ks = NULL;
     json_t *root = NULL;
+    jsonparse_spans_t *spans = NULL;
+    jsonparse_arena_t *arena = NULL; /* holds root when set: freed whole, never json_decref'd */
     batch_t b = {0};
     batch_error_t err = {{0}};
     verdict_t vd = {0};
@@ -398,7 +415,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     if (header_key(ks, req->authorization, &wk, &limit, resp) != 0 ||
         early_limits(api, limit, resp) != 0)
         goto out;
-    int prc = batch_parse(req->body, req->body_len, &root, &err);
+    int prc = batch_parse_spans(req->body, req->body_len, &root, &spans, &arena, &err);
     if (prc == BATCH_NOMEM) {
         api_error_commit(resp, COMMIT_NOMEM);
         goto out;
@@ -410,7 +427,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     }
     /* wk is set after body_key: by header_key(), or from the body's writeKey (else a 401). */
     if (body_key(ks, root, &wk, &limit, resp) != 0 ||
-        build(api, req, single_type, root, wk, &b, &vd, resp) != 0)
+        build(api, req, single_type, root, spans, wk, &b, &vd, resp) != 0)
         goto out;
     /* Every event of the request counts, valid or not, and all of them or none are taken: a
      * refused request leaves nothing behind, so its retry is exactly the same request. */
@@ -422,8 +439,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     }
     reject_events(api, req, wk->source, single_type, root, &b);
     /* The parsed tree is no longer needed: the events are serialised; drop it before waiting. */
-    json_decref(root);
-    root = NULL;
+    drop_tree(&root, &spans, &arena);
     if (single_type && b.nrejected > 0) {
         api_error(resp, 400, b.rejected[0].error);
         goto out;
@@ -440,7 +456,7 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         ratelimit_give_back(limit, nall, clk_mono_ms());
     }
 out:
-    json_decref(root);
+    drop_tree(&root, &spans, &arena);
     batch_clear(&b);
     verdict_clear(&vd);
     auth_keyset_release(ks);

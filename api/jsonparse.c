@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -23,7 +24,26 @@ typedef struct parser {
     size_t used;   /* scratch bytes held by the keys of the objects being parsed */
     size_t cap;
     int depth;
+    jsonparse_spans_t *sp; /* NULL: no spans wanted */
+    bool canon;            /* the container being parsed is still verbatim so far */
+    bool dup;              /* a repeated key freed a value: its address may come back */
+    bool nomem;            /* the span table could not grow */
 } parser_t;
+
+/* One verbatim container; the index is an open-addressing table of entry numbers + 1 keyed by
+ * the node's address, built once the parse is done. */
+typedef struct span {
+    const json_t *v;
+    const char *text;
+    size_t len;
+} span_t;
+
+struct jsonparse_spans {
+    span_t *e;
+    size_t n, cap;
+    uint32_t *idx;
+    size_t mask;
+};
 
 static json_t *value(parser_t *p);
 
@@ -41,8 +61,11 @@ static bool is_digit(unsigned char c)
 
 static void skip_ws(parser_t *p)
 {
+    const unsigned char *from = p->s;
     while (p->s < p->end && (*p->s == ' ' || *p->s == '\t' || *p->s == '\n' || *p->s == '\r'))
         p->s++;
+    if (p->s != from)
+        p->canon = false; /* the serialiser writes no whitespace */
 }
 
 /* Length of the UTF-8 sequence at s (first byte >= 0x80), or 0 when jansson's utf8_check_first /
@@ -195,6 +218,7 @@ static int string_escaped(parser_t *p, const unsigned char *start, const unsigne
 {
     const unsigned char *end = p->end;
 
+    p->canon = false; /* escapes may be written otherwise (\/, \u00e9, lowercase hex) */
     if (!p->scratch) {
         p->cap = (size_t)(p->end - p->s);
         p->scratch = malloc(p->cap);
@@ -245,10 +269,17 @@ static int string(parser_t *p, const char **out, size_t *out_len)
     while (s < end) {
         /* Eight plain ASCII bytes at a time: no quote, backslash, control or non-ASCII byte. */
         while (end - s >= 8) {
-            uint64_t w;
-            memcpy(&w, s, 8);
-            if ((w & SWAR_HIGHS) | SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\'))
+            uint64_t w = (uint64_t)s[0] | (uint64_t)s[1] << 8 | (uint64_t)s[2] << 16 |
+                         (uint64_t)s[3] << 24 | (uint64_t)s[4] << 32 | (uint64_t)s[5] << 40 |
+                         (uint64_t)s[6] << 48 | (uint64_t)s[7] << 56;
+            uint64_t m =
+                (w & SWAR_HIGHS) | SWAR_LESS(w, 0x20) | SWAR_HAS(w, '"') | SWAR_HAS(w, '\\');
+            if (m) {
+                /* The first byte in the lowest lane (loaded little-endian whatever the CPU);
+                 * a borrow only carries upwards, so the lowest bit set is a real match. */
+                s += __builtin_ctzll(m) >> 3;
                 break;
+            }
             s += 8;
         }
         while (s < end && *s >= 0x20 && *s < 0x80 && *s != '"' && *s != '\\')
@@ -269,6 +300,9 @@ static int string(parser_t *p, const char **out, size_t *out_len)
         size_t n = utf8_len(s, end);
         if (n == 0)
             return -1;
+        /* Raw C1 controls and U+2028/U+2029 go out escaped (batch.c, put_str). */
+        if ((c == 0xC2 && s[1] <= 0x9F) || (c == 0xE2 && s[1] == 0x80 && (s[2] & 0xFE) == 0xA8))
+            p->canon = false;
         s += n;
     }
     return -1;
@@ -315,6 +349,9 @@ static json_t *number(parser_t *p)
             t++;
     }
     p->s = t;
+    /* The serialiser writes integers with put_int (so -0 as 0) and reals its own way. */
+    if (real || int_digits > 18 || (neg && int_digits == 1 && s[1] == '0'))
+        p->canon = false;
 
     if (!real && int_digits <= 18) {
         /* 18 digits always fit in json_int_t. */
@@ -352,15 +389,41 @@ static json_t *literal(parser_t *p, const char *word, size_t n, json_t *v)
     return v;
 }
 
+/* A container parsed from open to p->s: recorded when verbatim; the enclosing one stays
+ * verbatim only if this one is. */
+static void container_done(parser_t *p, const json_t *v, const unsigned char *open, bool outer)
+{
+    jsonparse_spans_t *sp = p->sp;
+    if (sp && p->canon && !p->nomem) {
+        if (sp->n == sp->cap) {
+            size_t ncap = sp->cap ? sp->cap * 2 : 64;
+            span_t *ne = ncap < UINT32_MAX / 2 ? realloc(sp->e, ncap * sizeof(*ne)) : NULL;
+            if (!ne) {
+                p->nomem = true;
+                goto out;
+            }
+            sp->e = ne;
+            sp->cap = ncap;
+        }
+        sp->e[sp->n++] = (span_t){v, (const char *)open, (size_t)(p->s - open)};
+    }
+out:
+    p->canon = outer && p->canon;
+}
+
 static json_t *object(parser_t *p)
 {
     json_t *obj = json_object();
     if (!obj)
         return NULL;
+    const unsigned char *open = p->s;
+    bool outer = p->canon;
+    p->canon = true;
     p->s++;
     skip_ws(p);
     if (p->s < p->end && *p->s == '}') {
         p->s++;
+        container_done(p, obj, open, outer);
         return obj;
     }
     for (;;) {
@@ -383,14 +446,18 @@ static json_t *object(parser_t *p)
         if (!v)
             goto fail;
         /* The call json_loadb makes: a repeated key keeps its first position, the last value. */
+        size_t before = json_object_size(obj);
         if (json_object_setn_new_nocheck(obj, k, klen, v) != 0)
             goto fail;
+        if (json_object_size(obj) == before)
+            p->dup = true;
         p->used = mark;
         skip_ws(p);
         if (p->s >= p->end)
             goto fail;
         if (*p->s == '}') {
             p->s++;
+            container_done(p, obj, open, outer);
             return obj;
         }
         if (*p->s != ',')
@@ -408,10 +475,14 @@ static json_t *array(parser_t *p)
     json_t *arr = json_array();
     if (!arr)
         return NULL;
+    const unsigned char *open = p->s;
+    bool outer = p->canon;
+    p->canon = true;
     p->s++;
     skip_ws(p);
     if (p->s < p->end && *p->s == ']') {
         p->s++;
+        container_done(p, arr, open, outer);
         return arr;
     }
     for (;;) {
@@ -423,6 +494,7 @@ static json_t *array(parser_t *p)
             goto fail;
         if (*p->s == ']') {
             p->s++;
+            container_done(p, arr, open, outer);
             return arr;
         }
         if (*p->s != ',')
@@ -469,14 +541,67 @@ static json_t *value(parser_t *p)
     }
 }
 
-json_t *jsonparse(const char *s, size_t len)
+static size_t slot(const jsonparse_spans_t *sp, const json_t *v)
+{
+    return (size_t)(((uint64_t)(uintptr_t)v * 0x9E3779B97F4A7C15ULL) >> 32) & sp->mask;
+}
+
+/* The address index over sp->e; -1 when out of memory. */
+static int index_spans(jsonparse_spans_t *sp)
+{
+    size_t size = 16;
+    while (size < 2 * sp->n)
+        size *= 2;
+    sp->idx = calloc(size, sizeof(*sp->idx));
+    if (!sp->idx)
+        return -1;
+    sp->mask = size - 1;
+    for (size_t i = 0; i < sp->n; i++) {
+        size_t h = slot(sp, sp->e[i].v);
+        while (sp->idx[h])
+            h = (h + 1) & sp->mask;
+        sp->idx[h] = (uint32_t)(i + 1);
+    }
+    return 0;
+}
+
+bool jsonparse_span(const jsonparse_spans_t *sp, const json_t *v, const char **text, size_t *len)
+{
+    if (!sp)
+        return false;
+    for (size_t h = slot(sp, v); sp->idx[h]; h = (h + 1) & sp->mask) {
+        const span_t *e = &sp->e[sp->idx[h] - 1];
+        if (e->v == v) {
+            *text = e->text;
+            *len = e->len;
+            return true;
+        }
+    }
+    return false;
+}
+
+void jsonparse_spans_free(jsonparse_spans_t *sp)
+{
+    if (!sp)
+        return;
+    free(sp->e);
+    free(sp->idx);
+    free(sp);
+}
+
+json_t *jsonparse_spans(const char *s, size_t len, jsonparse_spans_t **spans)
 {
     parser_t p = {
         .s = (const unsigned char *)s,
         .end = (const unsigned char *)s + len,
     };
+    if (spans)
+        *spans = NULL;
     if (!s || len == 0)
         return NULL;
+    /* No table is no loss: the serialiser then writes every container itself. */
+    if (spans)
+        p.sp = calloc(1, sizeof(*p.sp));
     json_t *v = value(&p);
     if (v) {
         skip_ws(&p);
@@ -486,7 +611,107 @@ json_t *jsonparse(const char *s, size_t len)
         }
     }
     free(p.scratch);
+    if (p.sp && v && !p.dup && !p.nomem && index_spans(p.sp) == 0) {
+        *spans = p.sp;
+        p.sp = NULL;
+    }
+    jsonparse_spans_free(p.sp);
     return v;
+}
+
+/*
+ * Arenas. jansson allocates every node, string and hash bucket on its own and json_decref walks
+ * the tree to free them one by one: a fifth of the instructions of an event. While
+ * jsonparse_tree fills an arena, this thread's jansson allocations come from it and its frees
+ * (a repeated key's old value, a hash table's old buckets) do nothing; the tree goes with the
+ * arena. Any other jansson call, on any thread, is malloc and free as before.
+ */
+typedef struct arena_block {
+    struct arena_block *next;
+    size_t used, cap;
+    max_align_t data[];
+} arena_block_t;
+
+struct jsonparse_arena {
+    arena_block_t *head;
+};
+
+static _Thread_local jsonparse_arena_t *filling; /* the arena jansson allocates from, if any */
+static bool arenas_on;
+static pthread_once_t arenas_once = PTHREAD_ONCE_INIT;
+
+static void *arena_malloc(size_t n)
+{
+    jsonparse_arena_t *a = filling;
+    if (!a)
+        return malloc(n);
+    n = (n + sizeof(max_align_t) - 1) & ~(sizeof(max_align_t) - 1);
+    arena_block_t *b = a->head;
+    if (!b || b->cap - b->used < n) {
+        size_t cap = b ? b->cap * 2 : 16384;
+        if (cap > (size_t)4 << 20)
+            cap = (size_t)4 << 20;
+        if (cap < n)
+            cap = n;
+        arena_block_t *nb = malloc(sizeof(*nb) + cap);
+        if (!nb)
+            return NULL;
+        nb->next = b;
+        nb->used = 0;
+        nb->cap = cap;
+        a->head = b = nb;
+    }
+    void *p = (char *)b->data + b->used;
+    b->used += n;
+    return p;
+}
+
+static void arena_free(void *p)
+{
+    if (!filling)
+        free(p);
+}
+
+static void install_arenas(void)
+{
+    json_set_alloc_funcs(arena_malloc, arena_free);
+    arenas_on = true;
+}
+
+void jsonparse_use_arenas(void)
+{
+    pthread_once(&arenas_once, install_arenas);
+}
+
+void jsonparse_arena_free(jsonparse_arena_t *a)
+{
+    if (!a)
+        return;
+    for (arena_block_t *b = a->head, *next; b; b = next) {
+        next = b->next;
+        free(b);
+    }
+    free(a);
+}
+
+json_t *jsonparse_tree(const char *s, size_t len, jsonparse_spans_t **spans,
+                       jsonparse_arena_t **arena)
+{
+    *arena = NULL;
+    jsonparse_arena_t *a = arenas_on ? calloc(1, sizeof(*a)) : NULL;
+    filling = a;
+    json_t *v = jsonparse_spans(s, len, spans);
+    filling = NULL;
+    if (a && v)
+        *arena = a;
+    else
+        jsonparse_arena_free(a); /* a failed parse already "freed" its nodes into it */
+    return v;
+}
+
+json_t *jsonparse(const char *s, size_t len)
+{
+    return jsonparse_spans(s, len, NULL);
 }
 
 /* Whether the string whose opening quote is at s is an object key: followed by ':' after its

@@ -28,6 +28,57 @@
 json_t *jsonparse(const char *s, size_t len);
 
 /*
+ * Where the parsed tree's arrays and objects lie in the text, for those whose text is exactly
+ * what api/batch.c's serialiser writes for them (compact, no escapes in any string, no raw C1
+ * control or U+2028/U+2029, integers of up to 18 digits other than -0, no reals, no repeated
+ * key), so it can copy their bytes instead of writing them again member by member.
+ */
+typedef struct jsonparse_spans jsonparse_spans_t;
+
+/*
+ * jsonparse, and when spans is not NULL, *spans: the verbatim arrays and objects of the tree
+ * (caller frees with jsonparse_spans_free), or NULL when there are none to give (a repeated key
+ * anywhere in the text, or memory ran out for the table: the tree is still returned). The
+ * spans point into s: valid while s and the tree live, and only while the tree is not changed.
+ */
+json_t *jsonparse_spans(const char *s, size_t len, jsonparse_spans_t **spans);
+
+/*
+ * The memory of one parsed tree, taken in a few blocks instead of two allocations per node:
+ * the tree is released whole with the arena, without a walk or a free per node.
+ */
+typedef struct jsonparse_arena jsonparse_arena_t;
+
+/*
+ * Lets jsonparse_tree build trees in arenas: installs jansson allocation functions
+ * (json_set_alloc_funcs) that take from the calling thread's arena while jsonparse_tree fills
+ * one, and are plain malloc/free otherwise, so every other jansson use is unchanged (nothing
+ * else in the process sets jansson's allocator). Call before threads that use jansson start;
+ * later calls do nothing.
+ */
+void jsonparse_use_arenas(void);
+
+/*
+ * jsonparse_spans, with the tree in a new arena when jsonparse_use_arenas ran: then *arena is
+ * set (free with jsonparse_arena_free, which frees the tree: never json_decref it nor any of its
+ * nodes, and take no reference that outlives the arena). Otherwise, and when the text is not
+ * taken (NULL returned), *arena is NULL and the tree, if any, is an ordinary one. The tree may
+ * be read from any thread; it must not be changed.
+ */
+json_t *jsonparse_tree(const char *s, size_t len, jsonparse_spans_t **spans,
+                       jsonparse_arena_t **arena);
+
+/* Frees the arena and the tree in it. NULL is a no-op. */
+void jsonparse_arena_free(jsonparse_arena_t *a);
+
+/* Whether v (a node of the tree the spans came from) is verbatim: then *text and *len are its
+ * bytes in the parsed text. sp NULL: false. Thread-safe (read only). */
+bool jsonparse_span(const jsonparse_spans_t *sp, const json_t *v, const char **text, size_t *len);
+
+/* NULL is a no-op. */
+void jsonparse_spans_free(jsonparse_spans_t *sp);
+
+/*
  * What Go's encoding/json (and so Segment's API) reads as U+FFFD where jansson refuses the
  * whole text, rewritten so json_loadb reads it the same way: a lone surrogate escape
  * (\ud800..\udfff not in a high-low pair, as JSON.stringify writes for a string cut inside an

@@ -38,6 +38,7 @@ struct store {
     MDB_dbi keys, seq, meta;
     MDB_txn *txn;      /* the open write transaction, if any */
     MDB_cursor *kcur;  /* a cursor on `keys` in txn (LMDB closes it with the txn) */
+    MDB_cursor *acur;  /* the cursor seq_append appends with, in txn (closed with it too) */
     uint64_t bucket;   /* sequences per `seq` bucket: one page of values */
     uint64_t next_seq; /* committed */
     uint64_t txn_seq;  /* next sequence inside the open transaction */
@@ -451,9 +452,18 @@ static int seq_append(store_t *st, const store_entry_t *e)
     memcpy(rec + 17, &e->received_ms, 8);
     memcpy(rec + 25, &e->offset, 8);
     MDB_val sk = val(&bucket, sizeof(bucket)), sv = val(rec, sizeof(rec));
-    /* The first of a bucket opens it at the tree's end; the others go at its end. */
+    /* The first of a bucket opens it at the tree's end; the others go at its end. One cursor
+     * for the transaction's appends: it stays on the last page, where LMDB finds the bucket
+     * without a search from the root (mdb_put opens a fresh cursor for each). */
     unsigned flags = e->seq % st->bucket == 0 ? MDB_APPEND : MDB_APPENDDUP;
-    return xlate(st, mdb_put(st->txn, st->seq, &sk, &sv, flags));
+    if (!st->acur) {
+        int rc = xlate(st, mdb_cursor_open(st->txn, st->seq, &st->acur));
+        if (rc) {
+            st->acur = NULL;
+            return rc;
+        }
+    }
+    return xlate(st, mdb_cursor_put(st->acur, &sk, &sv, flags));
 }
 
 /*
@@ -1036,6 +1046,7 @@ int store_commit(store_t *st)
     rc = mdb_txn_commit(st->txn);
     st->txn = NULL; /* committed or, on error, freed by LMDB, with its cursors */
     st->kcur = NULL;
+    st->acur = NULL;
     if (rc)
         return xlate(st, rc);
     st->next_seq = st->txn_seq;
@@ -1045,9 +1056,10 @@ int store_commit(store_t *st)
 void store_abort(store_t *st)
 {
     if (st->txn)
-        mdb_txn_abort(st->txn); /* closes kcur too */
+        mdb_txn_abort(st->txn); /* closes kcur and acur too */
     st->txn = NULL;
     st->kcur = NULL;
+    st->acur = NULL;
     st->txn_seq = st->next_seq;
 }
 

@@ -14,7 +14,8 @@
  *   values, same member order, same real formatting; repairing twice changes nothing;
  * - batch_parse accepts exactly the bodies json_loadb reads as an object once repaired, and
  *   its error text is printable ASCII (it goes into a JSON error body);
- * - batch_build on the tree from either parser writes the same bytes (the fast path changes
+ * - batch_build on the tree from either parser writes the same bytes (the fast path, with the
+ *   verbatim containers jsonparse_spans found copied as they came, changes
  *   nothing), every event it writes is one compact JSON object within the event cap with the
  *   server's fields and a dedupe key over its messageId, no raw NUL, C1 control, U+2028 or
  *   U+2029 (NDJSON framing), and every event of the batch is either accepted or rejected,
@@ -79,7 +80,8 @@ static void check_event(const batch_event_t *e)
     json_decref(j);
 }
 
-static int build(json_t *root, const char *single_type, size_t size, batch_t *b, batch_error_t *err)
+static int build(json_t *root, const jsonparse_spans_t *spans, const char *single_type, size_t size,
+                 batch_t *b, batch_error_t *err)
 {
     unsigned counter = 0;
     batch_options_t o = {
@@ -90,15 +92,17 @@ static int build(json_t *root, const char *single_type, size_t size, batch_t *b,
         .uuid = counter_uuid,
         .uuid_arg = &counter,
         .size_hint = size,
+        .spans = spans,
     };
     return batch_build(root, &o, b, err);
 }
 
-static void check_build(json_t *root, json_t *other, const char *single_type, size_t size)
+static void check_build(json_t *root, const jsonparse_spans_t *spans, json_t *other,
+                        const char *single_type, size_t size)
 {
     batch_t b, b2;
     batch_error_t err = {{0}}, err2 = {{0}};
-    int rc = build(root, single_type, size, &b, &err);
+    int rc = build(root, spans, single_type, size, &b, &err);
 
     FUZZ_CHECK(rc == BATCH_OK || rc == BATCH_BAD_REQUEST);
     if (rc != BATCH_OK) {
@@ -124,9 +128,10 @@ static void check_build(json_t *root, json_t *other, const char *single_type, si
         FUZZ_CHECK(ie == b.nevents && ir == b.nrejected);
     }
 
-    /* The tree of the other parser must come out the same, byte for byte. */
+    /* The tree of the other parser, written member by member (no spans), must come out the
+     * same, byte for byte, as root's with its verbatim containers copied. */
     if (other) {
-        int rc2 = build(other, single_type, size, &b2, &err2);
+        int rc2 = build(other, NULL, single_type, size, &b2, &err2);
         FUZZ_CHECK(rc2 == rc);
         FUZZ_CHECK(strcmp(err.text, err2.text) == 0);
         FUZZ_CHECK(b2.nevents == b.nevents && b2.nrejected == b.nrejected);
@@ -189,6 +194,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *ref = json_loadb(fixed ? fixed : s, flen, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
     if (fast)
         check_same_tree(fast, ref);
+    /* The same parse into an arena (as the server does): the same tree, and nothing freed on
+     * its own (a repeated key, a failure half way), which ASan would catch. */
+    jsonparse_use_arenas();
+    jsonparse_arena_t *arena = NULL;
+    json_t *in_arena = jsonparse_tree(s, size, NULL, &arena);
+    FUZZ_CHECK((in_arena != NULL) == (fast != NULL) && (arena != NULL) == (fast != NULL));
+    if (in_arena)
+        check_same_tree(in_arena, ref);
+    jsonparse_arena_free(arena);
     if (fixed) {
         /* Repairing is idempotent: a repaired text needs nothing more. */
         char *again = NULL;
@@ -198,7 +212,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         free(fixed);
     }
 
-    int rc = batch_parse(s, size, &root, &err);
+    jsonparse_spans_t *spans = NULL;
+    int rc = batch_parse_spans(s, size, &root, &spans, NULL, &err);
     FUZZ_CHECK(rc == BATCH_OK || rc == BATCH_BAD_REQUEST);
     FUZZ_CHECK((rc == BATCH_OK) == (json_is_object(ref) && tree_depth(ref) <= JSONPARSE_MAX_DEPTH));
     if (rc != BATCH_OK) {
@@ -208,8 +223,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     } else {
         /* root came from jsonparse when it took the body: build from json_loadb's tree too. */
         json_t *other = fast ? ref : NULL;
-        check_build(root, other, NULL, size);
-        check_build(root, other, "track", size);
+        check_build(root, spans, other, NULL, size);
+        check_build(root, spans, other, "track", size);
+        jsonparse_spans_free(spans);
         json_decref(root);
     }
     json_decref(fast);

@@ -37,25 +37,69 @@ static void counter_uuid(char out[BATCH_UUID_LEN + 1], void *arg)
     snprintf(out, BATCH_UUID_LEN + 1, "00000000-0000-4000-8000-%012u", ++*n);
 }
 
-/* Runs parse + build like the api does; returns the status and fills *b / err. */
+/* The messageIds the first build assigns, replayed in the second so both write the same. */
+typedef struct uuid_tape {
+    batch_uuid_fn fn; /* NULL: batch_uuid_v4 */
+    void *arg;
+    char (*ids)[BATCH_UUID_LEN + 1];
+    size_t n, next;
+} uuid_tape_t;
+
+static void tape_record(char out[BATCH_UUID_LEN + 1], void *arg)
+{
+    uuid_tape_t *t = arg;
+    (t->fn ? t->fn : batch_uuid_v4)(out, t->arg);
+    assert_true(t->n < API_MAX_BATCH_EVENTS + 1);
+    memcpy(t->ids[t->n++], out, BATCH_UUID_LEN + 1);
+}
+
+static void tape_replay(char out[BATCH_UUID_LEN + 1], void *arg)
+{
+    uuid_tape_t *t = arg;
+    assert_true(t->next < t->n);
+    memcpy(out, t->ids[t->next++], BATCH_UUID_LEN + 1);
+}
+
+/* Runs parse + build like the api does; returns the status and fills *b / err. Every case is
+ * built twice: with the input's verbatim containers copied (as the server does) and with every
+ * container written member by member; the bytes must be the same. */
 static int run(const char *route, const char *source, int64_t now, const char *body, size_t len,
                batch_t *b, batch_error_t *err, unsigned *uuid_counter)
 {
     json_t *root = NULL;
+    jsonparse_spans_t *spans = NULL;
     memset(b, 0, sizeof(*b));
-    int rc = batch_parse(body, len, &root, err);
+    int rc = batch_parse_spans(body, len, &root, &spans, NULL, err);
     if (rc != BATCH_OK)
         return rc;
+    uuid_tape_t tape = {.fn = uuid_counter ? counter_uuid : NULL, .arg = uuid_counter};
+    tape.ids = calloc(API_MAX_BATCH_EVENTS + 1, sizeof(*tape.ids));
+    assert_non_null(tape.ids);
     batch_options_t o = {
         .single_type =
             (!route || !strcmp(route, "batch") || !strcmp(route, "import")) ? NULL : route,
         .source = source,
         .secret = SECRET,
         .now_ms = now,
-        .uuid = uuid_counter ? counter_uuid : NULL,
-        .uuid_arg = uuid_counter,
+        .uuid = tape_record,
+        .uuid_arg = &tape,
+        .spans = spans,
     };
     rc = batch_build(root, &o, b, err);
+    batch_t slow = {0};
+    batch_error_t slow_err = {{0}};
+    o.spans = NULL;
+    o.uuid = tape_replay;
+    assert_int_equal(batch_build(root, &o, &slow, &slow_err), rc);
+    assert_int_equal(b->nevents, slow.nevents);
+    assert_int_equal(b->nrejected, slow.nrejected);
+    for (size_t i = 0; i < b->nevents; i++) {
+        assert_int_equal(b->events[i].len, slow.events[i].len);
+        assert_memory_equal(b->events[i].data, slow.events[i].data, slow.events[i].len);
+    }
+    batch_clear(&slow);
+    free(tape.ids);
+    jsonparse_spans_free(spans);
     json_decref(root);
     return rc;
 }
@@ -185,6 +229,82 @@ static char *make_batch(size_t n)
                                i ? "," : "", i);
     sprintf(s + len, "]}");
     return s;
+}
+
+/* Which containers the parser hands over as verbatim: only those whose bytes are exactly what
+ * the serialiser writes. */
+static void test_verbatim_spans(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *props; /* the value of "p" */
+        bool verbatim;
+    } cases[] = {
+        {"{\"a\":\"x\",\"b\":[1,-2,true,false,null,{}],\"c\":\"\xc3\xa9\"}", true},
+        {"[]", true},
+        {"{\"a\": 1}", false},                  /* whitespace */
+        {"{\"a\":1 }", false},                  /* whitespace before the brace */
+        {"{\"a\":\"\\/\"}", false},             /* an escape, written back as "/" */
+        {"{\"a\":\"\\u00e9\"}", false},         /* written back as the raw character */
+        {"{\"a\":\"\xc2\x85\"}", false},        /* U+0085 goes out escaped */
+        {"{\"a\":\"\xe2\x80\xa8\"}", false},    /* U+2028 too */
+        {"{\"a\":\"\xe2\x80\xa6\"}", true},     /* U+2026 does not */
+        {"{\"a\":-0}", false},                  /* written as 0 */
+        {"{\"a\":1.50}", false},                /* reals are formatted again */
+        {"{\"a\":1234567890123456789}", false}, /* 19 digits: strtoll's path */
+        {"[{\"a\":1},{\"b\": 2}]", false},      /* an inner container is not */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char body[256];
+        snprintf(body, sizeof(body), "{\"p\":%s}", cases[i].props);
+        jsonparse_spans_t *sp = NULL;
+        json_t *root = jsonparse_spans(body, strlen(body), &sp);
+        assert_non_null(root);
+        const char *text = NULL;
+        size_t len = 0;
+        bool found = jsonparse_span(sp, json_object_get(root, "p"), &text, &len);
+        if (found != cases[i].verbatim)
+            fail_msg("%s: verbatim %d, expected %d", cases[i].props, found, cases[i].verbatim);
+        if (found) {
+            assert_int_equal(len, strlen(cases[i].props));
+            assert_memory_equal(text, cases[i].props, len);
+        }
+        jsonparse_spans_free(sp);
+        json_decref(root);
+    }
+    /* A repeated key frees a value whose address may come back: no spans at all then. */
+    const char *dup = "{\"p\":{\"a\":{\"x\":1},\"a\":{\"y\":2}}}";
+    jsonparse_spans_t *sp = NULL;
+    json_t *root = jsonparse_spans(dup, strlen(dup), &sp);
+    assert_non_null(root);
+    assert_null(sp);
+    json_decref(root);
+}
+
+/* The events of a body with verbatim and other containers, with and without spans (run()
+ * compares the two), and the verbatim bytes really are the client's. */
+static void test_verbatim_events(void **state)
+{
+    (void)state;
+    const char *body =
+        "{\"batch\":[{\"type\":\"track\",\"event\":\"e\",\"userId\":\"u\",\"messageId\":\"m1\","
+        "\"properties\":{\"k\":[1,{\"z\":\"\xc3\xa9\"}],\"n\":null},"
+        "\"context\":{\"library\":{\"name\":\"x\"}}},"
+        "{\"type\":\"track\",\"event\":\"e\",\"userId\":\"u\",\"messageId\":\"m2\","
+        "\"properties\":{\"k\": 1.5e3,\"s\":\"a\\u2028b\",\"t\":{\"x\":-0}}}],"
+        "\"context\":{\"ip\":\"1.2.3.4\",\"o\":{\"v\":1}}}";
+    batch_t b;
+    batch_error_t err = {{0}};
+    assert_int_equal(run("batch", "src", NOW_MS, body, strlen(body), &b, &err, NULL), BATCH_OK);
+    assert_int_equal(b.nevents, 2);
+    assert_non_null(
+        strstr(b.events[0].data, "\"properties\":{\"k\":[1,{\"z\":\"\xc3\xa9\"}],\"n\":null}"));
+    assert_non_null(
+        strstr(b.events[0].data,
+               "\"context\":{\"library\":{\"name\":\"x\"},\"ip\":\"1.2.3.4\",\"o\":{\"v\":1}}"));
+    assert_non_null(strstr(b.events[1].data,
+                           "\"properties\":{\"k\":1500.0,\"s\":\"a\\u2028b\",\"t\":{\"x\":0}}"));
+    batch_clear(&b);
 }
 
 static void test_batch_cap(void **state)
@@ -698,6 +818,8 @@ int main(void)
     }
 
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_verbatim_spans),
+        cmocka_unit_test(test_verbatim_events),
         cmocka_unit_test(test_batch_cap),
         cmocka_unit_test(test_event_cap),
         cmocka_unit_test(test_assigned_uuid_v4),

@@ -45,6 +45,21 @@ static int agree(const char *s, size_t len)
         free(a);
         free(b);
     }
+    /* The same tree in an arena (main installed them): taken or not alike, equal when taken;
+     * a text it does not take leaves no arena (and under ASan, no stray free). */
+    jsonparse_spans_t *sp = NULL;
+    jsonparse_arena_t *arena = NULL;
+    json_t *in_arena = jsonparse_tree(s, len, &sp, &arena);
+    assert_int_equal(in_arena != NULL, decided);
+    assert_int_equal(arena != NULL, decided);
+    if (in_arena) {
+        char *a = dump(fast), *b = dump(in_arena);
+        assert_string_equal(a, b);
+        free(a);
+        free(b);
+    }
+    jsonparse_arena_free(arena);
+    jsonparse_spans_free(sp);
     json_decref(fast);
     json_decref(ref);
     return decided;
@@ -289,6 +304,7 @@ static void test_mutations_agree(void **state)
 
 int main(void)
 {
+    jsonparse_use_arenas(); /* agree() checks the arena trees too */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid_documents),
         cmocka_unit_test(test_invalid_documents),
