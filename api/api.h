@@ -6,8 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "storage/commit.h"
-#include "storage/quarantine.h"
+#include "storage/commit/commit.h"
+#include "storage/log/quarantine.h"
 
 /* Limits of the contract (README "Limits", openapi.yaml). */
 #define API_MAX_EVENT_BYTES   (32 * 1024)  /* one event, as serialised JSON */
@@ -81,7 +81,7 @@ typedef struct api_options {
     uint64_t max_keys; /* configured size bound, reported in /stats */
     /* Bearer token for GET /v1/log, copied by api_new; NULL or "": the route is off (404). */
     const char *admin_token;
-    /* Data directory, for the consumer groups in /stats and /metrics (storage/groups.h); copied
+    /* Data directory, for the consumer groups in /stats and /metrics (storage/log/groups.h); copied
      * by api_new; NULL: no groups reported. */
     const char *data_dir;
     /* Browser origins allowed by CORS on the ingest routes: "*" (any, never with credentials) or
@@ -95,7 +95,7 @@ typedef struct api_options {
      * (not reported): ingestd_fsync_duration_seconds and ingestd_commit_batch_events. */
     const histogram_t *fsync_seconds;
     const histogram_t *batch_events;
-    /* Where refused input is kept (storage/quarantine.h; GET /v1/log?log=rejected), borrowed,
+    /* Where refused input is kept (storage/log/quarantine.h; GET /v1/log?log=rejected), borrowed,
      * must outlive the api; NULL: nothing is kept (the rejections are still counted). */
     quarantine_t *quarantine;
     /* The same for ingestd_duplicate_age_seconds, also read for /stats dedupe.duplicate_age_seconds

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 #include "api/jsonparse.h"
-#include "storage/keyhash.h"
+#include "storage/window/keyhash.h"
 
 #define BATCH_UUID_LEN 36 /* "xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx" */
 #define BATCH_ERR_LEN  160

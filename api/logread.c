@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "storage/log.h"
+#include "storage/log/log.h"
 
 /*
  * A parked long-poll. It lives from commit_watch() until its watch fires (the
@@ -273,7 +273,7 @@ fail:
 }
 
 /*
- * GET /v1/log?log=rejected: the quarantine (storage/quarantine.h), paged like the event log. Its
+ * GET /v1/log?log=rejected: the quarantine (storage/log/quarantine.h), paged like the event log. Its
  * records are final once fsynced (quarantine next_offset), nobody is told when one comes, so
  * `wait` is not supported: the answer comes at once.
  */

@@ -8,7 +8,7 @@
 
 #include "api/internal.h"
 #include "api/timestamp.h"
-#include "storage/log.h"
+#include "storage/log/log.h"
 
 #define JSON_FLAGS (JSON_COMPACT | JSON_PRESERVE_ORDER)
 

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "storage/commit.h"
+#include "storage/commit/commit.h"
 
 #define API_LOOKUP_PREFIX     "/v1/events/" /* the route; the messageId is the rest of the path */
 #define API_LOOKUP_SOURCE_MAX 256           /* bytes of a `source` (a write key's source is less) */

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "storage/histogram.h"
+#include "common/histogram.h"
 
 #define CLASSES 5                          /* 1xx .. 5xx */
 #define NAME    "request_duration_seconds" /* after the writer's "ingestd_" */

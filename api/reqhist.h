@@ -9,7 +9,7 @@
 typedef struct reqhist reqhist_t;
 
 /*
- * One histogram (storage/histogram.h, HISTOGRAM_SECONDS) per route id 0..nroutes-1, one for
+ * One histogram (common/histogram.h, HISTOGRAM_SECONDS) per route id 0..nroutes-1, one for
  * paths that are no route ("other"), each by status class 1xx..5xx. `paths[i]` names route i
  * in the `route` label: the array is copied, its strings are borrowed and must outlive the
  * reqhist (the router's static paths). Returns 0 and

@@ -15,17 +15,17 @@
 
 #include "cluster/internal.h"
 #include "cluster/partition.h"
-#include "storage/merger.h"
+#include "storage/window/merger.h"
 #include "cluster/worker_lost.h"
 #include "cluster/worker_sources.h"
 #include "common/clock.h"
 #include "common/errbuf.h"
 #include "common/prom.h"
 #include "storage/fsutil.h"
-#include "storage/genset.h"
-#include "storage/keyhash.h"
-#include "storage/seal.h"
-#include "storage/store.h"
+#include "storage/window/genset.h"
+#include "storage/window/keyhash.h"
+#include "storage/window/seal.h"
+#include "storage/window/store.h"
 
 #define DEFAULT_MAX_BATCH 1000
 #define DEFAULT_BATCH_MS  50
@@ -51,7 +51,7 @@ typedef struct part {
     int64_t batch_last;   /* last offset of the current batch in this partition; -1 none */
     bool needs_kafka;     /* the batch has records past repair_until here */
     uint64_t epoch;       /* which assignment opened it (cluster_worker.epochs) */
-    /* its handle with the merger, which rewrites gs off this thread (storage/merger.h) */
+    /* its handle with the merger, which rewrites gs off this thread (storage/window/merger.h) */
     merger_set_t *mp;
     srcmap_t *sources;  /* the young store's keys by source: --max-keys is per source */
     int64_t move_to;    /* where to read on after an out-of-range position (-1: nowhere), done
@@ -208,7 +208,7 @@ static void on_merge_fail(void *arg, int32_t partition, int rc, size_t n)
 /*
  * Between batches (no LMDB transaction open): seals a full young store, then
  * drops generations as the window's rule says, at most once a second unless a
- * seal was done, and after either asks the merger to merge (storage/merger.h):
+ * seal was done, and after either asks the merger to merge (storage/window/merger.h):
  * a merge takes seconds at 100M keys, which this thread must not stop
  * consuming for. A failure is logged and left for the next time: the window
  * stays whole either way (seal.h).

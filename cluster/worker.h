@@ -12,8 +12,8 @@
  * One consumer-group member (read_committed, no auto commit) plus one
  * transactional producer. Each assigned raw partition P has its own window
  * under DATA/partitions/RAWTOPIC-P/, the same store as single-node: a young
- * LMDB environment (storage/store.h) sealed into generation files in gens/
- * (storage/genset.h, seal.h) once it holds young_keys, dropped whole by the
+ * LMDB environment (storage/window/store.h) sealed into generation files in gens/
+ * (storage/window/genset.h, seal.h) once it holds young_keys, dropped whole by the
  * same rule (genset_plan). The `offset` a key keeps is the raw-topic offset
  * of the record that inserted it: its owner. A key in a generation is in the
  * window, and is asked before the young store takes a key. Per polled batch:

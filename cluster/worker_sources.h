@@ -7,8 +7,8 @@
 #include <stdio.h>
 
 #include "common/prom.h"
-#include "storage/genset.h"
-#include "storage/srcmap.h"
+#include "storage/window/genset.h"
+#include "storage/window/srcmap.h"
 
 /*
  * --max-keys is a budget per source in each partition (docs/window.md,

@@ -13,10 +13,10 @@
 
 #include "common/clock.h"
 #include "server/progress.h"
-#include "storage/commit.h"
-#include "storage/genset.h"
-#include "storage/keyhash.h"
-#include "storage/store.h"
+#include "storage/commit/commit.h"
+#include "storage/window/genset.h"
+#include "storage/window/keyhash.h"
+#include "storage/window/store.h"
 
 /*
  * Why it exists: on a 2-core machine an HTTP load generator, JSON parsing and

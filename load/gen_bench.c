@@ -1,4 +1,4 @@
-/* gen_bench: what sealed generations (storage/gen.h, genset.h) cost at 100M or 1B keys. */
+/* gen_bench: what sealed generations (storage/window/gen.h, genset.h) cost at 100M or 1B keys. */
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "storage/genset.h"
-#include "storage/keyhash.h"
+#include "storage/window/genset.h"
+#include "storage/window/keyhash.h"
 #include "server/progress.h"
 
 /*

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
-#include "storage/commit.h"
-#include "storage/log.h"
-#include "storage/store.h"
+#include "storage/commit/commit.h"
+#include "storage/log/log.h"
+#include "storage/window/store.h"
 
 static int log_end(const char *logdir, const char *who, uint64_t *end)
 {

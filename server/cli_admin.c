@@ -13,8 +13,8 @@
 
 #include "server/options.h"
 #include "server/progress.h"
-#include "storage/admin.h"
-#include "storage/winsettings.h"
+#include "storage/tools/admin.h"
+#include "storage/window/settings.h"
 
 enum cmd { CMD_CHECK, CMD_REBUILD, CMD_BACKUP };
 
@@ -30,7 +30,7 @@ enum {
 };
 
 /* Same bounds as `serve` (options.h). The window's settings default to the ones the server
- * recorded in the data dir (storage/winsettings.h), so a rebuilt store ages keys out exactly as
+ * recorded in the data dir (storage/window/settings.h), so a rebuilt store ages keys out exactly as
  * the server that runs on it; the table's defaults apply only where it recorded none. */
 static const opts_spec_t CHECK[] = {OPTS_SPEC_DATA};
 static const opts_spec_t REBUILD[] = {
@@ -139,7 +139,7 @@ static void report(void *arg, int problem, const char *line)
     fflush(stdout);
 }
 
-/* storage/admin.h's progress, onto the terminal's progress line (server/progress.h). */
+/* storage/tools/admin.h's progress, onto the terminal's progress line (server/progress.h). */
 static void on_progress(void *arg, const char *what, const char *unit, uint64_t done,
                         uint64_t total)
 {

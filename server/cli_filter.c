@@ -18,8 +18,8 @@
 #include "common/clock.h"
 #include "common/errbuf.h"
 #include "server/options.h"
-#include "storage/filter/filter.h"
-#include "storage/keyhash.h"
+#include "storage/memfilter/filter.h"
+#include "storage/window/keyhash.h"
 
 #define CHUNK          4096 /* keys generated, then timed through the filter, per step */
 #define PROGRESS_NS    5000000000LL

@@ -16,10 +16,10 @@
 #include "common/clock.h"
 #include "server/acked.h"
 #include "server/options.h"
-#include "storage/commit.h"
-#include "storage/groups.h"
-#include "storage/log.h"
-#include "storage/store.h"
+#include "storage/commit/commit.h"
+#include "storage/log/groups.h"
+#include "storage/log/log.h"
+#include "storage/window/store.h"
 
 #define POLL_MS       200
 #define COMMIT_MS     1000              /* a following group commits at most this often */

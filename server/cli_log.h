@@ -10,7 +10,7 @@
  *     with no store yet, every valid record. --follow polls every 200 ms
  *     until SIGINT/SIGTERM, across segment rotation; records deleted by
  *     retention before they were read are skipped with a warning on stderr.
- *     --group NAME starts at the group's committed offset (storage/groups.h;
+ *     --group NAME starts at the group's committed offset (storage/log/groups.h;
  *     a new group at --from or the oldest retained offset; --from wins over a
  *     committed one) and commits the offset after the last record written to
  *     stdout completely: every second while following and on every exit.

@@ -9,7 +9,7 @@
 
 #include "api/lookup.h"
 #include "server/options.h"
-#include "storage/lookup.h"
+#include "storage/tools/lookup.h"
 
 enum { O_DATA, O_SOURCE, O_MAX };
 

@@ -19,7 +19,7 @@
 #include "server/logging.h"
 #include "server/options.h"
 #include "server/progress.h"
-#include "storage/log.h"
+#include "storage/log/log.h"
 
 #define MAX_KAFKA_OPTS 64
 #define CHUNK          10000 /* records sent before waiting for their deliveries */

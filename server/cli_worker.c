@@ -20,7 +20,7 @@
 #include "server/logging.h"
 #include "server/ops_http.h"
 #include "server/options.h"
-#include "storage/store.h"
+#include "storage/window/store.h"
 
 #define MAX_BATCH_MAX  UINT64_C(100000)
 #define MAX_KAFKA_OPTS 64

@@ -15,7 +15,7 @@
 #include "common/errbuf.h"
 #include "server/logging.h"
 #include "server/options.h"
-#include "storage/filter/filter.h"
+#include "storage/memfilter/filter.h"
 
 #define MS_PER_S   INT64_C(1000)
 #define MS_PER_DAY (86400 * MS_PER_S)
@@ -189,7 +189,7 @@ static const struct setting settings[] = {
      "who may read the files ingestd creates in --data (log segments, LMDB, groups): private: "
      "files 0600, directories 0700; group: 0640 and 0750, for a reader in the service user's "
      "group. The secret stays 0600. Existing files keep their modes"},
-    /* The words' positions are enum store_sync's values (storage/store.h). */
+    /* The words' positions are enum store_sync's values (storage/window/store.h). */
     {"store-sync", "INGESTD_STORE_SYNC", "meta", K_CHOICE, 0, 0, FIELD(store_sync),
      "meta|full|lazy",
      "how LMDB syncs its commits (the log is always fsynced before an ack): meta syncs data "

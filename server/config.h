@@ -9,7 +9,7 @@
 #include "api/api.h"
 #include "server/logging.h"
 #include "server/proxy.h"
-#include "storage/store.h"
+#include "storage/window/store.h"
 
 #define CONFIG_MAX_WRITE_KEYS 256
 #define CONFIG_MAX_KAFKA_OPTS 64

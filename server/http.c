@@ -1,6 +1,6 @@
 /* http: libmicrohttpd glue; reads bodies, calls api/, parks connections until the commit answers.
  * Connections themselves (deadlines, the watchdog, shedding) are http_conn.c's. */
-#include "server/http_internal.h"
+#include "server/internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,7 +33,7 @@
  * Refusals decided on the first call wait for the body (lingering close, below). The connection
  * around it (deadlines, shedding, per-address counts) is http_conn.c's, the watchdog that expires
  * overdue requests http_watchdog.c's, the TLS set-up http_tls.c's, and the reading of a request
- * head's framing headers http_headers.c's (http_internal.h).
+ * head's framing headers http_headers.c's (server/internal.h).
  *
  * Functions, in order:
  *   counters        counter_add, counter_wait_zero

@@ -1,5 +1,5 @@
 /* http_conn: connections from accept to close: deadlines, shedding, per-address counts. */
-#include "server/http_internal.h"
+#include "server/internal.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

@@ -1,5 +1,5 @@
 /* http_headers: what a request head's headers say, read from libmicrohttpd's parsed values. */
-#include "server/http_internal.h"
+#include "server/internal.h"
 
 #include <stdbool.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* http_rawhead: bytes of a request head that libmicrohttpd's parsed strings would hide. */
-#include "server/http_internal.h"
+#include "server/internal.h"
 
 #include <stdbool.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* http_tls: the TLS set-up of the HTTP transport (--tls-cert, --tls-key, --tls-min-version). */
-#include "server/http_internal.h"
+#include "server/internal.h"
 
 #include <errno.h>
 #include <stdio.h>

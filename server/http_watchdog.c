@@ -1,5 +1,5 @@
 /* http_watchdog: the thread that answers or closes connections past their deadline. */
-#include "server/http_internal.h"
+#include "server/internal.h"
 
 #include <errno.h>
 #include <inttypes.h>

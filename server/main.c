@@ -24,10 +24,10 @@
 #include "server/config.h"
 #include "server/http.h"
 #include "server/logging.h"
-#include "storage/commit.h"
-#include "storage/log.h"
-#include "storage/quarantine.h"
-#include "storage/winsettings.h"
+#include "storage/commit/commit.h"
+#include "storage/log/log.h"
+#include "storage/log/quarantine.h"
+#include "storage/window/settings.h"
 
 /* How long in-flight requests get to finish after SIGTERM before storage closes. */
 #define DRAIN_MS 10000
@@ -97,7 +97,7 @@ static void on_storage_notice(void *arg, int level, const char *msg)
 }
 
 /*
- * The quarantine (DATA/rejected/, storage/quarantine.h) when --rejected-max-bytes is not 0. Opened
+ * The quarantine (DATA/rejected/, storage/log/quarantine.h) when --rejected-max-bytes is not 0. Opened
  * after the commit, whose data dir lock makes this process its one writer. Returns 0 or -1
  * (logged).
  */

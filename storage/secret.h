@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "storage/keyhash.h"
+#include "storage/window/keyhash.h"
 
 #define SECRET_FILE "secret" /* in the data dir; LMDB's meta holds the same secret */
 

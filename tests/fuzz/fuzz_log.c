@@ -6,7 +6,7 @@
 #include <zlib.h>
 
 #include "fuzz.h"
-#include "storage/log.h"
+#include "storage/log/log.h"
 
 /*
  * The input becomes a log directory, then goes through the public API as the server and

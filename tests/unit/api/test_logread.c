@@ -22,8 +22,8 @@
 #include "api/api.h"
 #include "api/internal.h"
 #include "common/clock.h"
-#include "storage/groups.h"
-#include "storage/log.h"
+#include "storage/log/groups.h"
+#include "storage/log/log.h"
 #include "testutil.h"
 
 #define TOKEN  "t0ps3cret"

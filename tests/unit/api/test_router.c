@@ -18,8 +18,8 @@
 
 #include "api/api.h"
 #include "api/internal.h"
-#include "storage/keyhash.h"
-#include "storage/log.h"
+#include "storage/window/keyhash.h"
+#include "storage/log/log.h"
 #include "testutil.h"
 
 #define WEB "Basic a193ZWI6" /* base64("k_web:") */

@@ -11,7 +11,7 @@
 #include <cmocka.h>
 
 #include "server/config.h"
-#include "storage/store.h"
+#include "storage/window/store.h"
 #include "server/logging.h"
 
 #define MAXARGS 64
