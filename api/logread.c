@@ -273,8 +273,8 @@ fail:
 }
 
 /*
- * GET /v1/log?log=rejected: the quarantine (storage/log/quarantine.h), paged like the event log. Its
- * records are final once fsynced (quarantine next_offset), nobody is told when one comes, so
+ * GET /v1/log?log=rejected: the quarantine (storage/log/quarantine.h), paged like the event log.
+ * Its records are final once fsynced (quarantine next_offset), nobody is told when one comes, so
  * `wait` is not supported: the answer comes at once.
  */
 static int read_rejected(api_t *api, uint64_t from, int has_from, uint64_t max, api_resp_t *resp)

@@ -284,7 +284,8 @@ static json_t *commit_json(const commit_stats_t *s)
     if (!cm)
         return NULL;
     json_object_set_new(cm, "queue_bytes", json_integer((json_int_t)s->queue_bytes));
-    /* LMDB checkpoints (storage/commit/commit.h): a checkpointer thread writes the keys every 3 s. */
+    /* LMDB checkpoints (storage/commit/commit.h): a checkpointer thread writes the keys every 3 s.
+     */
     json_object_set_new(cm, "checkpoints", json_integer((json_int_t)s->checkpoints));
     json_object_set_new(cm, "checkpoint_failures",
                         json_integer((json_int_t)s->checkpoint_failures));

@@ -97,8 +97,8 @@ static void on_storage_notice(void *arg, int level, const char *msg)
 }
 
 /*
- * The quarantine (DATA/rejected/, storage/log/quarantine.h) when --rejected-max-bytes is not 0. Opened
- * after the commit, whose data dir lock makes this process its one writer. Returns 0 or -1
+ * The quarantine (DATA/rejected/, storage/log/quarantine.h) when --rejected-max-bytes is not 0.
+ * Opened after the commit, whose data dir lock makes this process its one writer. Returns 0 or -1
  * (logged).
  */
 static int open_quarantine(const config_t *cfg, quarantine_t **q)

@@ -82,8 +82,8 @@ struct commit {
     filter_spec_t fspec;
     log_t *log;
     uint8_t secret[KEYHASH_SECRET_LEN];
-    /* DIR/TAGGED_FROM (storage/window/retag.h): records below it get their source's tag when read; how
-     * many did at the last open, and how many had no source to take it from. */
+    /* DIR/TAGGED_FROM (storage/window/retag.h): records below it get their source's tag when read;
+     * how many did at the last open, and how many had no source to take it from. */
     uint64_t tagged_from, retagged, retag_nosource;
     bool older_store; /* the store being opened was of an older format: rewrite TAGGED_FROM */
 

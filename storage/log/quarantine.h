@@ -109,7 +109,8 @@ int quarantine_add(quarantine_t *q, const quarantine_entry_t *e);
  */
 int quarantine_flush(quarantine_t *q, int timeout_ms);
 
-/* The directory of the log (for readers: storage/log/log.h's log_reader_open); valid until close. */
+/* The directory of the log (for readers: storage/log/log.h's log_reader_open); valid until close.
+ */
 const char *quarantine_dir(const quarantine_t *q);
 
 /* Fills *out. Cheap, thread-safe. */

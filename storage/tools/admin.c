@@ -957,9 +957,9 @@ static int rebuild_durable(const char *side, admin_report_fn report, void *arg)
     return 0;
 }
 
-/* Swaps the new store `side` with DIR/store (storage/window/storeswap.h). 0; -1 when nothing changed
- * (reported); -2 when the exchange was done but the data dir's fsync failed (reported): both
- * stores must then stay, as a power loss may yet undo the exchange. */
+/* Swaps the new store `side` with DIR/store (storage/window/storeswap.h). 0; -1 when nothing
+ * changed (reported); -2 when the exchange was done but the data dir's fsync failed (reported):
+ * both stores must then stay, as a power loss may yet undo the exchange. */
 static int rebuild_swap(const char *data_dir, const char *side, admin_report_fn report, void *arg)
 {
     int exchanged = 0;
@@ -992,8 +992,8 @@ static int rebuild_swap(const char *data_dir, const char *side, admin_report_fn 
 }
 
 /*
- * Builds the new store in the sibling `side` (storage/window/storeswap.h), replays into it, makes it
- * durable and swaps it with DIR/store, then removes the old store (by then under `side`). Until
+ * Builds the new store in the sibling `side` (storage/window/storeswap.h), replays into it, makes
+ * it durable and swaps it with DIR/store, then removes the old store (by then under `side`). Until
  * the swap DIR/store is the old store, untouched; from it on, the whole new one. 0 or -1
  * (reported).
  */

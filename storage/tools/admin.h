@@ -74,15 +74,15 @@ typedef struct admin_rebuild_options {
  * young store whose records log retention deleted, or, when the old window cannot be read
  * whole, any record retention deleted. `o->allow_shrink` rebuilds anyway, and the report says
  * how many keys the window had and has.
- * The new store is built in a sibling, DIR/store.rebuild-<unix time>-<pid> (storage/window/storeswap.h),
- * made wholly durable (LMDB flushed, its directory and gens/ fsynced), then swapped with
- * DIR/store in one renameat2(RENAME_EXCHANGE) and the data dir fsynced; the old store, then
- * under the sibling's name, is removed. So at every instant, power loss included, DIR/store is
- * the whole old store or the whole new one; a sibling a crash leaves is never the store (the
- * next rebuild, or `ingestd serve`'s start, removes it; admin_check mentions it). Leftover
- * siblings are removed first. A rebuild that fails before the swap removes its sibling and
- * leaves DIR/store untouched; so does a file system that cannot exchange two names (EINVAL,
- * ENOSYS: reported, with what to do). Returns ADMIN_OK or an error.
+ * The new store is built in a sibling, DIR/store.rebuild-<unix time>-<pid>
+ * (storage/window/storeswap.h), made wholly durable (LMDB flushed, its directory and gens/
+ * fsynced), then swapped with DIR/store in one renameat2(RENAME_EXCHANGE) and the data dir fsynced;
+ * the old store, then under the sibling's name, is removed. So at every instant, power loss
+ * included, DIR/store is the whole old store or the whole new one; a sibling a crash leaves is
+ * never the store (the next rebuild, or `ingestd serve`'s start, removes it; admin_check mentions
+ * it). Leftover siblings are removed first. A rebuild that fails before the swap removes its
+ * sibling and leaves DIR/store untouched; so does a file system that cannot exchange two names
+ * (EINVAL, ENOSYS: reported, with what to do). Returns ADMIN_OK or an error.
  */
 int admin_rebuild(const char *data_dir, const admin_rebuild_options_t *o, admin_report_fn report,
                   admin_progress_fn progress, void *arg);

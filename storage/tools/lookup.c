@@ -1,4 +1,5 @@
-/* lookup.c: `ingestd lookup`'s read-only view of a data dir (storage/tools/lookup.h has the design). */
+/* lookup.c: `ingestd lookup`'s read-only view of a data dir (storage/tools/lookup.h has the
+ * design). */
 #include "storage/tools/lookup.h"
 
 #include <errno.h>

@@ -1,4 +1,5 @@
-/* genset: the sealed generations of one window, as reference-counted views (storage/window/genset.h). */
+/* genset: the sealed generations of one window, as reference-counted views
+ * (storage/window/genset.h). */
 #include "storage/window/genset.h"
 
 #include <dirent.h>
@@ -726,8 +727,9 @@ void genset_plan(const genset_view_t *v, const genset_policy_t *p, int64_t now_m
          i++)
         left -= v->slots[i]->info.keys - v->cut_in[i];
     out->drop_size = i - out->drop_age;
-    /* Rewrites (merges, a merge of one included) have one owner, the merger (storage/window/merger.h),
-     * which plans with a fan-in; a caller that plans drops only passes fanin 0. */
+    /* Rewrites (merges, a merge of one included) have one owner, the merger
+     * (storage/window/merger.h), which plans with a fan-in; a caller that plans drops only passes
+     * fanin 0. */
     if (p->fanin == 0)
         return;
     /* A generation mostly cut is rewritten without those keys (a merge of one): its disk and

@@ -1,5 +1,5 @@
-/* genset: the sealed generations of one window (storage/window/gen.h): snapshots for lookups, and the rule
- * that says which to drop and which to merge. */
+/* genset: the sealed generations of one window (storage/window/gen.h): snapshots for lookups, and
+ * the rule that says which to drop and which to merge. */
 #ifndef INGESTD_GENSET_H
 #define INGESTD_GENSET_H
 

@@ -44,7 +44,8 @@ enum store_status {
 
 /* 2: `keys` and `seq` as packed fixed-size duplicates; 3: meta "sealed"; 4: every key carries
  * its source's tag (keyhash.h). A format 2 or 3 store is STORE_VERSION: its keys (and its
- * generations') lack the tag, so the commit module rebuilds it from the log (storage/window/retag.h). */
+ * generations') lack the tag, so the commit module rebuilds it from the log
+ * (storage/window/retag.h). */
 #define STORE_FORMAT_VERSION 4
 
 /* How LMDB makes its own commits durable (docs/durability.md says which is safe when). */

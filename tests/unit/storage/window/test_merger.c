@@ -1,6 +1,6 @@
-/* test_merger.c: the merger thread (storage/window/merger.h): rewrites in the background with a view held
- * across them, and a removal that cancels a merge under way. Real generation files in a temporary
- * directory. */
+/* test_merger.c: the merger thread (storage/window/merger.h): rewrites in the background with a
+ * view held across them, and a removal that cancels a merge under way. Real generation files in a
+ * temporary directory. */
 #include <dirent.h>
 #include <setjmp.h>
 #include <stdarg.h>
