@@ -180,6 +180,34 @@ void api_dashboard(api_resp_t *resp);
 
 /* ---- router.c: the route table ---- */
 
+/* What a route is answered by (router.c's dispatch). */
+enum api_route_kind {
+    API_ROUTE_INGEST,
+    API_ROUTE_STATS,
+    API_ROUTE_METRICS,
+    API_ROUTE_HEALTHZ,
+    API_ROUTE_LOG,
+    API_ROUTE_DASHBOARD,
+    API_ROUTE_EVENTS,
+};
+
+/* One entry of a route table. */
+typedef struct api_route {
+    const char *path;
+    enum api_route_kind kind;
+    const char *type; /* event type for single-event routes, NULL for batch/import */
+    bool prefix;      /* path is a prefix: the rest of the request path is the route's argument
+                       * (GET /v1/events/{messageId}) */
+} api_route_t;
+
+/*
+ * The entry of routes[0..n) that `path` asks for, or NULL. An exact route matches the path
+ * without its query string and one trailing slash; a prefix route matches any path that starts
+ * with it, only when no exact route does. The table's order does not matter. Returns a pointer
+ * into routes.
+ */
+const api_route_t *api_route_find(const api_route_t *routes, size_t n, const char *path);
+
 /* Puts the path of each route into paths[0..cap) and returns how many routes there are (cap 0
  * and paths NULL to ask). The strings are static. */
 size_t api_route_paths(const char **paths, size_t cap);
