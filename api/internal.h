@@ -70,7 +70,11 @@ struct api {
  * holds a 500 when possible). */
 int api_resp_json(api_resp_t *resp, int status, json_t *json);
 
-/* Maps a commit status (COMMIT_UNAVAILABLE, COMMIT_CLOSED, ...) to an HTTP error in *resp. */
+/* The one mapping of a commit status (COMMIT_UNAVAILABLE, COMMIT_CLOSED, ...) to an HTTP error:
+ * returns the status (503, or 500) with *error its sentence (static). */
+int api_commit_http(int commit_status, const char **error);
+
+/* api_commit_http's error as the answer in *resp. */
 void api_error_commit(api_resp_t *resp, int commit_status);
 
 /* Adds a header (value printf-formatted, truncated to fit) to *resp; ignored when full. */
