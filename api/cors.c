@@ -16,8 +16,8 @@ struct cors {
     char **origins; /* lower case, without a trailing "/" */
 };
 
-/* Headers a trusted proxy sets to say who the client is (server/http.c reads them): a page's
- * script has no business sending them, so a preflight never allows them. */
+/* Headers a trusted proxy sets to say who the client is (server/http_headers.c reads them): a
+ * page's script has no business sending them, so a preflight never allows them. */
 static const char *const NEVER[] = {
     "forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip",
 };

@@ -78,22 +78,29 @@ int api_resp_add_request_id(api_resp_t *resp, const char *id)
     return 0;
 }
 
-void api_error_commit(api_resp_t *resp, int commit_status)
+int api_commit_http(int commit_status, const char **error)
 {
     switch (commit_status) {
     case COMMIT_UNAVAILABLE:
-        api_error(resp, 503, "storage unavailable, retry later");
-        break;
+        *error = "storage unavailable, retry later";
+        return 503;
     case COMMIT_CLOSED:
-        api_error(resp, 503, "shutting down, retry later");
-        break;
+        *error = "shutting down, retry later";
+        return 503;
     case COMMIT_NOMEM:
-        api_error(resp, 503, "out of memory, retry later");
-        break;
+        *error = "out of memory, retry later";
+        return 503;
     default:
-        api_error(resp, 500, "internal error");
-        break;
+        *error = "internal error";
+        return 500;
     }
+}
+
+void api_error_commit(api_resp_t *resp, int commit_status)
+{
+    const char *error = NULL;
+    int status = api_commit_http(commit_status, &error);
+    api_error(resp, status, error);
 }
 
 void api_resp_header(api_resp_t *resp, const char *name, const char *fmt, ...)

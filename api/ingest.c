@@ -1,4 +1,11 @@
-/* ingest: POST routes: auth, parse, validate, group commit, answer once durable. */
+/*
+ * ingest: POST routes: auth, parse, validate, group commit, answer once durable.
+ *
+ * The path is a straight line: each check either passes or hands back a refusal (refusal_t:
+ * status, what it counts, error sentence, source when known) without answering, and one exit,
+ * refuse(), answers it, counts it and records it in the quarantine (through reject.c). Events
+ * rejected one by one are not refusals: the request goes on and reject_events records them.
+ */
 #include "api/internal.h"
 
 #include <stdio.h>
@@ -22,6 +29,90 @@ struct pending {
     commit_event_t events[];
 };
 
+/* What a refusal counts besides its status (api_count_response counts every answer). */
+enum refusal_kind {
+    REFUSAL_PLAIN,   /* nothing more: 401, storage and memory errors, a single route's bad event */
+    REFUSAL_INPUT,   /* a 400 of the request whole: counted by reason and quarantined */
+    REFUSAL_LIMITED, /* a 429 of the key's rate limit: rate_limited_requests and _events */
+    REFUSAL_BUSY,    /* a 503 of a full commit queue: queue_full_requests and _events */
+};
+
+/* A request refused whole, as the check that refused it saw it; status 0: not refused. */
+typedef struct refusal {
+    int status;
+    enum refusal_kind kind;
+    const char *error;    /* the answer's sentence: static, or text */
+    const char *source;   /* the write key's source when known (REFUSAL_INPUT), else NULL */
+    size_t events;        /* events the request held (REFUSAL_LIMITED, _BUSY); 0: unknown */
+    uint32_t retry_after; /* seconds for Retry-After; 0: api_error's default */
+    char text[BATCH_ERR_LEN];
+} refusal_t;
+
+/* Fills *f; returns -1, what the checks return when they refuse. */
+static int refused(refusal_t *f, int status, enum refusal_kind kind, const char *error,
+                   const char *source)
+{
+    f->status = status;
+    f->kind = kind;
+    f->error = error;
+    f->source = source;
+    return -1;
+}
+
+/* A refusal whose sentence is not static: copied into f->text. */
+static int refused_text(refusal_t *f, int status, enum refusal_kind kind, const char *error,
+                        const char *source)
+{
+    snprintf(f->text, sizeof(f->text), "%s", error);
+    return refused(f, status, kind, f->text, source);
+}
+
+/* A commit status (storage, memory) as a refusal. */
+static int refused_commit(refusal_t *f, int commit_status)
+{
+    const char *error = NULL;
+    int status = api_commit_http(commit_status, &error);
+    return refused(f, status, REFUSAL_PLAIN, error, NULL);
+}
+
+/* 429 for a key whose bucket has no room for `events` (0: not counted yet), or 503 for a full
+ * commit queue: both counted with the events the refused request held. */
+static int refused_limit(refusal_t *f, enum refusal_kind kind, uint32_t retry_after_s,
+                         size_t events)
+{
+    f->events = events;
+    f->retry_after = retry_after_s;
+    if (kind == REFUSAL_LIMITED)
+        return refused(f, 429, kind, "rate limit of this write key exceeded, retry later", NULL);
+    return refused(f, 503, kind, "server busy: too many events waiting to be written, retry later",
+                   NULL);
+}
+
+/* The one exit of a refused request: counts it, records it (reject.c) and answers it in *resp.
+ * req may be NULL unless f is a REFUSAL_INPUT. Returns API_DONE. */
+static int refuse(api_t *api, const api_req_t *req, const refusal_t *f, api_resp_t *resp)
+{
+    switch (f->kind) {
+    case REFUSAL_LIMITED:
+        atomic_fetch_add_explicit(&api->rate_limited_requests, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&api->rate_limited_events, f->events, memory_order_relaxed);
+        break;
+    case REFUSAL_BUSY:
+        atomic_fetch_add_explicit(&api->queue_full_requests, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&api->queue_full_events, f->events, memory_order_relaxed);
+        break;
+    case REFUSAL_INPUT:
+        api_reject_request(api, req, f->source, f->error);
+        break;
+    case REFUSAL_PLAIN:
+        break;
+    }
+    api_error(resp, f->status, f->error);
+    if (f->retry_after > 0)
+        resp->retry_after = (int)f->retry_after;
+    return API_DONE;
+}
+
 int api_content_type_ok(const char *ct)
 {
     static const char *const OK[] = {"application/json", "text/plain",
@@ -41,30 +132,13 @@ int api_content_type_ok(const char *ct)
     return 0;
 }
 
-/* 429 with Retry-After, counted; `events` is how many the refused request held (0: unknown). */
-static void rate_limited(api_t *api, api_resp_t *resp, uint32_t retry_after_s, size_t events)
-{
-    atomic_fetch_add_explicit(&api->rate_limited_requests, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&api->rate_limited_events, events, memory_order_relaxed);
-    api_error(resp, 429, "rate limit of this write key exceeded, retry later");
-    resp->retry_after = (int)retry_after_s;
-}
-
-/* 503 with Retry-After for a full commit queue, counted. */
-static void queue_full(api_t *api, api_resp_t *resp, size_t events)
-{
-    atomic_fetch_add_explicit(&api->queue_full_requests, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&api->queue_full_events, events, memory_order_relaxed);
-    api_error(resp, 503, "server busy: too many events waiting to be written, retry later");
-}
-
 /*
  * The key of the Authorization header in `ks`: 0 with *found (NULL when the
  * header names none) and *limit (its bucket, NULL when not limited), or -1
- * with a 401/503 in *resp.
+ * with a 401/503 in *f.
  */
 static int header_key(auth_keyset_t *ks, const char *authorization, const api_write_key_t **found,
-                      ratelimit_t **limit, api_resp_t *resp)
+                      ratelimit_t **limit, refusal_t *f)
 {
     char *key = NULL;
     size_t len = 0;
@@ -75,37 +149,29 @@ static int header_key(auth_keyset_t *ks, const char *authorization, const api_wr
     case AUTH_OK:
         *found = auth_keyset_find(ks, key, len, limit);
         free(key);
-        if (!*found) {
-            api_error(resp, 401, "unknown write key");
-            return -1;
-        }
+        if (!*found)
+            return refused(f, 401, REFUSAL_PLAIN, "unknown write key", NULL);
         return 0;
     case AUTH_NONE:
         return 0;
     case AUTH_MALFORMED:
-        api_error(resp, 401, "malformed Authorization header");
-        return -1;
+        return refused(f, 401, REFUSAL_PLAIN, "malformed Authorization header", NULL);
     default:
-        api_error(resp, 503, "out of memory, retry later");
-        return -1;
+        return refused_commit(f, COMMIT_NOMEM);
     }
 }
 
 /*
  * Refusals that need no body: a key whose bucket is empty (429) or a full commit queue (503).
- * Returns 0, or -1 with *resp filled.
+ * Returns 0, or -1 with *f filled.
  */
-static int early_limits(api_t *api, ratelimit_t *limit, api_resp_t *resp)
+static int early_limits(api_t *api, ratelimit_t *limit, refusal_t *f)
 {
     uint32_t wait = 0;
-    if (limit && ratelimit_check(limit, clk_mono_ms(), &wait) != RATELIMIT_OK) {
-        rate_limited(api, resp, wait, 0);
-        return -1;
-    }
-    if (api->commit && commit_busy(api->commit)) {
-        queue_full(api, resp, 0);
-        return -1;
-    }
+    if (limit && ratelimit_check(limit, clk_mono_ms(), &wait) != RATELIMIT_OK)
+        return refused_limit(f, REFUSAL_LIMITED, wait, 0);
+    if (api->commit && commit_busy(api->commit))
+        return refused_limit(f, REFUSAL_BUSY, 0, 0);
     return 0;
 }
 
@@ -113,11 +179,14 @@ int api_header_auth(api_t *api, const char *authorization, api_resp_t *resp)
 {
     const api_write_key_t *found = NULL;
     ratelimit_t *limit = NULL;
+    refusal_t f = {0};
     auth_keyset_t *ks = api_keys_get(api);
-    int rc = header_key(ks, authorization, &found, &limit, resp);
+    int rc = header_key(ks, authorization, &found, &limit, &f);
     if (rc == 0)
-        rc = early_limits(api, limit, resp);
+        rc = early_limits(api, limit, &f);
     auth_keyset_release(ks);
+    if (rc != 0)
+        refuse(api, NULL, &f, resp); /* no REFUSAL_INPUT here: nothing needs the request */
     return rc;
 }
 
@@ -182,12 +251,13 @@ static void committed(commit_req_t *req, void *arg)
     free(p);
 }
 
-static int submit(api_t *api, const api_req_t *req, batch_t *b, verdict_t *vd, api_resp_t *resp,
+/* Hands b's events to the group commit: API_PENDING (done will answer), or API_DONE with *f. */
+static int submit(api_t *api, const api_req_t *req, batch_t *b, verdict_t *vd, refusal_t *f,
                   api_done_fn done, void *arg)
 {
     struct pending *p = calloc(1, sizeof(*p) + b->nevents * sizeof(p->events[0]));
     if (!p) {
-        api_error_commit(resp, COMMIT_NOMEM);
+        refused_commit(f, COMMIT_NOMEM);
         return API_DONE;
     }
     for (size_t i = 0; i < b->nevents; i++) {
@@ -212,11 +282,11 @@ static int submit(api_t *api, const api_req_t *req, batch_t *b, verdict_t *vd, a
     commit_prepare(api->commit, p->events, b->nevents);
     int rc = commit_submit(api->commit, &p->req);
     if (rc != COMMIT_OK) {
-        /* Not queued, so the callback will not run: answer and free here. */
+        /* Not queued, so the callback will not run: refuse and free here. */
         if (rc == COMMIT_BUSY)
-            queue_full(api, resp, p->req.n);
+            refused_limit(f, REFUSAL_BUSY, 0, p->req.n);
         else
-            api_error_commit(resp, rc);
+            refused_commit(f, rc);
         batch_clear(&p->batch);
         verdict_clear(&p->verdict);
         free(p);
@@ -258,15 +328,16 @@ static void sink_done(const char *error, void *arg)
     free(p);
 }
 
+/* Hands b's events to the sink (the edge role): API_PENDING, or API_DONE with *f. */
 static int sink_submit(api_t *api, const api_req_t *req, const char *source, batch_t *b,
-                       verdict_t *vd, api_resp_t *resp, api_done_fn done, void *arg)
+                       verdict_t *vd, refusal_t *f, api_done_fn done, void *arg)
 {
     struct sink_pending *p = calloc(1, sizeof(*p));
     api_sink_event_t *evs = calloc(b->nevents, sizeof(*evs));
     if (!p || !evs) {
         free(p);
         free(evs);
-        api_error(resp, 503, "out of memory, retry later");
+        refused_commit(f, COMMIT_NOMEM);
         return API_DONE;
     }
     for (size_t i = 0; i < b->nevents; i++) {
@@ -287,7 +358,7 @@ static int sink_submit(api_t *api, const api_req_t *req, const char *source, bat
     free(evs);
     if (rc != 0) {
         /* Refused at once: sink_done will not run. */
-        api_error(resp, 503, "events could not be handed on now, retry later");
+        refused(f, 503, REFUSAL_PLAIN, "events could not be handed on now, retry later", NULL);
         batch_clear(&p->batch);
         verdict_clear(&p->verdict);
         free(p);
@@ -297,51 +368,60 @@ static int sink_submit(api_t *api, const api_req_t *req, const char *source, bat
     return API_PENDING;
 }
 
-/* Refusals by the request line and headers alone: Content-Type and size (400). 0 or -1. */
-static int precheck(api_t *api, const api_req_t *req, api_resp_t *resp)
+/* Refusals by the request line and headers alone: ?verbose, Content-Type and size (400). 0, or -1
+ * with *f. */
+static int precheck(const api_req_t *req, verdict_t *vd, refusal_t *f)
 {
-    char msg[64];
+    const char *error = NULL;
 
-    if (!api_content_type_ok(req->content_type)) {
-        api_error(resp, 400, "unsupported Content-Type");
-        api_reject_request(api, req, NULL, "unsupported Content-Type");
-        return -1;
-    }
+    if (verdict_param(req, vd, &error) != 0)
+        return refused(f, 400, REFUSAL_PLAIN, error, NULL);
+    if (!api_content_type_ok(req->content_type))
+        return refused(f, 400, REFUSAL_INPUT, "unsupported Content-Type", NULL);
     if (req->body_len > API_MAX_REQUEST_BYTES) {
-        snprintf(msg, sizeof msg, "request body too large (max %d bytes)", API_MAX_REQUEST_BYTES);
-        api_error(resp, 400, msg);
-        api_reject_request(api, req, NULL, msg);
-        return -1;
+        snprintf(f->text, sizeof(f->text), "request body too large (max %d bytes)",
+                 API_MAX_REQUEST_BYTES);
+        return refused(f, 400, REFUSAL_INPUT, f->text, NULL);
     }
+    return 0;
+}
+
+/* The body parsed into *root (its spans and arena too), or -1 with *f. wk: the header's key,
+ * NULL when it named none. */
+static int parse(const api_req_t *req, const api_write_key_t *wk, json_t **root,
+                 jsonparse_spans_t **spans, jsonparse_arena_t **arena, refusal_t *f)
+{
+    batch_error_t err = {{0}};
+    int prc = batch_parse_spans(req->body, req->body_len, root, spans, arena, &err);
+    if (prc == BATCH_NOMEM)
+        return refused_commit(f, COMMIT_NOMEM);
+    if (prc != BATCH_OK)
+        return refused_text(f, 400, REFUSAL_INPUT, err.text, wk ? wk->source : NULL);
     return 0;
 }
 
 /* Without a key in the header, the body's writeKey: 0 with *wk and *limit, or -1 with a 401. */
 static int body_key(auth_keyset_t *ks, const json_t *root, const api_write_key_t **wk,
-                    ratelimit_t **limit, api_resp_t *resp)
+                    ratelimit_t **limit, refusal_t *f)
 {
     size_t klen = 0;
 
     if (*wk)
         return 0;
     const char *k = batch_write_key(root, &klen);
-    if (!k) {
-        api_error(resp, 401, "missing write key");
-        return -1;
-    }
+    if (!k)
+        return refused(f, 401, REFUSAL_PLAIN, "missing write key", NULL);
     *wk = auth_keyset_find(ks, k, klen, limit);
-    if (!*wk) {
-        api_error(resp, 401, "unknown write key");
-        return -1;
-    }
+    if (!*wk)
+        return refused(f, 401, REFUSAL_PLAIN, "unknown write key", NULL);
     return 0;
 }
 
 /* The normalized events of the parsed request into *b, and what ?verbose=true needs into *vd.
- * 0, or -1 with a 400 (recorded) or 503 in *resp. */
+ * 0, or -1 with a 400 or 503 in *f. */
 static int build(api_t *api, const api_req_t *req, const char *single_type, json_t *root,
                  const jsonparse_spans_t *spans, const api_write_key_t *wk, batch_t *b,
-                 verdict_t *vd, api_resp_t *resp)
+                 verdict_t *vd, refusal_t *f)
 {
     batch_error_t err = {{0}};
     batch_options_t o = {
@@ -355,15 +435,10 @@ static int build(api_t *api, const api_req_t *req, const char *single_type, json
         .spans = spans,
     };
     int brc = batch_build(root, &o, b, &err);
-    if (brc == BATCH_BAD_REQUEST) {
-        api_error(resp, 400, err.text);
-        api_reject_request(api, req, wk->source, err.text);
-        return -1;
-    }
-    if (brc != BATCH_OK || verdict_collect(vd, root, single_type != NULL, b) != 0) {
-        api_error_commit(resp, COMMIT_NOMEM);
-        return -1;
-    }
+    if (brc == BATCH_BAD_REQUEST)
+        return refused_text(f, 400, REFUSAL_INPUT, err.text, wk->source);
+    if (brc != BATCH_OK || verdict_collect(vd, root, single_type != NULL, b) != 0)
+        return refused_commit(f, COMMIT_NOMEM);
     return 0;
 }
 
@@ -403,45 +478,36 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
     jsonparse_spans_t *spans = NULL;
     jsonparse_arena_t *arena = NULL; /* holds root when set: freed whole, never json_decref'd */
     batch_t b = {0};
-    batch_error_t err = {{0}};
     verdict_t vd = {0};
+    refusal_t f = {0};
     int rc = API_DONE;
 
-    if (verdict_param(req, &vd, resp) != 0 || precheck(api, req, resp) != 0)
-        return API_DONE;
+    if (precheck(req, &vd, &f) != 0)
+        goto out;
     vd.detail = vd.on && api_admin_ok(api, req->authorization);
     /* One key set for the whole request, even if a reload swaps it meanwhile. */
     ks = api_keys_get(api);
-    if (header_key(ks, req->authorization, &wk, &limit, resp) != 0 ||
-        early_limits(api, limit, resp) != 0)
+    if (header_key(ks, req->authorization, &wk, &limit, &f) != 0 ||
+        early_limits(api, limit, &f) != 0 || parse(req, wk, &root, &spans, &arena, &f) != 0)
         goto out;
-    int prc = batch_parse_spans(req->body, req->body_len, &root, &spans, &arena, &err);
-    if (prc == BATCH_NOMEM) {
-        api_error_commit(resp, COMMIT_NOMEM);
-        goto out;
-    }
-    if (prc != BATCH_OK) {
-        api_error(resp, 400, err.text);
-        api_reject_request(api, req, wk ? wk->source : NULL, err.text);
-        goto out;
-    }
     /* wk is set after body_key: by header_key(), or from the body's writeKey (else a 401). */
-    if (body_key(ks, root, &wk, &limit, resp) != 0 ||
-        build(api, req, single_type, root, spans, wk, &b, &vd, resp) != 0)
+    if (body_key(ks, root, &wk, &limit, &f) != 0 ||
+        build(api, req, single_type, root, spans, wk, &b, &vd, &f) != 0)
         goto out;
     /* Every event of the request counts, valid or not, and all of them or none are taken: a
      * refused request leaves nothing behind, so its retry is exactly the same request. */
     size_t nall = b.nevents + b.nrejected;
     uint32_t wait = 0;
     if (limit && ratelimit_take(limit, nall, clk_mono_ms(), &wait) != RATELIMIT_OK) {
-        rate_limited(api, resp, wait, nall);
+        refused_limit(&f, REFUSAL_LIMITED, wait, nall);
         goto out;
     }
     reject_events(api, req, wk->source, single_type, root, &b);
     /* The parsed tree is no longer needed: the events are serialised; drop it before waiting. */
     drop_tree(&root, &spans, &arena);
     if (single_type && b.nrejected > 0) {
-        api_error(resp, 400, b.rejected[0].error);
+        /* Its one event is recorded already (reject_events): not again as a request. */
+        refused(&f, 400, REFUSAL_PLAIN, b.rejected[0].error, NULL);
         goto out;
     }
     if (b.nevents == 0) {
@@ -449,13 +515,15 @@ int api_ingest(api_t *api, const api_req_t *req, const char *single_type, api_re
         verdict_append(resp, &vd, &b, NULL);
         goto out;
     }
-    rc = api->has_sink ? sink_submit(api, req, wk->source, &b, &vd, resp, done, arg)
-                       : submit(api, req, &b, &vd, resp, done, arg);
+    rc = api->has_sink ? sink_submit(api, req, wk->source, &b, &vd, &f, done, arg)
+                       : submit(api, req, &b, &vd, &f, done, arg);
     if (rc == API_DONE && limit) {
         /* Not queued (503): the retry will pay for these events, so this attempt must not. */
         ratelimit_give_back(limit, nall, clk_mono_ms());
     }
 out:
+    if (f.status != 0)
+        rc = refuse(api, req, &f, resp);
     drop_tree(&root, &spans, &arena);
     batch_clear(&b);
     verdict_clear(&vd);

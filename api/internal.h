@@ -70,7 +70,11 @@ struct api {
  * holds a 500 when possible). */
 int api_resp_json(api_resp_t *resp, int status, json_t *json);
 
-/* Maps a commit status (COMMIT_UNAVAILABLE, COMMIT_CLOSED, ...) to an HTTP error in *resp. */
+/* The one mapping of a commit status (COMMIT_UNAVAILABLE, COMMIT_CLOSED, ...) to an HTTP error:
+ * returns the status (503, or 500) with *error its sentence (static). */
+int api_commit_http(int commit_status, const char **error);
+
+/* api_commit_http's error as the answer in *resp. */
 void api_error_commit(api_resp_t *resp, int commit_status);
 
 /* Adds a header (value printf-formatted, truncated to fit) to *resp; ignored when full. */
@@ -179,6 +183,34 @@ void api_healthz(api_t *api, api_resp_t *resp);
 void api_dashboard(api_resp_t *resp);
 
 /* ---- router.c: the route table ---- */
+
+/* What a route is answered by (router.c's dispatch). */
+enum api_route_kind {
+    API_ROUTE_INGEST,
+    API_ROUTE_STATS,
+    API_ROUTE_METRICS,
+    API_ROUTE_HEALTHZ,
+    API_ROUTE_LOG,
+    API_ROUTE_DASHBOARD,
+    API_ROUTE_EVENTS,
+};
+
+/* One entry of a route table. */
+typedef struct api_route {
+    const char *path;
+    enum api_route_kind kind;
+    const char *type; /* event type for single-event routes, NULL for batch/import */
+    bool prefix;      /* path is a prefix: the rest of the request path is the route's argument
+                       * (GET /v1/events/{messageId}) */
+} api_route_t;
+
+/*
+ * The entry of routes[0..n) that `path` asks for, or NULL. An exact route matches the path
+ * without its query string and one trailing slash; a prefix route matches any path that starts
+ * with it, only when no exact route does. The table's order does not matter. Returns a pointer
+ * into routes.
+ */
+const api_route_t *api_route_find(const api_route_t *routes, size_t n, const char *path);
 
 /* Puts the path of each route into paths[0..cap) and returns how many routes there are (cap 0
  * and paths NULL to ask). The strings are static. */

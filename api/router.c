@@ -9,28 +9,31 @@
 #include "api/lookup.h"
 #include "api/reqhist.h"
 
-enum kind { INGEST, STATS, METRICS, HEALTHZ, LOG, DASHBOARD, EVENTS };
-
-struct route {
-    const char *path;
-    enum kind kind;
-    const char *type; /* event type for single-event routes, NULL for batch/import */
-};
-
 /* analytics.js (analytics-next) posts to its apiHost + "/" + the type's first letter, and to
- * "/b" when batching, as Segment's API accepts: hence /v1/b, /v1/t, ... */
-static const struct route ROUTES[] = {
-    {"/v1/batch", INGEST, NULL},    {"/v1/import", INGEST, NULL},
-    {"/v1/track", INGEST, "track"}, {"/v1/identify", INGEST, "identify"},
-    {"/v1/page", INGEST, "page"},   {"/v1/screen", INGEST, "screen"},
-    {"/v1/group", INGEST, "group"}, {"/v1/alias", INGEST, "alias"},
-    {"/stats", STATS, NULL},        {"/metrics", METRICS, NULL},
-    {"/healthz", HEALTHZ, NULL},    {"/v1/log", LOG, NULL},
-    {"/v1/b", INGEST, NULL},        {"/v1/t", INGEST, "track"},
-    {"/v1/i", INGEST, "identify"},  {"/v1/p", INGEST, "page"},
-    {"/v1/s", INGEST, "screen"},    {"/v1/g", INGEST, "group"},
-    {"/v1/a", INGEST, "alias"},     {"/dashboard", DASHBOARD, NULL},
-    {"/v1/events/", EVENTS, NULL}, /* API_LOOKUP_PREFIX: the messageId follows (find_route) */
+ * "/b" when batching, as Segment's API accepts: hence /v1/b, /v1/t, ... The order is free:
+ * api_route_find matches exact paths first and prefix routes by their flag, never by position. */
+static const api_route_t ROUTES[] = {
+    {"/v1/batch", API_ROUTE_INGEST, NULL, false},
+    {"/v1/import", API_ROUTE_INGEST, NULL, false},
+    {"/v1/track", API_ROUTE_INGEST, "track", false},
+    {"/v1/identify", API_ROUTE_INGEST, "identify", false},
+    {"/v1/page", API_ROUTE_INGEST, "page", false},
+    {"/v1/screen", API_ROUTE_INGEST, "screen", false},
+    {"/v1/group", API_ROUTE_INGEST, "group", false},
+    {"/v1/alias", API_ROUTE_INGEST, "alias", false},
+    {"/stats", API_ROUTE_STATS, NULL, false},
+    {"/metrics", API_ROUTE_METRICS, NULL, false},
+    {"/healthz", API_ROUTE_HEALTHZ, NULL, false},
+    {"/v1/log", API_ROUTE_LOG, NULL, false},
+    {"/v1/b", API_ROUTE_INGEST, NULL, false},
+    {"/v1/t", API_ROUTE_INGEST, "track", false},
+    {"/v1/i", API_ROUTE_INGEST, "identify", false},
+    {"/v1/p", API_ROUTE_INGEST, "page", false},
+    {"/v1/s", API_ROUTE_INGEST, "screen", false},
+    {"/v1/g", API_ROUTE_INGEST, "group", false},
+    {"/v1/a", API_ROUTE_INGEST, "alias", false},
+    {"/dashboard", API_ROUTE_DASHBOARD, NULL, false},
+    {API_LOOKUP_PREFIX, API_ROUTE_EVENTS, NULL, true}, /* the messageId is the rest of the path */
 };
 #define NROUTES (sizeof(ROUTES) / sizeof(ROUTES[0]))
 
@@ -50,29 +53,36 @@ void api_count_response(api_t *api, int status)
     atomic_fetch_add_explicit(&api->by_status[slot], 1, memory_order_relaxed);
 }
 
-/* Finds the route of `path`, ignoring a query string and one trailing slash. */
-static const struct route *find_route(const char *path)
+const api_route_t *api_route_find(const api_route_t *routes, size_t n, const char *path)
 {
     if (!path)
         return NULL;
     size_t len = strcspn(path, "?");
     if (len > 1 && path[len - 1] == '/')
         len--;
-    for (size_t i = 0; i < NROUTES; i++)
-        if (strlen(ROUTES[i].path) == len && memcmp(ROUTES[i].path, path, len) == 0)
-            return &ROUTES[i];
-    /* GET /v1/events/{messageId}: the whole rest of the path is the id, slashes and all (an
-     * empty one gets its 400 there). */
-    if (strncmp(path, API_LOOKUP_PREFIX, strlen(API_LOOKUP_PREFIX)) == 0)
-        return &ROUTES[NROUTES - 1];
+    for (size_t i = 0; i < n; i++)
+        if (!routes[i].prefix && strlen(routes[i].path) == len &&
+            memcmp(routes[i].path, path, len) == 0)
+            return &routes[i];
+    /* A prefix route: the whole rest of the path is its argument, slashes and all (an empty one
+     * gets its 400 from the handler). */
+    for (size_t i = 0; i < n; i++)
+        if (routes[i].prefix && strncmp(path, routes[i].path, strlen(routes[i].path)) == 0)
+            return &routes[i];
     return NULL;
+}
+
+/* The route of `path` in ROUTES, ignoring a query string and one trailing slash. */
+static const api_route_t *find_route(const char *path)
+{
+    return api_route_find(ROUTES, NROUTES, path);
 }
 
 void api_count_duration(api_t *api, const char *path, int status, int64_t ns)
 {
     if (!api)
         return;
-    const struct route *r = find_route(path);
+    const api_route_t *r = find_route(path);
     reqhist_observe(api->reqhist, r ? (int)(r - ROUTES) : -1, status, (double)ns / 1e9);
 }
 
@@ -132,17 +142,18 @@ static int ingest(api_t *api, const api_req_t *req, const char *type, api_resp_t
 }
 
 /* 404 / 405 for the request line; NULL route means *resp was filled. */
-static const struct route *route_or_error(const api_t *api, const api_req_t *req, api_resp_t *resp)
+static const api_route_t *route_or_error(const api_t *api, const api_req_t *req, api_resp_t *resp)
 {
-    const struct route *r = find_route(req->path);
+    const api_route_t *r = find_route(req->path);
     const char *m = req->method ? req->method : "";
     /* Without an admin token the log route does not exist, so nothing tells a scanner it could;
      * nor without a local log (the edge role). */
-    if (!r || ((r->kind == LOG || r->kind == EVENTS) && (!api->admin_token || !api->commit))) {
+    if (!r || ((r->kind == API_ROUTE_LOG || r->kind == API_ROUTE_EVENTS) &&
+               (!api->admin_token || !api->commit))) {
         api_error(resp, 404, "not found");
         return NULL;
     }
-    if (r->kind == LOG || r->kind == EVENTS) {
+    if (r->kind == API_ROUTE_LOG || r->kind == API_ROUTE_EVENTS) {
         if (strcmp(m, "GET") != 0) {
             api_error(resp, 405, "method not allowed");
             resp->allow = "GET";
@@ -150,13 +161,13 @@ static const struct route *route_or_error(const api_t *api, const api_req_t *req
         }
         return r;
     }
-    if (r->kind == INGEST && strcmp(m, "POST") != 0 && strcmp(m, "OPTIONS") != 0) {
+    if (r->kind == API_ROUTE_INGEST && strcmp(m, "POST") != 0 && strcmp(m, "OPTIONS") != 0) {
         api_error(resp, 405, "method not allowed");
         resp->allow = "POST, OPTIONS"; /* OPTIONS: the CORS preflight */
         add_cors(api, req, resp);
         return NULL;
     }
-    if (r->kind != INGEST && strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0) {
+    if (r->kind != API_ROUTE_INGEST && strcmp(m, "GET") != 0 && strcmp(m, "HEAD") != 0) {
         api_error(resp, 405, "method not allowed");
         resp->allow = "GET, HEAD";
         return NULL;
@@ -168,10 +179,11 @@ static const struct route *route_or_error(const api_t *api, const api_req_t *req
  * The operator routes without an admin token answer only a Host that no DNS-rebinding page can
  * send (api/adminhost.h). True: refused, *resp holds the 403.
  */
-static bool host_refused(const api_t *api, const struct route *r, const api_req_t *req,
+static bool host_refused(const api_t *api, const api_route_t *r, const api_req_t *req,
                          api_resp_t *resp)
 {
-    if (api->admin_token || (r->kind != STATS && r->kind != METRICS && r->kind != DASHBOARD))
+    if (api->admin_token || (r->kind != API_ROUTE_STATS && r->kind != API_ROUTE_METRICS &&
+                             r->kind != API_ROUTE_DASHBOARD))
         return false;
     if (adminhost_allowed(api->admin_hosts, req->host))
         return false;
@@ -183,16 +195,16 @@ static bool host_refused(const api_t *api, const struct route *r, const api_req_
 
 int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
 {
-    const struct route *r = route_or_error(api, req, resp);
+    const api_route_t *r = route_or_error(api, req, resp);
     if (!r)
         return API_DONE;
     if (host_refused(api, r, req, resp))
         return API_DONE;
     /* With an admin token the operator routes need it too; /healthz stays open for probes. */
-    if (r->kind == LOG || r->kind == EVENTS ||
-        ((r->kind == STATS || r->kind == METRICS) && api->admin_token))
+    if (r->kind == API_ROUTE_LOG || r->kind == API_ROUTE_EVENTS ||
+        ((r->kind == API_ROUTE_STATS || r->kind == API_ROUTE_METRICS) && api->admin_token))
         return api_admin_auth(api, req->authorization, resp) == 0 ? API_CONTINUE : API_DONE;
-    if (r->kind != INGEST)
+    if (r->kind != API_ROUTE_INGEST)
         return API_CONTINUE;
     if (strcmp(req->method, "OPTIONS") == 0) /* a preflight has no body to wait for */
         return ingest(api, req, r->type, resp, NULL, NULL);
@@ -214,13 +226,13 @@ int api_check_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
 
 int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn done, void *arg)
 {
-    const struct route *r = route_or_error(api, req, resp);
+    const api_route_t *r = route_or_error(api, req, resp);
     if (!r || host_refused(api, r, req, resp))
         return API_DONE;
     switch (r->kind) {
-    case INGEST:
+    case API_ROUTE_INGEST:
         return ingest(api, req, r->type, resp, done, arg);
-    case STATS:
+    case API_ROUTE_STATS:
         if (api->admin_token && api_admin_auth(api, req->authorization, resp) != 0)
             return API_DONE;
         if (api->has_sink)
@@ -228,7 +240,7 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
         else
             api_stats(api, req->now_ms, resp);
         return API_DONE;
-    case METRICS:
+    case API_ROUTE_METRICS:
         if (api->admin_token && api_admin_auth(api, req->authorization, resp) != 0)
             return API_DONE;
         if (api->has_sink)
@@ -236,14 +248,14 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
         else
             api_metrics(api, req->now_ms, resp);
         return API_DONE;
-    case LOG:
+    case API_ROUTE_LOG:
         return api_log_read(api, req, resp, done, arg);
-    case EVENTS:
+    case API_ROUTE_EVENTS:
         return api_lookup_route(api, req, resp);
-    case DASHBOARD:
+    case API_ROUTE_DASHBOARD:
         api_dashboard(resp); /* open even with an admin token: the page holds no data */
         return API_DONE;
-    case HEALTHZ:
+    case API_ROUTE_HEALTHZ:
         api_healthz(api, resp);
         return API_DONE;
     }
@@ -253,7 +265,7 @@ int api_handle(api_t *api, const api_req_t *req, api_resp_t *resp, api_done_fn d
 
 void api_transport_headers(api_t *api, const api_req_t *req, api_resp_t *resp)
 {
-    const struct route *r = find_route(req->path);
-    if (r && r->kind == INGEST)
+    const api_route_t *r = find_route(req->path);
+    if (r && r->kind == API_ROUTE_INGEST)
         add_cors(api, req, resp);
 }

@@ -9,7 +9,7 @@
 #include "api/internal.h"
 #include "api/timestamp.h"
 
-int verdict_param(const api_req_t *req, verdict_t *v, api_resp_t *resp)
+int verdict_param(const api_req_t *req, verdict_t *v, const char **error)
 {
     const char *s = req->param ? req->param(req->transport, "verbose") : NULL;
     v->on = false;
@@ -19,7 +19,7 @@ int verdict_param(const api_req_t *req, verdict_t *v, api_resp_t *resp)
         v->on = true;
         return 0;
     }
-    api_error(resp, 400, "verbose must be true or false");
+    *error = "verbose must be true or false";
     return -1;
 }
 

@@ -30,9 +30,9 @@ typedef struct verdict {
 
 /*
  * Reads the `verbose` query parameter: absent, "false" or "0": off; "true" or "1": on.
- * Returns 0 with v->on, or -1 with a 400 in *resp for any other value.
+ * Returns 0 with v->on, or -1 for any other value, with *error the sentence of its 400 (static).
  */
-int verdict_param(const api_req_t *req, verdict_t *v, api_resp_t *resp);
+int verdict_param(const api_req_t *req, verdict_t *v, const char **error);
 
 /*
  * When v->on: copies the messageIds of b's rejected events out of `root` (the parsed body

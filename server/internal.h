@@ -1,5 +1,7 @@
 /*
- * http_internal: what the files of the HTTP transport share: http.c (requests, start and stop),
+ * internal: what the files of the HTTP transport share: http.c (the daemon: start, quiesce,
+ * drain, stop), http_request.c (the access handler: one request from its head to its answer),
+ * http_answer.c (queuing answers), http_refuse.c (early refusals: lingering close, quarantine),
  * http_conn.c (connections: deadlines, shedding, per-address counts), http_headers.c (what a
  * request head says), http_rawhead.c (bytes its parsing would hide), http_watchdog.c (the deadline
  * watchdog) and http_tls.c (the TLS set-up).
@@ -116,8 +118,124 @@ struct http {
     unsigned per_ip_cap;
 };
 
-/* How long the rest of a refused body may take (lingering close, see http.c). */
+/* How long the rest of a refused body may take (lingering close, see http_refuse.c). */
 #define LINGER_MAX_MS 10000
+
+/* The largest body a refusal waits for (lingering close, see http_refuse.c). */
+#define LINGER_MAX_BYTES ((size_t)8 * API_MAX_REQUEST_BYTES)
+
+/* too_large()'s sentence, for the quarantine record (static). */
+#define TOO_LARGE_MSG "request body too large (max 512000 bytes)" /* API_MAX_REQUEST_BYTES */
+
+enum encoding { ENC_IDENTITY, ENC_GZIP };
+
+enum phase {
+    PH_BODY,     /* reading the body */
+    PH_DISCARD,  /* body over the cap, or refused early: reading and dropping the rest */
+    PH_PENDING,  /* api_handle returned API_PENDING; waiting for on_done */
+    PH_ANSWERED, /* a response is queued */
+};
+
+/* Per-request state: allocated on the first handler call, freed in http_request_completed. */
+struct req {
+    http_t *h;
+    struct MHD_Connection *conn;
+    struct conn *c; /* the connection's state; NULL if it could not be allocated */
+    const char *method;
+    const char *version;     /* "HTTP/1.1", ... (MHD's, valid while the request lives) */
+    char rid[REQID_MAX + 1]; /* X-Request-Id */
+    enum phase phase;
+    enum encoding enc;
+    int64_t now_ms;
+    int64_t mono_ms;  /* arrival on CLOCK_MONOTONIC: a long-poll's deadline counts from it */
+    int64_t start_ns; /* arrival, clk_mono_ns(): for ingestd_request_duration_seconds */
+    const char *path; /* MHD's url: the path, unescaped, without the query */
+    char *body;       /* raw (maybe compressed) body, NUL-terminated */
+    size_t len, cap;
+    size_t reserved; /* bytes of h->body_budget this request holds (its buffer) */
+    size_t discarded;
+    bool has_early;   /* `early` is the answer once the body is read (lingering close) */
+    api_resp_t early; /* owns its body */
+    bool must_close;  /* answer with Connection: close (Content-Length with chunked) */
+    char client_ip[PROXY_ADDR_LEN]; /* "" when unknown */
+    bool client_counted;            /* counts in http.per_ip under client_key */
+    uint8_t client_key[16];
+
+    pthread_mutex_t mu; /* orders on_done (writer thread) against suspending */
+    bool done;          /* on_done has run; resp holds the answer */
+    bool parked;        /* MHD_suspend_connection was called */
+    bool counted;       /* in h->inflight (a request refused while shutting down is not) */
+    api_resp_t resp;
+    /* Quarantine: a body refused whole here is recorded once, with its first bytes (q_keep). */
+    const char *q_reason, *q_error; /* set: this refusal is recorded (static strings) */
+    char *q_head;                   /* the first QUARANTINE_REQUEST_BYTES of the body */
+    size_t q_len;
+    uint64_t q_seen, q_declared; /* body bytes that came; its Content-Length (0: none) */
+};
+
+/* ---- http.c: the daemon ---- */
+
+/* Adds delta to *c, one of h's request counters (inflight, suspended), under h->mu; wakes
+ * http_drain and http_stop when it drops. */
+void http_counter_add(http_t *h, unsigned *c, int delta);
+
+/* ---- http_request.c: libmicrohttpd's access handler, one request from head to answer ---- */
+
+/* MHD's access handler (cls: the http_t): the first call, each piece of body, the final call. */
+enum MHD_Result http_request_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                     const char *method, const char *version,
+                                     const char *upload_data, size_t *upload_data_size,
+                                     void **con_cls);
+
+/* MHD_OPTION_NOTIFY_COMPLETED: frees the request's state (cls: the http_t). */
+void http_request_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                            enum MHD_RequestTerminationCode toe);
+
+/* The api_req_t of r (method as given; no body), borrowing r's and MHD's strings. */
+void http_request_fill(const struct req *r, const char *method, api_req_t *areq);
+
+/* Frees r's body buffer and gives its bytes back to --max-body-memory. */
+void http_request_drop_body(struct req *r);
+
+/* ---- http_answer.c: queuing answers ---- */
+
+/*
+ * Queues `resp` (taking its body) on r's connection and counts it. Must run in the access
+ * handler. Returns what the handler should return (MHD_NO: the watchdog answered first, or no
+ * memory).
+ */
+enum MHD_Result http_answer(struct req *r, api_resp_t *resp);
+
+/* The api's per-route headers for an answer the transport made itself (CORS on ingest routes). */
+void http_answer_headers(struct req *r, api_resp_t *resp);
+
+/* A JSON error made by the transport, with http_answer_headers, queued now. */
+enum MHD_Result http_answer_error(struct req *r, int status, const char *msg);
+
+/* The 400 for a body over API_MAX_REQUEST_BYTES, queued now. */
+enum MHD_Result http_answer_too_large(struct req *r);
+
+/* ---- http_refuse.c: refusals before the body, and their quarantine record ---- */
+
+/* A refusal decided on the first call (headers only): answered after the body is read and
+ * dropped when that is possible (lingering close), else at once. Takes resp's body either way. */
+enum MHD_Result http_refuse(struct req *r, api_resp_t *resp);
+
+/* http_refuse of a JSON error made by the transport (with http_answer_headers). */
+enum MHD_Result http_refuse_error(struct req *r, int status, const char *msg);
+
+/* Keeps resp (taking its body) as the answer to send once the body has been read and dropped. */
+enum MHD_Result http_refuse_linger(struct req *r, api_resp_t *resp);
+
+/* Marks r's refusal for the quarantine (reason and error: strings that outlive the record). */
+void http_refuse_mark(struct req *r, const char *reason, const char *error);
+
+/* Counts n body bytes and, when the refusal is to be recorded, keeps the first ones. */
+void http_refuse_keep(struct req *r, const char *data, size_t n);
+
+/* Records a marked refusal once (api_refused_request) with body[0..len), or with the bytes kept
+ * when body is NULL; no-op when none is marked. */
+void http_refuse_record(struct req *r, const char *body, size_t len);
 
 /* When this share of --max-connections is open (1/SHED_RESERVE_DIV is kept free), connections
  * that have not sent a complete request head are closed, oldest first, as new ones arrive. */

@@ -407,6 +407,41 @@ static void test_routing(void **state)
     expect_error(f->api, "POST", "/V1/BATCH", WEB, "{}", 404, NULL);
 }
 
+/* The prefix route is found by its flag wherever it stands in the table: moved through every
+ * position of a table (so that some other route is last), each path still finds its own entry.
+ * The old rule (the prefix route is the table's last entry) sends GET /v1/events/x elsewhere. */
+static void test_prefix_route_anywhere(void **state)
+{
+    static const api_route_t BASE[] = {
+        {"/v1/events/", API_ROUTE_EVENTS, NULL, true},
+        {"/v1/batch", API_ROUTE_INGEST, NULL, false},
+        {"/stats", API_ROUTE_STATS, NULL, false},
+        {"/v1/later", API_ROUTE_HEALTHZ, NULL, false}, /* a route appended after the prefix */
+    };
+    enum { N = sizeof(BASE) / sizeof(BASE[0]) };
+    api_route_t t[N];
+    (void)state;
+
+    for (size_t shift = 0; shift < N; shift++) {
+        for (size_t i = 0; i < N; i++)
+            t[(i + shift) % N] = BASE[i];
+        const api_route_t *ev = &t[shift % N];
+        assert_ptr_equal(api_route_find(t, N, "/v1/events/x"), ev);
+        assert_ptr_equal(api_route_find(t, N, "/v1/events/a/b?c=1"), ev);
+        assert_ptr_equal(api_route_find(t, N, "/v1/events/"), ev); /* empty id: the handler's 400 */
+        assert_null(api_route_find(t, N, "/v1/events"));
+        assert_null(api_route_find(t, N, "/v1/eventsx"));
+        for (size_t i = 1; i < N; i++)
+            assert_ptr_equal(api_route_find(t, N, BASE[i].path), &t[(i + shift) % N]);
+        assert_null(api_route_find(t, N, "/v1/nope"));
+    }
+    /* An exact route under the prefix wins over it, whatever the order. */
+    const api_route_t both[] = {{"/v1/events/", API_ROUTE_EVENTS, NULL, true},
+                                {"/v1/events/special", API_ROUTE_STATS, NULL, false}};
+    assert_ptr_equal(api_route_find(both, 2, "/v1/events/special"), &both[1]);
+    assert_ptr_equal(api_route_find(both, 2, "/v1/events/other"), &both[0]);
+}
+
 static int check(api_t *api, const char *method, const char *path, const char *auth,
                  const char *ctype, api_resp_t *resp)
 {
@@ -719,6 +754,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_auth, setup, teardown),
         cmocka_unit_test_setup_teardown(test_routing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_check_headers, setup, teardown),
+        cmocka_unit_test(test_prefix_route_anywhere),
         cmocka_unit_test(test_commit_errors),
         cmocka_unit_test_setup_teardown(test_stats, setup, teardown),
         cmocka_unit_test_setup_teardown(test_metrics, setup, teardown),
