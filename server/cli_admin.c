@@ -13,7 +13,9 @@
 
 #include "server/options.h"
 #include "server/progress.h"
-#include "storage/tools/admin.h"
+#include "storage/tools/backup.h"
+#include "storage/tools/check.h"
+#include "storage/tools/rebuild.h"
 #include "storage/window/settings.h"
 
 enum cmd { CMD_CHECK, CMD_REBUILD, CMD_BACKUP };
@@ -139,7 +141,7 @@ static void report(void *arg, int problem, const char *line)
     fflush(stdout);
 }
 
-/* storage/tools/admin.h's progress, onto the terminal's progress line (server/progress.h). */
+/* storage/tools/report.h's progress, onto the terminal's progress line (server/progress.h). */
 static void on_progress(void *arg, const char *what, const char *unit, uint64_t done,
                         uint64_t total)
 {
@@ -155,19 +157,20 @@ static bool is_dir(const char *path)
 
 static int run_check(const struct args *a, progress_t *p)
 {
-    admin_check_result_t res;
+    check_result_t res;
 
     memset(&res, 0, sizeof res);
-    int rc = admin_check(a->data, report, on_progress, p, &res);
+    check_options_t o = {.data_dir = a->data, .report = report, .progress = on_progress, .arg = p};
+    int rc = check_run(&o, &res);
     progress_clear(p);
     switch (rc) {
-    case ADMIN_OK:
+    case TOOLS_OK:
         printf("check: OK: %" PRIu64 " segments, %" PRIu64 " records (offsets %" PRIu64 "..%" PRIu64
                ", %" PRIu64 " bytes), applied %" PRIu64 ", %" PRIu64 " keys\n",
                res.segments, res.records, res.first_offset, res.next_offset, res.log_bytes,
                res.applied, res.keys);
         return 0;
-    case ADMIN_PROBLEMS:
+    case TOOLS_PROBLEMS:
         printf("check: %" PRIu64 " problem%s found in %s (%" PRIu64 " segments, %" PRIu64
                " records, applied %" PRIu64 ", %" PRIu64 " keys)\n",
                res.problems, res.problems == 1 ? "" : "s", a->data, res.segments, res.records,
@@ -212,18 +215,22 @@ static int resolve_window(const struct args *a, winsettings_t *w)
 
 static int run_rebuild(const struct args *a, progress_t *p)
 {
-    admin_rebuild_options_t o = {.allow_shrink = a->allow_shrink};
+    rebuild_options_t o = {.data_dir = a->data,
+                           .allow_shrink = a->allow_shrink,
+                           .report = report,
+                           .progress = on_progress,
+                           .arg = p};
     if (resolve_window(a, &o.window) != 0)
         return 1;
-    int rc = admin_rebuild(a->data, &o, report, on_progress, p);
+    int rc = rebuild_run(&o);
     progress_clear(p);
     switch (rc) {
-    case ADMIN_OK:
+    case TOOLS_OK:
         printf("rebuild: OK: %s/store rebuilt from the log (window %" PRId64 "s, max keys %" PRIu64
                ", young keys %" PRIu64 ")\n",
                a->data, o.window.window_ms / 1000, o.window.max_keys, o.window.young_keys);
         return 0;
-    case ADMIN_SHRINK:
+    case TOOLS_SHRINK:
         printf("rebuild: REFUSED: the window would lose keys (see the lines above); nothing was "
                "changed\n");
         fprintf(stderr,
@@ -231,7 +238,7 @@ static int run_rebuild(const struct args *a, progress_t *p)
                 "accepts that)\n",
                 a->data);
         return 1;
-    case ADMIN_BUSY:
+    case TOOLS_BUSY:
         printf("rebuild: FAILED: a server is running on %s (it holds %s/LOCK); stop it first\n",
                a->data, a->data);
         fprintf(stderr,
@@ -247,10 +254,12 @@ static int run_rebuild(const struct args *a, progress_t *p)
 
 static int run_backup(const struct args *a, progress_t *p)
 {
-    int rc = admin_backup(a->data, a->to, report, on_progress, p);
+    backup_options_t o = {
+        .data_dir = a->data, .to_dir = a->to, .report = report, .progress = on_progress, .arg = p};
+    int rc = backup_run(&o);
     progress_clear(p);
 
-    if (rc == ADMIN_OK) {
+    if (rc == TOOLS_OK) {
         printf("backup: OK: %s copied to %s\n", a->data, a->to);
         return 0;
     }
