@@ -945,7 +945,8 @@ static int apply_setting(config_t *cfg, const struct setting *st, const char *fl
 /* What no single setting can check: settings that go together, and the parsed lists. */
 static int check_together(config_t *cfg, char *errbuf, size_t errlen)
 {
-    /* A keys file may hold every key; whether it has any is checked when it is read (main.c). */
+    /* A keys file may hold every key; whether it has any is checked when it is read (cmd/serve.c).
+     */
     if (cfg->nwrite_keys == 0 && cfg->write_keys_file[0] == '\0') {
         errbuf_printf(errbuf, errlen,
                       "no write key: give --write-key KEY[:SOURCE], set INGESTD_WRITE_KEY "
