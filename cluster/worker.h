@@ -68,7 +68,7 @@ typedef struct cluster_worker_options {
     int store_sync;            /* enum store_sync */
     uint32_t max_batch;        /* records per transaction; 0: 1000 */
     int batch_ms;              /* how long a batch collects records; 0: 50 */
-    bool mirror_offsets;       /* also commit offsets outside the txn (see cli_worker) */
+    bool mirror_offsets;       /* also commit offsets outside the txn (see cmd/worker.c) */
     /* Join without group.instance.id: a stopped worker leaves the group at once, but every
      * restart rebalances. Default (false): static membership, group.instance.id = the
      * transactional id. */

@@ -17,13 +17,6 @@
 #include "server/options.h"
 #include "storage/memfilter/filter.h"
 
-#define MS_PER_S   INT64_C(1000)
-#define MS_PER_DAY (86400 * MS_PER_S)
-#define KIB        UINT64_C(1024)
-#define MIB        (1024 * KIB)
-#define GIB        (1024 * MIB)
-#define TIB        (1024 * GIB)
-
 enum kind {
     K_LISTEN,   /* HOST:PORT into listen_host / listen_port */
     K_PATH,     /* a string field */
@@ -81,16 +74,16 @@ static const struct setting settings[] = {
      FIELD(young_keys), "N",
      "keys the young LMDB store holds before they are sealed into a generation file "
      "(docs/window.md; 1..2^32)"},
-    {"window-floor", "INGESTD_WINDOW_FLOOR", "0", K_DURATION, 0, (uint64_t)(365 * MS_PER_DAY),
-     FIELD(window_floor_ms), "DURATION",
+    {"window-floor", "INGESTD_WINDOW_FLOOR", "0", K_DURATION, 0,
+     (uint64_t)(365 * CONFIG_MS_PER_DAY), FIELD(window_floor_ms), "DURATION",
      "warn (log line, /metrics ingestd_dedupe_window_below_floor, /stats "
      "dedupe.window_below_floor) while the size bound evicts keys younger than this, so the "
      "effective window is shorter; at most --window; 0: off (docs/operations.md)"},
-    {"segment-bytes", "INGESTD_SEGMENT_BYTES", "64MiB", K_SIZE, 4 * KIB, 64 * GIB,
+    {"segment-bytes", "INGESTD_SEGMENT_BYTES", "64MiB", K_SIZE, 4 * CONFIG_KIB, 64 * CONFIG_GIB,
      FIELD(segment_bytes), "SIZE",
      "roll the event log to a new segment at this size (4KiB..64GiB)"},
-    {"map-size", "INGESTD_MAP_SIZE", "1GiB", K_SIZE, MIB, 16 * TIB, FIELD(map_size), "SIZE",
-     "initial LMDB map size, doubled once the store fills half (1MiB..16TiB)"},
+    {"map-size", "INGESTD_MAP_SIZE", "1GiB", K_SIZE, CONFIG_MIB, 16 * CONFIG_TIB, FIELD(map_size),
+     "SIZE", "initial LMDB map size, doubled once the store fills half (1MiB..16TiB)"},
     {"threads", "INGESTD_THREADS", NULL, K_COUNT, 1, 64, FIELD(threads), "N",
      "HTTP worker threads (1..64)"},
     {"max-connections", "INGESTD_MAX_CONNECTIONS", "1024", K_COUNT, 1, 1000000,
@@ -112,14 +105,14 @@ static const struct setting settings[] = {
      "/metrics and /dashboard, besides localhost, IP addresses and the --listen host; any other "
      "Host gets 403, so a page that rebinds its own name to this server cannot read them; * for "
      "any Host"},
-    {"log-retention", "INGESTD_LOG_RETENTION", "0", K_DURATION, 0, (uint64_t)(3650 * MS_PER_DAY),
-     FIELD(log_retention_ms), "DURATION",
+    {"log-retention", "INGESTD_LOG_RETENTION", "0", K_DURATION, 0,
+     (uint64_t)(3650 * CONFIG_MS_PER_DAY), FIELD(log_retention_ms), "DURATION",
      "delete closed log segments last written longer ago than this, e.g. 7d; 0: keep forever. "
      "The active segment is never deleted"},
-    {"log-max-bytes", "INGESTD_LOG_MAX_BYTES", "0", K_SIZE, 0, 1024 * TIB, FIELD(log_max_bytes),
-     "SIZE",
+    {"log-max-bytes", "INGESTD_LOG_MAX_BYTES", "0", K_SIZE, 0, 1024 * CONFIG_TIB,
+     FIELD(log_max_bytes), "SIZE",
      "delete the oldest closed log segments while the log is larger than this; 0: no bound"},
-    {"rejected-max-bytes", "INGESTD_REJECTED_MAX_BYTES", "256MiB", K_SIZE, 0, 1024 * TIB,
+    {"rejected-max-bytes", "INGESTD_REJECTED_MAX_BYTES", "256MiB", K_SIZE, 0, 1024 * CONFIG_TIB,
      FIELD(rejected_max_bytes), "SIZE",
      "keep refused events and requests (reason, request id, raw bytes) in DATA/rejected/, "
      "deleting its oldest segments past this size, each source its share (GET "
@@ -144,11 +137,11 @@ static const struct setting settings[] = {
      FIELD(request_timeout_s), "DURATION",
      "a request's headers and body must arrive within this, however slowly they trickle "
      "(1s..1h)"},
-    {"min-body-rate", "INGESTD_MIN_BODY_RATE", "1KiB", K_SIZE, 0, GIB, FIELD(min_body_rate),
+    {"min-body-rate", "INGESTD_MIN_BODY_RATE", "1KiB", K_SIZE, 0, CONFIG_GIB, FIELD(min_body_rate),
      "BYTES",
      "bytes per second a request body must average once --header-timeout has passed since its "
      "headers (answered 408 otherwise); 0: no minimum"},
-    {"max-body-memory", "INGESTD_MAX_BODY_MEMORY", "128MiB", K_SIZE, MIB, TIB,
+    {"max-body-memory", "INGESTD_MAX_BODY_MEMORY", "128MiB", K_SIZE, CONFIG_MIB, CONFIG_TIB,
      FIELD(max_body_memory), "SIZE",
      "request bodies buffered at once, all connections together, at most; past it a request "
      "gets 503 with Retry-After (its body is read and dropped)"},
@@ -158,10 +151,10 @@ static const struct setting settings[] = {
      "these networks that address is the client's (context.ip, log lines)"},
     {"no-context-ip", "INGESTD_NO_CONTEXT_IP", "false", K_BOOL, 0, 0, FIELD(no_context_ip), "",
      "do not fill context.ip from the client address (events that carry one keep it)"},
-    {"max-header-bytes", "INGESTD_MAX_HEADER_BYTES", "16KiB", K_SIZE, 4 * KIB, MIB,
+    {"max-header-bytes", "INGESTD_MAX_HEADER_BYTES", "16KiB", K_SIZE, 4 * CONFIG_KIB, CONFIG_MIB,
      FIELD(max_header_bytes), "SIZE",
      "request line and headers at most (4KiB..1MiB); more is answered 431"},
-    {"queue-max-bytes", "INGESTD_QUEUE_MAX_BYTES", "64MiB", K_SIZE, MIB, 64 * GIB,
+    {"queue-max-bytes", "INGESTD_QUEUE_MAX_BYTES", "64MiB", K_SIZE, CONFIG_MIB, 64 * CONFIG_GIB,
      FIELD(queue_max_bytes), "SIZE",
      "event bytes waiting for the group commit at most; past it requests get 503 with "
      "Retry-After instead of using more memory"},
@@ -264,121 +257,6 @@ static unsigned cpu_count(void)
     return n > 64 ? 64 : (unsigned)n;
 }
 
-/* Strict decimal: digits only, no sign, no blanks, no overflow. */
-static int parse_u64(const char *s, const char **end, uint64_t *v)
-{
-    uint64_t n = 0;
-    const char *p = s;
-
-    if (!isdigit((unsigned char)*p))
-        return -1;
-    for (; isdigit((unsigned char)*p); p++) {
-        unsigned d = (unsigned)(*p - '0');
-        if (n > (UINT64_MAX - d) / 10)
-            return -1;
-        n = n * 10 + d;
-    }
-    *end = p;
-    *v = n;
-    return 0;
-}
-
-int config_parse_duration(const char *s, int64_t *ms)
-{
-    static const struct {
-        const char *suffix;
-        int64_t ms;
-    } units[] = {{"", MS_PER_S},
-                 {"s", MS_PER_S},
-                 {"m", 60 * MS_PER_S},
-                 {"h", 3600 * MS_PER_S},
-                 {"d", MS_PER_DAY}};
-    const char *end;
-    uint64_t n;
-
-    if (s == NULL || parse_u64(s, &end, &n) != 0)
-        return -1;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcmp(end, units[i].suffix) != 0)
-            continue;
-        if (n > (uint64_t)(INT64_MAX / units[i].ms))
-            return -1;
-        *ms = (int64_t)n * units[i].ms;
-        return 0;
-    }
-    return -1;
-}
-
-int config_parse_count(const char *s, uint64_t *v)
-{
-    char *end;
-
-    if (s == NULL || !isdigit((unsigned char)s[0]))
-        return -1;
-    errno = 0;
-    unsigned long long n = strtoull(s, &end, 10);
-    if (errno != 0 || *end != '\0')
-        return -1;
-    *v = n;
-    return 0;
-}
-
-int config_parse_size(const char *s, uint64_t *bytes)
-{
-    static const struct {
-        const char *suffix;
-        uint64_t mult;
-    } units[] = {{"", 1},      {"b", 1},    {"k", KIB},   {"kb", KIB}, {"kib", KIB},
-                 {"m", MIB},   {"mb", MIB}, {"mib", MIB}, {"g", GIB},  {"gb", GIB},
-                 {"gib", GIB}, {"t", TIB},  {"tb", TIB},  {"tib", TIB}};
-    const char *end;
-    uint64_t n;
-
-    if (s == NULL || parse_u64(s, &end, &n) != 0)
-        return -1;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcasecmp(end, units[i].suffix) != 0)
-            continue;
-        if (n > UINT64_MAX / units[i].mult)
-            return -1;
-        *bytes = n * units[i].mult;
-        return 0;
-    }
-    return -1;
-}
-
-/* Renders ms in the largest unit that divides it: 2419200000 -> "28d", 5400000 -> "90m". */
-void config_fmt_duration(char *buf, size_t len, int64_t ms)
-{
-    /* 24h stays "24h"; whole multiples of two days and more read better as days. */
-    if (ms == 0)
-        snprintf(buf, len, "0");
-    else if (ms % MS_PER_DAY == 0 && ms / MS_PER_DAY >= 2)
-        snprintf(buf, len, "%" PRId64 "d", ms / MS_PER_DAY);
-    else if (ms % (3600 * MS_PER_S) == 0)
-        snprintf(buf, len, "%" PRId64 "h", ms / (3600 * MS_PER_S));
-    else if (ms % (60 * MS_PER_S) == 0)
-        snprintf(buf, len, "%" PRId64 "m", ms / (60 * MS_PER_S));
-    else if (ms % MS_PER_S == 0)
-        snprintf(buf, len, "%" PRId64 "s", ms / MS_PER_S);
-    else
-        snprintf(buf, len, "%" PRId64 "ms", ms);
-}
-
-static void fmt_size(char *buf, size_t len, uint64_t b)
-{
-    if (b != 0 && b % TIB == 0)
-        snprintf(buf, len, "%" PRIu64 "TiB", b / TIB);
-    else if (b != 0 && b % GIB == 0)
-        snprintf(buf, len, "%" PRIu64 "GiB", b / GIB);
-    else if (b != 0 && b % MIB == 0)
-        snprintf(buf, len, "%" PRIu64 "MiB", b / MIB);
-    else if (b != 0 && b % KIB == 0)
-        snprintf(buf, len, "%" PRIu64 "KiB", b / KIB);
-    else
-        snprintf(buf, len, "%" PRIu64, b);
-}
-
 static void put_uint(config_t *cfg, const struct setting *st, uint64_t v)
 {
     char *p = (char *)cfg + st->off;
@@ -425,67 +303,6 @@ static uint64_t get_uint(const config_t *cfg, const struct setting *st)
     }
 }
 
-int config_parse_hostport(const char *v, const char *origin, char *host_out, size_t hostlen,
-                          uint16_t *port_out, char *errbuf, size_t errlen)
-{
-    const char *host, *colon, *port_s, *end;
-    size_t hlen;
-    uint64_t port;
-
-    if (v[0] == '[') {
-        const char *rb = strchr(v, ']');
-        if (rb == NULL || rb[1] != ':') {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected [IPV6]:PORT", origin, v);
-            return -1;
-        }
-        host = v + 1;
-        hlen = (size_t)(rb - host);
-        port_s = rb + 2;
-    } else {
-        colon = strrchr(v, ':');
-        if (colon == NULL) {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected HOST:PORT", origin, v);
-            return -1;
-        }
-        if (memchr(v, ':', (size_t)(colon - v)) != NULL) {
-            errbuf_printf(errbuf, errlen,
-                          "invalid %s \"%s\": put an IPv6 address in brackets, e.g. [::1]:8080",
-                          origin, v);
-            return -1;
-        }
-        host = v;
-        hlen = (size_t)(colon - v);
-        port_s = colon + 1;
-    }
-    if (hlen == 0 || hlen >= hostlen) {
-        errbuf_printf(errbuf, errlen, "invalid %s \"%s\": the host is empty or too long", origin,
-                      v);
-        return -1;
-    }
-    if (parse_u64(port_s, &end, &port) != 0 || *end != '\0' || port > 65535) {
-        errbuf_printf(errbuf, errlen, "invalid %s \"%s\": the port must be a number 0..65535",
-                      origin, v);
-        return -1;
-    }
-    memcpy(host_out, host, hlen);
-    host_out[hlen] = '\0';
-    if (memchr(host, ':', hlen) != NULL) {
-        unsigned char a6[16];
-        if (inet_pton(AF_INET6, host_out, a6) != 1) {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": not an IPv6 address", origin, v);
-            return -1;
-        }
-    }
-    for (size_t i = 0; i < hlen; i++) {
-        if (isspace((unsigned char)host[i]) || iscntrl((unsigned char)host[i])) {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": blank in the host", origin, v);
-            return -1;
-        }
-    }
-    *port_out = (uint16_t)port;
-    return 0;
-}
-
 /* --listen into listen_host / listen_port. */
 static int parse_listen(config_t *cfg, const char *v, const char *origin, char *errbuf,
                         size_t errlen)
@@ -494,138 +311,12 @@ static int parse_listen(config_t *cfg, const char *v, const char *origin, char *
                                  &cfg->listen_port, errbuf, errlen);
 }
 
-/* Adds the comma-separated KEY[:SOURCE] items of `v`. */
-static int add_keys(config_t *cfg, const char *v, const char *origin, char *errbuf, size_t errlen)
-{
-    const char *p = v;
-
-    for (;;) {
-        const char *comma = strchr(p, ',');
-        const char *e = comma != NULL ? comma : p + strlen(p);
-        const char *b = p;
-
-        while (b < e && isspace((unsigned char)*b))
-            b++;
-        while (e > b && isspace((unsigned char)e[-1]))
-            e--;
-        if (b == e) {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
-            return -1;
-        }
-        const char *sep = memchr(b, ':', (size_t)(e - b));
-        size_t klen = (size_t)((sep != NULL ? sep : e) - b);
-        const char *src = sep != NULL ? sep + 1 : "default";
-        size_t slen = sep != NULL ? (size_t)(e - src) : strlen("default");
-
-        if (klen == 0) {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty write key", origin, v);
-            return -1;
-        }
-        if (slen == 0) {
-            errbuf_printf(errbuf, errlen, "invalid %s \"%s\": empty source after ':'", origin, v);
-            return -1;
-        }
-        for (const char *c = b; c < e; c++) {
-            if (isspace((unsigned char)*c) || iscntrl((unsigned char)*c)) {
-                errbuf_printf(errbuf, errlen,
-                              "invalid %s: blank or control character in a write key", origin);
-                return -1;
-            }
-        }
-        if (klen + slen + 2 > sizeof cfg->key_storage[0]) {
-            errbuf_printf(errbuf, errlen,
-                          "invalid %s: write key or source too long (max %zu bytes)", origin,
-                          sizeof cfg->key_storage[0] - 2);
-            return -1;
-        }
-        if (cfg->nwrite_keys == CONFIG_MAX_WRITE_KEYS) {
-            errbuf_printf(errbuf, errlen, "invalid %s: more than %d write keys", origin,
-                          CONFIG_MAX_WRITE_KEYS);
-            return -1;
-        }
-        for (size_t i = 0; i < cfg->nwrite_keys; i++) {
-            const char *k = cfg->write_keys[i].key;
-            if (strlen(k) == klen && memcmp(k, b, klen) == 0) {
-                /* Two sources for one key would make the source ambiguous. */
-                errbuf_printf(errbuf, errlen, "invalid %s: the same write key is given twice",
-                              origin);
-                return -1;
-            }
-        }
-        char *slot = cfg->key_storage[cfg->nwrite_keys];
-        memcpy(slot, b, klen);
-        slot[klen] = '\0';
-        memcpy(slot + klen + 1, src, slen);
-        slot[klen + 1 + slen] = '\0';
-        cfg->write_keys[cfg->nwrite_keys].key = slot;
-        cfg->write_keys[cfg->nwrite_keys].source = slot + klen + 1;
-        cfg->nwrite_keys++;
-
-        if (comma == NULL)
-            return 0;
-        p = comma + 1;
-    }
-}
-
-/* Adds one NAME=VALUE librdkafka setting (librdkafka itself checks name and value later). */
-static int add_opt(config_t *cfg, const char *v, const char *origin, char *errbuf, size_t errlen)
-{
-    const char *eq = strchr(v, '=');
-    size_t n = strlen(v);
-
-    if (eq == NULL || eq == v) {
-        errbuf_printf(errbuf, errlen, "invalid %s: expected NAME=VALUE", origin);
-        return -1;
-    }
-    if (n >= sizeof cfg->kafka_opt_storage[0]) {
-        errbuf_printf(errbuf, errlen, "invalid %s: longer than %zu bytes", origin,
-                      sizeof cfg->kafka_opt_storage[0] - 1);
-        return -1;
-    }
-    if (cfg->nkafka_opts == CONFIG_MAX_KAFKA_OPTS) {
-        errbuf_printf(errbuf, errlen, "invalid %s: more than %d settings", origin,
-                      CONFIG_MAX_KAFKA_OPTS);
-        return -1;
-    }
-    memcpy(cfg->kafka_opt_storage[cfg->nkafka_opts], v, n + 1);
-    cfg->kafka_opts[cfg->nkafka_opts] = cfg->kafka_opt_storage[cfg->nkafka_opts];
-    cfg->nkafka_opts++;
-    return 0;
-}
-
-/* The variable's form of a K_LIST: one item a line (values may hold commas); blank lines
- * skipped. */
-static int add_opt_lines(config_t *cfg, const char *v, const char *origin, char *errbuf,
-                         size_t errlen)
-{
-    char item[sizeof cfg->kafka_opt_storage[0]];
-    for (const char *p = v; *p != '\0';) {
-        size_t n = strcspn(p, "\n");
-        size_t m = n;
-        while (m > 0 && (p[m - 1] == '\r' || p[m - 1] == ' ' || p[m - 1] == '\t'))
-            m--;
-        if (m >= sizeof item) {
-            errbuf_printf(errbuf, errlen, "invalid %s: a line longer than %zu bytes", origin,
-                          sizeof item - 1);
-            return -1;
-        }
-        memcpy(item, p, m);
-        item[m] = '\0';
-        if (m > 0 && add_opt(cfg, item, origin, errbuf, errlen) != 0)
-            return -1;
-        p += n;
-        if (*p == '\n')
-            p++;
-    }
-    return 0;
-}
-
 /* --repartition-at: "2026-01-31T00:00:00Z" (api/timestamp.h) or plain ms since the epoch. */
 static int parse_time(const char *v, int64_t *ms)
 {
     const char *end;
     uint64_t n;
-    if (parse_u64(v, &end, &n) == 0 && *end == '\0')
+    if (config_parse_u64(v, &end, &n) == 0 && *end == '\0')
         return n > 0 && n <= (uint64_t)INT64_MAX ? (*ms = (int64_t)n, 0) : -1;
     return timestamp_parse(v, strlen(v), ms) == 0 && *ms > 0 ? 0 : -1;
 }
@@ -648,9 +339,9 @@ static int apply_number(config_t *cfg, const struct setting *st, const char *v, 
                           origin, v);
             return -1;
         }
-        u = st->kind == K_SECONDS ? (uint64_t)(ms / MS_PER_S) : (uint64_t)ms;
+        u = st->kind == K_SECONDS ? (uint64_t)(ms / CONFIG_MS_PER_S) : (uint64_t)ms;
         if (u < st->min || u > st->max) {
-            uint64_t f = st->kind == K_SECONDS ? (uint64_t)MS_PER_S : 1;
+            uint64_t f = st->kind == K_SECONDS ? (uint64_t)CONFIG_MS_PER_S : 1;
             config_fmt_duration(lo, sizeof lo, (int64_t)(st->min * f));
             config_fmt_duration(hi, sizeof hi, (int64_t)(st->max * f));
             errbuf_printf(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v,
@@ -667,8 +358,8 @@ static int apply_number(config_t *cfg, const struct setting *st, const char *v, 
             return -1;
         }
         if (u < st->min || u > st->max) {
-            fmt_size(lo, sizeof lo, st->min);
-            fmt_size(hi, sizeof hi, st->max);
+            config_fmt_size(lo, sizeof lo, st->min);
+            config_fmt_size(hi, sizeof hi, st->max);
             errbuf_printf(errbuf, errlen, "invalid %s \"%s\": must be between %s and %s", origin, v,
                           lo, hi);
             return -1;
@@ -676,7 +367,7 @@ static int apply_number(config_t *cfg, const struct setting *st, const char *v, 
         put_uint(cfg, st, u);
         return 0;
     case K_COUNT:
-        if (parse_u64(v, &end, &u) != 0 || *end != '\0') {
+        if (config_parse_u64(v, &end, &u) != 0 || *end != '\0') {
             errbuf_printf(errbuf, errlen, "invalid %s \"%s\": expected a whole number", origin, v);
             return -1;
         }
@@ -735,9 +426,9 @@ static int apply(config_t *cfg, const struct setting *st, const char *v, const c
         return 0;
     }
     case K_KEYS:
-        return add_keys(cfg, v, origin, errbuf, errlen);
+        return config_add_keys(cfg, v, origin, errbuf, errlen);
     case K_LIST:
-        return add_opt(cfg, v, origin, errbuf, errlen);
+        return config_add_kafka_opt(cfg, v, origin, errbuf, errlen);
     case K_BOOL: {
         bool on = strcasecmp(v, "true") == 0 || strcasecmp(v, "yes") == 0 || strcmp(v, "1") == 0;
         if (!on && strcasecmp(v, "false") != 0 && strcasecmp(v, "no") != 0 && strcmp(v, "0") != 0) {
@@ -925,7 +616,7 @@ static int apply_setting(config_t *cfg, const struct setting *st, const char *fl
                 return -1;
         }
         if (g->noptvals == 0 && env != NULL)
-            return add_opt_lines(cfg, env, st->env, errbuf, errlen);
+            return config_add_kafka_opt_lines(cfg, env, st->env, errbuf, errlen);
         return 0;
     }
     if (flag != NULL)
@@ -945,7 +636,8 @@ static int apply_setting(config_t *cfg, const struct setting *st, const char *fl
 /* What no single setting can check: settings that go together, and the parsed lists. */
 static int check_together(config_t *cfg, char *errbuf, size_t errlen)
 {
-    /* A keys file may hold every key; whether it has any is checked when it is read (main.c). */
+    /* A keys file may hold every key; whether it has any is checked when it is read (cmd/serve.c).
+     */
     if (cfg->nwrite_keys == 0 && cfg->write_keys_file[0] == '\0') {
         errbuf_printf(errbuf, errlen,
                       "no write key: give --write-key KEY[:SOURCE], set INGESTD_WRITE_KEY "
@@ -1119,10 +811,10 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
         config_fmt_duration(buf, len, (int64_t)get_uint(cfg, st));
         return;
     case K_SECONDS:
-        config_fmt_duration(buf, len, (int64_t)get_uint(cfg, st) * MS_PER_S);
+        config_fmt_duration(buf, len, (int64_t)get_uint(cfg, st) * CONFIG_MS_PER_S);
         return;
     case K_SIZE:
-        fmt_size(buf, len, get_uint(cfg, st));
+        config_fmt_size(buf, len, get_uint(cfg, st));
         return;
     case K_COUNT:
         snprintf(buf, len, "%" PRIu64, get_uint(cfg, st));

@@ -133,6 +133,20 @@ int config_parse(config_t *cfg, int argc, char **argv, char **envp, FILE *out, c
  * hidden. */
 void config_log(const config_t *cfg);
 
+/* ---- the value syntax (config_values.c) ---- */
+
+/* Units of the values: sizes are powers of 1024. */
+#define CONFIG_MS_PER_S   INT64_C(1000)
+#define CONFIG_MS_PER_DAY (86400 * CONFIG_MS_PER_S)
+#define CONFIG_KIB        UINT64_C(1024)
+#define CONFIG_MIB        (1024 * CONFIG_KIB)
+#define CONFIG_GIB        (1024 * CONFIG_MIB)
+#define CONFIG_TIB        (1024 * CONFIG_GIB)
+
+/* Strict decimal: digits only, no sign, no blanks, no overflow; *end after the digits.
+ * Returns 0 or -1. */
+int config_parse_u64(const char *s, const char **end, uint64_t *v);
+
 /* "90s", "15m", "24h", "28d" or plain seconds -> ms. Returns 0 or -1. */
 int config_parse_duration(const char *s, int64_t *ms);
 
@@ -152,6 +166,23 @@ int config_parse_hostport(const char *v, const char *origin, char *host, size_t 
 
 /* ms in the largest unit that divides it into buf: 2419200000 -> "28d", 5400000 -> "90m". */
 void config_fmt_duration(char *buf, size_t len, int64_t ms);
+
+/* bytes in the largest unit that divides it into buf: 67108864 -> "64MiB", 1000 -> "1000". */
+void config_fmt_size(char *buf, size_t len, uint64_t b);
+
+/*
+ * The list values, added to cfg: the comma-separated KEY[:SOURCE] items of --write-key; one
+ * NAME=VALUE of --kafka-opt (librdkafka checks name and value later); the lines of
+ * INGESTD_KAFKA_OPTS (one item a line, values may hold commas; blank lines skipped). Each
+ * returns 0, or -1 with "invalid ORIGIN ...: reason" in errbuf.
+ */
+int config_add_keys(config_t *cfg, const char *v, const char *origin, char *errbuf, size_t errlen);
+int config_add_kafka_opt(config_t *cfg, const char *v, const char *origin, char *errbuf,
+                         size_t errlen);
+int config_add_kafka_opt_lines(config_t *cfg, const char *v, const char *origin, char *errbuf,
+                               size_t errlen);
+
+/* ---- the settings (config.c) ---- */
 
 /* Prints `text` word-wrapped at `width` columns, each line indented by `indent` (--help). */
 void config_wrap(FILE *out, const char *text, int indent, int width);

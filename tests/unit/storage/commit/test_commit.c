@@ -18,11 +18,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "storage/tools/admin.h"
 #include "storage/commit/commit.h"
 #include "storage/window/keyhash.h"
 #include "storage/log/log.h"
+#include "storage/tools/check.h"
 #include "storage/tools/lookup.h"
+#include "storage/tools/rebuild.h"
 #include "storage/window/store.h"
 #include "testutil.h"
 
@@ -614,8 +615,8 @@ static void test_budget_per_source(void **state)
     commit_close(c);
 
     /* Rebuilt from the log: 310 records replayed through a window of 100 keys per source. */
-    admin_rebuild_options_t ro = {.window = {o.window_ms, o.max_keys, o.young_keys}};
-    assert_int_equal(admin_rebuild(fx->dir, &ro, NULL, NULL, NULL), ADMIN_OK);
+    rebuild_options_t ro = {.data_dir = fx->dir, .window = {o.window_ms, o.max_keys, o.young_keys}};
+    assert_int_equal(rebuild_run(&ro), TOOLS_OK);
     c = open_commit(&o);
     submit_from(c, "calm", 0, 100, now, COMMIT_DUPLICATE);
     submit_from(c, "flood", 1060, 90, now, COMMIT_DUPLICATE); /* its newest 100 */
@@ -1197,7 +1198,7 @@ static void test_checkpoint_fails(void **state)
     assert_int_equal(next, 6);
 }
 
-/* admin_check's report: its lines, one after another. */
+/* check_run's report: its lines, one after another. */
 typedef struct {
     char text[8192];
     size_t len;
@@ -1226,8 +1227,9 @@ static void test_checkpoint_evictions_cut_short(void **state)
     o.max_keys = 5000;
     commit_t *c = open_commit(&o);
     commit_stats_t s;
-    admin_check_result_t res;
+    check_result_t res;
     lines_t lines = {.len = 0};
+    check_options_t co = {.data_dir = fx->dir, .report = collect_line, .arg = &lines};
     int64_t now = tu_now_ms();
 
     if (!real_commit()) {
@@ -1263,7 +1265,7 @@ static void test_checkpoint_evictions_cut_short(void **state)
     atomic_store(&inject_commit_failures, 2);
     commit_close(c);
     assert_int_equal(atomic_load(&inject_commit_failures), 0);
-    assert_int_equal(admin_check(fx->dir, collect_line, NULL, &lines, &res), ADMIN_OK);
+    assert_int_equal(check_run(&co, &res), TOOLS_OK);
     assert_int_equal(res.problems, 0);
     assert_non_null(strstr(lines.text, "evictions still being written"));
 
@@ -1275,7 +1277,7 @@ static void test_checkpoint_evictions_cut_short(void **state)
     commit_close(c);
     lines.len = 0;
     lines.text[0] = '\0';
-    assert_int_equal(admin_check(fx->dir, collect_line, NULL, &lines, &res), ADMIN_OK);
+    assert_int_equal(check_run(&co, &res), TOOLS_OK);
     assert_null(strstr(lines.text, "evictions still being written"));
     assert_int_equal(res.keys, 5000);
     expect_log_records(fx, 15200);
@@ -1655,8 +1657,9 @@ static void test_log_gap_at_open(void **state)
     assert_true(first > 300);
 
     lines_t lines = {0};
-    admin_check_result_t res;
-    assert_int_equal(admin_check(fx->dir, collect_line, NULL, &lines, &res), ADMIN_PROBLEMS);
+    check_result_t res;
+    check_options_t co = {.data_dir = fx->dir, .report = collect_line, .arg = &lines};
+    assert_int_equal(check_run(&co, &res), TOOLS_PROBLEMS);
     assert_true(res.problems > 0);
     assert_non_null(strstr(lines.text, "applied only up to 300"));
 

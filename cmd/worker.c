@@ -1,6 +1,6 @@
-/* cli_worker: `ingestd worker`: flags, the operator HTTP routes and signals around
+/* worker.c: `ingestd worker`: flags, the operator HTTP routes and signals around
  * cluster/worker. */
-#include "server/cli_worker.h"
+#include "cmd/cmd.h"
 
 #include <inttypes.h>
 #include <signal.h>
@@ -418,7 +418,7 @@ static int start_http(const char *listen, struct http_ctx *hctx, ops_http_t **ou
     return 0;
 }
 
-int cli_worker_main(int argc, char **argv)
+int cmd_worker(int argc, char **argv)
 {
     opts_val_t v[O_MAX];
     cluster_worker_options_t o;

@@ -1,5 +1,5 @@
-/* cli_log: `ingestd log cat|groups`, acknowledged events as NDJSON and consumer group positions. */
-#include "server/cli_log.h"
+/* log.c: `ingestd log cat|groups`, acknowledged events as NDJSON and consumer group positions. */
+#include "cmd/cmd.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "server/acked.h"
+#include "cmd/internal.h"
 #include "server/options.h"
 #include "storage/commit/commit.h"
 #include "storage/log/groups.h"
@@ -684,7 +684,7 @@ out:
     return ret;
 }
 
-int cli_log_main(int argc, char **argv)
+int cmd_log(int argc, char **argv)
 {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {

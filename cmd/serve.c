@@ -1,4 +1,5 @@
-/* main: the ingestd binary; wires config, storage, api and http together per subcommand. */
+/* serve.c: `ingestd serve`, the HTTP event intake: wires config, storage (or the edge's Kafka
+ * producer), api and http together, and runs until SIGINT or SIGTERM. */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -14,13 +15,8 @@
 #include "api/auth.h"
 #include "api/cors.h"
 #include "cluster/edge.h"
+#include "cmd/cmd.h"
 #include "common/errbuf.h"
-#include "server/cli_admin.h"
-#include "server/cli_filter.h"
-#include "server/cli_log.h"
-#include "server/cli_lookup.h"
-#include "server/cli_seed.h"
-#include "server/cli_worker.h"
 #include "server/config.h"
 #include "server/http.h"
 #include "server/logging.h"
@@ -33,47 +29,6 @@
 #define DRAIN_MS 10000
 
 extern char **environ;
-
-static void usage(FILE *out)
-{
-    fprintf(out, "Usage: ingestd COMMAND [ARGS]\n"
-                 "\n"
-                 "Commands:\n"
-                 "  serve [FLAGS]\n"
-                 "      run the HTTP event intake in the foreground (see ingestd serve --help);\n"
-                 "      --role edge produces accepted events to Kafka (docs/scale-out.md)\n"
-                 "  log cat --data DIR [--from OFFSET] [--follow] [--group NAME]\n"
-                 "      print acknowledged events as NDJSON, in log order; --group resumes\n"
-                 "      after the group's committed offset and commits what it printed\n"
-                 "  log cat --data DIR --log rejected [--from OFFSET] [--follow]\n"
-                 "      print the quarantine: refused events and requests with their reason\n"
-                 "  log groups --data DIR [--json]\n"
-                 "      list consumer groups with their committed offsets and lag\n"
-                 "  check --data DIR\n"
-                 "      verify log checksums and that the LMDB store agrees with the log\n"
-                 "      (works while the server runs; exit 1 when problems are found)\n"
-                 "  lookup --data DIR [--source S] MESSAGEID...\n"
-                 "      was this messageId seen inside the window, and where is its event\n"
-                 "      (one JSON line per id; works while the server runs)\n"
-                 "  rebuild --data DIR [--window DURATION] [--max-keys N]\n"
-                 "      rebuild the LMDB store from the retained log (server stopped)\n"
-                 "  backup --data DIR --to DIR2\n"
-                 "      write a consistent copy of the data dir (works while the server runs)\n"
-                 "  worker --kafka-brokers LIST --raw-topic NAME --out-topic NAME --group NAME\n"
-                 "      the Kafka worker role: exactly-once de-duplication between two topics\n"
-                 "      (docs/scale-out.md)\n"
-                 "  seed --data DIR --kafka-brokers LIST --raw-topic NAME [--from-offset N]\n"
-                 "      carry a single node's retained log into the raw topic as seed records,\n"
-                 "      so the workers that take over keep its window (docs/scale-out.md)\n"
-                 "  filter-bench --filter SPEC --stream artificial:ALPHABET:LENGTH|file:PATH\n"
-                 "      measure a bounded-memory duplicate filter (docs/filters.md)\n"
-                 "  version\n"
-                 "      print the version\n"
-                 "  help\n"
-                 "      show this help\n"
-                 "\n"
-                 "Each command takes --help.\n");
-}
 
 /*
  * Storage never logs; its writer thread reports failures, recoveries and
@@ -473,7 +428,7 @@ static void release_all(struct serving *s)
     free(s->cfg);
 }
 
-static int serve(int argc, char **argv)
+int cmd_serve(int argc, char **argv)
 {
     struct serving s = {0};
     sigset_t sigs;
@@ -504,43 +459,4 @@ static int serve(int argc, char **argv)
 out:
     release_all(&s);
     return ret;
-}
-
-int main(int argc, char **argv)
-{
-    /* Everything a command creates in a data dir (log segments, LMDB, consumer groups, backups)
-     * is private to the service user unless INGESTD_DATA_MODE (serve: --data-mode) says group:
-     * events are personal data, and the shell's usual umask 022 made them world-readable. */
-    umask((mode_t)config_data_umask(config_data_mode_env(getenv("INGESTD_DATA_MODE"))));
-    if (argc < 2) {
-        usage(stderr);
-        return 2;
-    }
-    const char *cmd = argv[1];
-
-    if (strcmp(cmd, "serve") == 0)
-        return serve(argc - 1, argv + 1);
-    if (strcmp(cmd, "log") == 0)
-        return cli_log_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "check") == 0 || strcmp(cmd, "rebuild") == 0 || strcmp(cmd, "backup") == 0)
-        return cli_admin_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "lookup") == 0)
-        return cli_lookup_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "filter-bench") == 0)
-        return cli_filter_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "worker") == 0)
-        return cli_worker_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "seed") == 0)
-        return cli_seed_main(argc - 1, argv + 1);
-    if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
-        printf("ingestd %s\n", INGESTD_VERSION);
-        return 0;
-    }
-    if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
-        usage(stdout);
-        return 0;
-    }
-    fprintf(stderr, "ingestd: unknown command \"%s\"\n\n", cmd);
-    usage(stderr);
-    return 2;
 }

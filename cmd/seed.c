@@ -1,6 +1,6 @@
-/* cli_seed: `ingestd seed`: a single node's acknowledged events into the raw topic as seed
+/* seed.c: `ingestd seed`: a single node's acknowledged events into the raw topic as seed
  * records, so the workers that take over keep the node's window (docs/scale-out.md). */
-#include "server/cli_seed.h"
+#include "cmd/cmd.h"
 
 #include <inttypes.h>
 #include <stdbool.h>
@@ -15,7 +15,7 @@
 #include "cluster/partition.h"
 #include "cluster/producer.h"
 #include "common/clock.h"
-#include "server/acked.h"
+#include "cmd/internal.h"
 #include "server/logging.h"
 #include "server/options.h"
 #include "server/progress.h"
@@ -279,7 +279,7 @@ static int seed_connect(seed_t *s, const char *brokers, const cluster_kafka_opts
     return 0;
 }
 
-int cli_seed_main(int argc, char **argv)
+int cmd_seed(int argc, char **argv)
 {
     opts_val_t v[O_MAX];
     seed_t s = {0};

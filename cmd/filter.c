@@ -1,6 +1,6 @@
-/* cli_filter: `ingestd filter-bench`, a filter against an exact set over a synthetic or file
+/* filter.c: `ingestd filter-bench`, a filter against an exact set over a synthetic or file
  * stream. */
-#include "server/cli_filter.h"
+#include "cmd/cmd.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -484,7 +484,7 @@ static void print_summary(const struct args *a, const char *canon, uint64_t mem,
            t->sum_ns / k);
 }
 
-int cli_filter_main(int argc, char **argv)
+int cmd_filter_bench(int argc, char **argv)
 {
     struct args a;
     filter_spec_t spec;

@@ -1,5 +1,5 @@
 /* acked.c: the acknowledged end of a data dir's event log, read from outside the server. */
-#include "server/acked.h"
+#include "cmd/internal.h"
 
 #include <stdio.h>
 #include <sys/stat.h>

@@ -1,5 +1,5 @@
-/* cli_lookup: `ingestd lookup`, thin argument handling over storage/lookup and api/lookup. */
-#include "server/cli_lookup.h"
+/* lookup.c: `ingestd lookup`, thin argument handling over storage/lookup and api/lookup. */
+#include "cmd/cmd.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -96,7 +96,7 @@ out:
     return rc;
 }
 
-int cli_lookup_main(int argc, char **argv)
+int cmd_lookup(int argc, char **argv)
 {
     struct args a;
     lookup_t *lk = NULL;
