@@ -83,7 +83,7 @@ void commit_files_write_acked(commit_t *c, uint64_t offset)
     if (c->acked_fd < 0)
         return;
     int n = format_acked(buf, offset);
-    if (pwrite(c->acked_fd, buf, (size_t)n, 0) != n) {
+    if (fsutil_pwrite_all(c->acked_fd, buf, (size_t)n, 0) != 0) {
         close(c->acked_fd); /* readers fall back to LMDB's applied offset */
         c->acked_fd = -1;
     }

@@ -576,7 +576,7 @@ int commit_recover_probe_write(const char *logdir)
     memset(buf, 0, sizeof(buf));
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
-        rc = write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf) && fdatasync(fd) == 0 ? 0 : -1;
+        rc = fsutil_write_all(fd, buf, sizeof(buf)) == 0 && fdatasync(fd) == 0 ? 0 : -1;
         close(fd);
         unlink(path);
     }

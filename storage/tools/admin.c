@@ -1113,15 +1113,8 @@ static int copy_prefix(const char *src, const char *dst, uint64_t len, struct co
             continue;
         if (n <= 0)
             goto done; /* shorter than expected */
-        for (ssize_t w = 0; w < n;) {
-            ssize_t m = write(out, buf + w, (size_t)(n - w));
-            if (m < 0) {
-                if (errno == EINTR)
-                    continue;
-                goto done;
-            }
-            w += m;
-        }
+        if (fsutil_write_all(out, buf, (size_t)n) != 0)
+            goto done;
         len -= (uint64_t)n;
         cp->done += (uint64_t)n;
         if (cp->fn) /* one call per 64 KiB buffer: the callee throttles */
