@@ -13,6 +13,7 @@
 
 #include "server/options.h"
 #include "server/progress.h"
+#include "storage/datadir.h"
 #include "storage/tools/admin.h"
 #include "storage/window/settings.h"
 
@@ -190,8 +191,8 @@ static int resolve_window(const struct args *a, winsettings_t *w)
     int have = winsettings_read(a->data, &rec);
     if (have < 0) {
         fprintf(stderr, "ingestd rebuild: %s/%s: %s (give --window, --max-keys and --young-keys)\n",
-                a->data, WINSETTINGS_FILE, strerror(errno));
-        printf("rebuild: FAILED: %s/%s is unreadable\n", a->data, WINSETTINGS_FILE);
+                a->data, datadir_name(DATADIR_WINDOW), strerror(errno));
+        printf("rebuild: FAILED: %s/%s is unreadable\n", a->data, datadir_name(DATADIR_WINDOW));
         return -1;
     }
     const char *from[3];

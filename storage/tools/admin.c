@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "storage/commit/commit.h"
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 #include "storage/secret.h"
 #include "storage/window/genset.h"
@@ -57,6 +58,13 @@ static void path_of(char *out, const char *dir, const char *name)
 {
     if (snprintf(out, PATH_LEN, "%s/%s", dir, name) >= PATH_LEN)
         out[PATH_LEN - 1] = '\0';
+}
+
+/* A data-dir entry inside `dir` (storage/datadir.h); too long a path leaves "", which no call
+ * finds. */
+static void entry_of(char *out, const char *dir, datadir_entry_t e)
+{
+    (void)datadir_put(out, PATH_LEN, dir, e);
 }
 
 /* Reads the record at `offset` (tagged as the replay tags it) into *rec. LOG_OK or an error. */
@@ -364,7 +372,7 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
 {
     char dir[PATH_LEN];
     genset_t *gs = NULL;
-    path_of(dir, storedir, "gens");
+    entry_of(dir, storedir, DATADIR_GENS);
     int grc = genset_open_read_only(dir, &gs);
     if (grc != GEN_OK) {
         problem(ck, "generations: cannot open %s: %s (run `ingestd rebuild`)", dir,
@@ -415,9 +423,9 @@ static void check_settings(check_t *ck, const char *data_dir)
         say(ck->report, ck->arg, 0,
             "window settings (the server's, %s): window %" PRId64 "s, max keys %" PRIu64
             ", young keys %" PRIu64,
-            WINSETTINGS_FILE, w.window_ms / 1000, w.max_keys, w.young_keys);
+            datadir_name(DATADIR_WINDOW), w.window_ms / 1000, w.max_keys, w.young_keys);
     else if (rc < 0)
-        problem(ck, "%s/%s: %s", data_dir, WINSETTINGS_FILE,
+        problem(ck, "%s/%s: %s", data_dir, datadir_name(DATADIR_WINDOW),
                 errno == EINVAL ? "malformed" : strerror(errno));
 }
 
@@ -435,8 +443,8 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
     uint8_t fsecret[KEYHASH_SECRET_LEN], ssecret[KEYHASH_SECRET_LEN];
     int rc = ADMIN_ERROR;
 
-    path_of(storedir, data_dir, "store");
-    path_of(logdir, data_dir, "log");
+    entry_of(storedir, data_dir, DATADIR_STORE);
+    entry_of(logdir, data_dir, DATADIR_LOG);
     if (log_describe(logdir, &li, &bases) != LOG_OK) {
         say(report, arg, 1, "log: cannot list %s: %s", logdir, strerror(errno));
         goto out;
@@ -451,7 +459,7 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
         say(report, arg, 0,
             "store: %lld leftover %s/%s* of a rebuild cut short: not the store, ignored; the "
             "next `ingestd serve` or `ingestd rebuild` removes it",
-            (long long)left, data_dir, STORESWAP_PREFIX);
+            (long long)left, data_dir, DATADIR_REBUILD_PREFIX);
 
     store_options_t so = {.read_only = true};
     int src = store_open(storedir, &so, &st);
@@ -485,7 +493,7 @@ int admin_check(const char *data_dir, admin_report_fn report, admin_progress_fn 
         goto done;
     }
     if (retag_read_from(data_dir, &ck.tagged_from) < 0) {
-        problem(&ck, "store: cannot read %s/%s", data_dir, RETAG_FILE);
+        problem(&ck, "store: cannot read %s/%s", data_dir, datadir_name(DATADIR_TAGGED_FROM));
         goto done;
     }
     ck.secret = ssecret;
@@ -629,7 +637,8 @@ static int rebuild_new_store(const char *data_dir, const char *storedir,
     if (secret_read(data_dir, got) == 1)
         return 0;
     if (secret_write(data_dir, secret) != 0) {
-        say(report, arg, 1, "writing %s/%s: %s", data_dir, SECRET_FILE, strerror(errno));
+        say(report, arg, 1, "writing %s/%s: %s", data_dir, datadir_name(DATADIR_SECRET),
+            strerror(errno));
         return -1;
     }
     return 0;
@@ -782,7 +791,7 @@ static int survey(survey_t *sv, const char *storedir, admin_report_fn report, vo
     char gensdir[PATH_LEN];
     uint64_t max_offset = 0;
     bool have = false;
-    path_of(gensdir, storedir, "gens");
+    entry_of(gensdir, storedir, DATADIR_GENS);
     sv->keep_gens = survey_gens(sv, gensdir, &max_offset, report, arg) == 0;
     have = sv->keep_gens && sv->sealed > 0;
     sv->from = have && max_offset + 1 > sv->first ? max_offset + 1 : sv->first;
@@ -808,8 +817,8 @@ static int rebuild_link_gens(const survey_t *sv, const char *storedir, const cha
                              admin_report_fn report, void *arg)
 {
     char from[PATH_LEN], to[PATH_LEN], odir[PATH_LEN], ndir[PATH_LEN];
-    path_of(odir, storedir, "gens");
-    path_of(ndir, side, "gens");
+    entry_of(odir, storedir, DATADIR_GENS);
+    entry_of(ndir, side, DATADIR_GENS);
     if (mkdir(ndir, 0755) != 0) {
         say(report, arg, 1, "creating %s: %s", ndir, strerror(errno));
         return -1;
@@ -853,9 +862,10 @@ static int rebuild_seed(const survey_t *sv, const char *data_dir, const char *st
     log_reader_t *r = NULL;
     uint64_t tagged_from = 0, skipped = 0;
     int rc = -1;
-    path_of(logdir, data_dir, "log");
+    entry_of(logdir, data_dir, DATADIR_LOG);
     if (retag_read_from(data_dir, &tagged_from) < 0) {
-        say(report, arg, 1, "reading %s/%s: %s", data_dir, RETAG_FILE, strerror(errno));
+        say(report, arg, 1, "reading %s/%s: %s", data_dir, datadir_name(DATADIR_TAGGED_FROM),
+            strerror(errno));
         return -1;
     }
     if (store_open(storedir, &so, &st) != STORE_OK || store_begin(st) != STORE_OK)
@@ -1005,12 +1015,12 @@ static int rebuild_store(const survey_t *sv, const char *data_dir, const char *s
     int64_t left = storeswap_leftovers(data_dir, 1);
     if (left < 0) {
         say(report, arg, 1, "removing a leftover %s/%s* of an earlier rebuild: %s", data_dir,
-            STORESWAP_PREFIX, strerror(errno));
+            DATADIR_REBUILD_PREFIX, strerror(errno));
         return -1;
     }
     if (left > 0)
         say(report, arg, 0, "removed %lld leftover %s/%s* of an earlier rebuild cut short",
-            (long long)left, data_dir, STORESWAP_PREFIX);
+            (long long)left, data_dir, DATADIR_REBUILD_PREFIX);
     if (find_secret(data_dir, storedir, secret, report, arg) != 0 ||
         rebuild_new_store(data_dir, side, secret, sv->first, report, arg) != 0 ||
         (sv->keep_gens && rebuild_link_gens(sv, storedir, side, report, arg) != 0) ||
@@ -1042,9 +1052,9 @@ int admin_rebuild(const char *data_dir, const admin_rebuild_options_t *o, admin_
     uint64_t after = 0;
     int rc = ADMIN_ERROR, lockfd = -1;
 
-    path_of(lock, data_dir, "LOCK");
-    path_of(storedir, data_dir, "store");
-    path_of(logdir, data_dir, "log");
+    entry_of(lock, data_dir, DATADIR_LOCK);
+    entry_of(storedir, data_dir, DATADIR_STORE);
+    entry_of(logdir, data_dir, DATADIR_LOG);
     if (storeswap_sibling(data_dir, side, sizeof(side)) != 0) {
         say(report, arg, 1, "%s: %s", data_dir, strerror(errno));
         goto out;
@@ -1249,8 +1259,8 @@ static int backup_store(const char *src_store, const char *dst_store, store_info
     genset_t *gens = NULL;
     int rc = -1;
 
-    path_of(src_gens, src_store, "gens");
-    path_of(dst_gens, dst_store, "gens");
+    entry_of(src_gens, src_store, DATADIR_GENS);
+    entry_of(dst_gens, dst_store, DATADIR_GENS);
     if (genset_open_read_only(src_gens, &gens) != GEN_OK) {
         say(report, arg, 1, "generations: cannot open %s", src_gens);
         return -1;
@@ -1362,7 +1372,8 @@ static int backup_tagged_from(const char *data_dir, const char *to_dir, admin_re
     if (rc == 0)
         rc = retag_write_from(to_dir, from);
     if (rc < 0)
-        say(report, arg, 1, "copying %s/%s: %s", data_dir, RETAG_FILE, strerror(errno));
+        say(report, arg, 1, "copying %s/%s: %s", data_dir, datadir_name(DATADIR_TAGGED_FROM),
+            strerror(errno));
     return rc < 0 ? -1 : 0;
 }
 
@@ -1374,10 +1385,10 @@ int admin_backup(const char *data_dir, const char *to_dir, admin_report_fn repor
     uint8_t secret[KEYHASH_SECRET_LEN];
     uint64_t copied = 0, segs = 0, acked;
 
-    path_of(src_store, data_dir, "store");
-    path_of(src_log, data_dir, "log");
-    path_of(dst_store, to_dir, "store");
-    path_of(dst_log, to_dir, "log");
+    entry_of(src_store, data_dir, DATADIR_STORE);
+    entry_of(src_log, data_dir, DATADIR_LOG);
+    entry_of(dst_store, to_dir, DATADIR_STORE);
+    entry_of(dst_log, to_dir, DATADIR_LOG);
     if (backup_make_dirs(to_dir, dst_store, dst_log, report, arg) != 0)
         return ADMIN_ERROR;
     if (secret_read(data_dir, secret) != 1) {

@@ -8,10 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 
 #define DEFAULT_MAP_SIZE (1ull << 30)
-#define DATA_FILE        "data.mdb" /* LMDB's name for the environment's file in its dir */
 /*
  * `seq` is MDB_DUPSORT | MDB_DUPFIXED too: the bucket seq / B (u64,
  * MDB_INTEGERKEY) -> packed 33-byte duplicates (seq % B | key | receivedAt |
@@ -1311,7 +1311,7 @@ int store_copy(store_t *st, const char *dir)
         return rc;
     /* mdb_env_copy2 writes the file without syncing it, nor its name: a backup that says it
      * is durable must be. */
-    char *path = fsutil_join(dir, DATA_FILE);
+    char *path = datadir_in(dir, DATADIR_LMDB_DATA);
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     if (fd < 0 || fsync(fd) != 0 || fsutil_sync_dir(dir) != 0)
         rc = path ? STORE_EIO : STORE_NOMEM;
