@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "storage/window/genbloom.h" /* GEN_BLOOM_BITS: the writer's bits per key */
 #include "storage/window/keyhash.h"
 #include "storage/window/srcmap.h"
 
@@ -28,7 +29,7 @@
  *   filter : blocked Bloom filter, 64-byte blocks (one cache line); a key's
  *            block is chosen by its first 8 bytes, its k bits in the block by
  *            double hashing on its last 8 (keys are keyed hashes already:
- *            uniform, and no client can aim them)
+ *            uniform, and no client can aim them); storage/window/genbloom.h
  *   fences : u64 per page: the first 8 key bytes (big-endian) of its first record
  *   sources: per source tag its keys carry (keyhash_source), ascending: u32 tag,
  *            u32 zero, u64 keys, u64 newest receivedAt (per-source budgets)
@@ -44,14 +45,11 @@
  * up in it at once. A writer belongs to one thread.
  */
 
-#define GEN_RECORD_BYTES   28
-#define GEN_PAGE_BYTES     4096
-#define GEN_PAGE_RECORDS   (GEN_PAGE_BYTES / GEN_RECORD_BYTES) /* 146 */
-#define GEN_FOOTER_BYTES   128
-#define GEN_BLOOM_BITS     14 /* default filter bits per key: about 0.4% false positives */
-#define GEN_BLOOM_MAX_BITS 32
-#define GEN_BLOOM_MAX_K    16 /* bits set per key: about 2/3 of the bits per key, at most this */
-#define GEN_MAX_VALUE      ((UINT64_C(1) << 48) - 1) /* largest offset or receivedAt it holds */
+#define GEN_RECORD_BYTES 28
+#define GEN_PAGE_BYTES   4096
+#define GEN_PAGE_RECORDS (GEN_PAGE_BYTES / GEN_RECORD_BYTES) /* 146 */
+#define GEN_FOOTER_BYTES 128
+#define GEN_MAX_VALUE    ((UINT64_C(1) << 48) - 1) /* largest offset or receivedAt it holds */
 
 enum gen_status {
     GEN_OK = 0,
