@@ -23,7 +23,9 @@
  *         "evicting" -> u64 (store_mark_evicting), "sealed" -> u64
  *         (store_seal: every sequence below it was sealed into a generation
  *         file, storage/window/genset.h, and left LMDB)
- * Nothing outside store.c includes lmdb.h; LMDB codes are translated here.
+ * Nothing outside the store's files (store.c, storekeys.c, storeevict.c,
+ * storeread.c; private header storage/window/internal.h) includes lmdb.h;
+ * LMDB codes are translated there.
  */
 
 typedef struct store store_t;
