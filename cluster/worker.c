@@ -15,6 +15,7 @@
 
 #include "cluster/internal.h"
 #include "cluster/partition.h"
+#include "storage/datadir.h"
 #include "storage/window/merger.h"
 #include "cluster/worker_lost.h"
 #include "cluster/worker_sources.h"
@@ -163,7 +164,7 @@ static void on_kafka_error(rd_kafka_t *rk, int err, const char *reason, void *op
  */
 static int part_open_gens(cluster_worker_t *w, part_t *p, const char *dir)
 {
-    char *gdir = fsutil_join(dir, "gens");
+    char *gdir = datadir_in(dir, DATADIR_GENS);
     int grc = gdir ? genset_open(gdir, 0, &p->gs) : GEN_NOMEM;
     if (grc == GEN_OK)
         grc = genset_set_budget(p->gs, w->o.max_keys);
@@ -334,10 +335,10 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     p->repair_until = -1;
     p->batch_last = -1;
     p->move_to = -1;
-    snprintf(dir, sizeof dir, "%s/partitions/%s-%" PRId32, w->o.data_dir, w->o.raw_topic, id);
     int rc = CLUSTER_STORE;
     store_info_t info;
-    if (fsutil_mkdirs(dir) != 0) {
+    if (datadir_partition(dir, sizeof dir, w->o.data_dir, w->o.raw_topic, id) != 0 ||
+        fsutil_mkdirs(dir) != 0) {
         wlog(w, 0, "partition %" PRId32 ": cannot create %s: %s", id, dir, strerror(errno));
         goto fail;
     }
@@ -664,7 +665,10 @@ static int mirror_new(cluster_worker_t *w, char *err, size_t errlen)
 static int worker_id(const char *data_dir, char id[17], char *err, size_t errlen)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/worker-id", data_dir);
+    if (datadir_put(path, sizeof path, data_dir, DATADIR_WORKER_ID) != 0) {
+        errbuf_printf(err, errlen, "%s: path too long", data_dir);
+        return CLUSTER_EINVAL;
+    }
     FILE *f = fopen(path, "r");
     if (f != NULL) {
         bool ok = fscanf(f, "%16[0-9a-f]", id) == 1 && strlen(id) == 16;

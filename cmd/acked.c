@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "storage/commit/commit.h"
+#include "storage/datadir.h"
 #include "storage/log/log.h"
 #include "storage/window/store.h"
 
@@ -39,9 +40,9 @@ int acked_end(const char *data, const char *who, uint64_t *end)
     struct stat sb;
     int rc;
 
-    snprintf(storedir, sizeof storedir, "%s/store", data);
-    snprintf(mdb, sizeof mdb, "%s/data.mdb", storedir);
-    snprintf(logdir, sizeof logdir, "%s/log", data);
+    (void)datadir_put(storedir, sizeof storedir, data, DATADIR_STORE);
+    (void)datadir_put(mdb, sizeof mdb, storedir, DATADIR_LMDB_DATA);
+    (void)datadir_put(logdir, sizeof logdir, data, DATADIR_LOG);
     *end = 0;
     /* As in `log cat`: the server's ACKED first, needing no LMDB reader slot. */
     if (commit_read_acked(data, end) == 0)

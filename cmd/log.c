@@ -17,6 +17,7 @@
 #include "cmd/internal.h"
 #include "server/options.h"
 #include "storage/commit/commit.h"
+#include "storage/datadir.h"
 #include "storage/log/groups.h"
 #include "storage/log/log.h"
 #include "storage/window/store.h"
@@ -427,9 +428,10 @@ static int cat_args(int argc, char **argv, cat_t *c)
         fprintf(stderr, "ingestd log cat: no data directory %s\n", c->data);
         return 1;
     }
-    snprintf(c->storedir, sizeof c->storedir, "%s/store", c->data);
-    snprintf(c->mdb, sizeof c->mdb, "%s/data.mdb", c->storedir);
-    snprintf(c->logdir, sizeof c->logdir, "%s/%s", c->data, c->rejected ? "rejected" : "log");
+    (void)datadir_put(c->storedir, sizeof c->storedir, c->data, DATADIR_STORE);
+    (void)datadir_put(c->mdb, sizeof c->mdb, c->storedir, DATADIR_LMDB_DATA);
+    (void)datadir_put(c->logdir, sizeof c->logdir, c->data,
+                      c->rejected ? DATADIR_REJECTED : DATADIR_LOG);
     c->pos_known = c->have_from;
     c->may_skip = !c->have_from;
     return -1;

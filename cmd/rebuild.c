@@ -7,6 +7,7 @@
 
 #include "cmd/cmd.h"
 #include "cmd/internal.h"
+#include "storage/datadir.h"
 #include "server/options.h"
 #include "storage/tools/rebuild.h"
 #include "storage/window/settings.h"
@@ -91,8 +92,8 @@ static int resolve_window(const struct args *a, winsettings_t *w)
     int have = winsettings_read(a->data, &rec);
     if (have < 0) {
         fprintf(stderr, "ingestd rebuild: %s/%s: %s (give --window, --max-keys and --young-keys)\n",
-                a->data, WINSETTINGS_FILE, strerror(errno));
-        printf("rebuild: FAILED: %s/%s is unreadable\n", a->data, WINSETTINGS_FILE);
+                a->data, datadir_name(DATADIR_WINDOW), strerror(errno));
+        printf("rebuild: FAILED: %s/%s is unreadable\n", a->data, datadir_name(DATADIR_WINDOW));
         return -1;
     }
     const char *from[3];

@@ -19,6 +19,7 @@
 #include "server/logging.h"
 #include "server/options.h"
 #include "server/progress.h"
+#include "storage/datadir.h"
 #include "storage/log/log.h"
 
 #define MAX_KAFKA_OPTS 64
@@ -222,7 +223,7 @@ static int seed_range(seed_t *s, bool have_from, uint64_t from)
         fprintf(stderr, "ingestd seed: no data directory %s\n", s->data);
         return -1;
     }
-    snprintf(s->logdir, sizeof s->logdir, "%s/log", s->data);
+    (void)datadir_put(s->logdir, sizeof s->logdir, s->data, DATADIR_LOG);
     if (stat(s->logdir, &sb) != 0) {
         s->from = s->limit = have_from ? from : 0;
         return 1; /* a node that never logged an event has no window to carry */

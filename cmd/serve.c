@@ -21,6 +21,7 @@
 #include "server/http.h"
 #include "server/logging.h"
 #include "storage/commit/commit.h"
+#include "storage/datadir.h"
 #include "storage/log/log.h"
 #include "storage/log/quarantine.h"
 #include "storage/window/settings.h"
@@ -66,7 +67,7 @@ static int open_quarantine(const config_t *cfg, quarantine_t **q)
         LOG_INFO("quarantine: off (--rejected-max-bytes 0): refused input is counted, not kept");
         return 0;
     }
-    snprintf(dir, sizeof dir, "%s/rejected", cfg->data_dir);
+    (void)datadir_put(dir, sizeof dir, cfg->data_dir, DATADIR_REJECTED);
     quarantine_options_t qo = {.max_bytes = cfg->rejected_max_bytes};
     int rc = quarantine_open(dir, &qo, q, &lrc);
     if (rc != QUARANTINE_OK) {
@@ -300,7 +301,7 @@ static int open_storage(struct serving *s)
     if (!copts.memory_filter && winsettings_write(cfg->data_dir, &ws) != 0)
         LOG_WARN("cannot write %s/%s (%s): `ingestd rebuild` and `check` will use their defaults "
                  "unless given the window's flags",
-                 cfg->data_dir, WINSETTINGS_FILE, strerror(errno));
+                 cfg->data_dir, datadir_name(DATADIR_WINDOW), strerror(errno));
     return open_quarantine(cfg, &s->quarantine);
 }
 

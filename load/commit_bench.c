@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "server/progress.h"
 #include "storage/commit/commit.h"
+#include "storage/datadir.h"
 #include "storage/window/genset.h"
 #include "storage/window/keyhash.h"
 #include "storage/window/store.h"
@@ -145,11 +146,11 @@ static window_disk_t window_disk(const char *data_dir, const store_info_t *si)
     window_disk_t wd = {0};
     char *path = NULL;
     struct stat sb;
-    if (asprintf(&path, "%s/store/data.mdb", data_dir) >= 0 && stat(path, &sb) == 0)
+    if ((path = datadir_path(data_dir, DATADIR_LMDB_DATA)) != NULL && stat(path, &sb) == 0)
         wd.lmdb_file = (uint64_t)sb.st_size;
     free(path);
     genset_t *gs = NULL;
-    if (asprintf(&path, "%s/store/gens", data_dir) >= 0 &&
+    if ((path = datadir_path(data_dir, DATADIR_GENS)) != NULL &&
         genset_open_read_only(path, &gs) == GEN_OK) {
         genset_view_t *v = genset_view(gs);
         genset_totals_t t;
@@ -195,8 +196,8 @@ static int preload_sealed(const uint8_t *secret, uint64_t n)
 
     if (per < (1u << 20))
         per = 1u << 20;
-    if (asprintf(&storedir, "%s/store", o.data_dir) < 0 ||
-        asprintf(&gensdir, "%s/store/gens", o.data_dir) < 0)
+    if (!(storedir = datadir_path(o.data_dir, DATADIR_STORE)) ||
+        !(gensdir = datadir_path(o.data_dir, DATADIR_GENS)))
         goto out;
     es = malloc((per < n ? per : n) * sizeof(*es));
     if (!es || store_open(storedir, &so, &st) != STORE_OK || genset_open(gensdir, 0, &gs) != GEN_OK)
@@ -448,7 +449,7 @@ int main(int argc, char **argv)
     char *dir = NULL;
     store_t *st = NULL;
     store_options_t so = {.read_only = true};
-    if (asprintf(&dir, "%s/store", o.data_dir) < 0 || store_open(dir, &so, &st) != STORE_OK ||
+    if (!(dir = datadir_path(o.data_dir, DATADIR_STORE)) || store_open(dir, &so, &st) != STORE_OK ||
         store_get_info(st, &si) != STORE_OK)
         fprintf(stderr, "ingestd-commit-bench: cannot read the store after the run\n");
     store_close(st);

@@ -158,17 +158,7 @@ int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t m
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
     if (fd < 0)
         goto out;
-    const char *p = data;
-    for (size_t left = len; left > 0;) {
-        ssize_t w = write(fd, p, left);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            goto out;
-        p += w;
-        left -= (size_t)w;
-    }
-    if (fsync(fd) != 0)
+    if (fsutil_write_all(fd, data, len) != 0 || fsync(fd) != 0)
         goto out;
     close(fd);
     fd = -1;
@@ -185,6 +175,62 @@ out:
     free(dir);
     errno = saved;
     return rc;
+}
+
+int fsutil_write_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0) { /* no progress and no error: say so rather than spin */
+            errno = EIO;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int fsutil_pwrite_all(int fd, const void *buf, size_t len, uint64_t at)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)at);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += n;
+        len -= (size_t)n;
+        at += (uint64_t)n;
+    }
+    return 0;
+}
+
+ssize_t fsutil_pread_full(int fd, void *buf, size_t len, uint64_t at)
+{
+    char *p = buf;
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, p + got, len - got, (off_t)(at + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        if (n == 0)
+            break;
+        got += (size_t)n;
+    }
+    return (ssize_t)got;
 }
 
 int fsutil_read_small(const char *path, void *buf, size_t cap, size_t *len)

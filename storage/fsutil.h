@@ -3,6 +3,7 @@
 #define INGESTD_FSUTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 /* "dir/name", malloc'ed (caller frees); NULL when out of memory. */
@@ -38,6 +39,22 @@ int fsutil_rm_tree(const char *path);
  * Returns 0, or -1 with errno set (the temporary file is removed).
  */
 int fsutil_write_atomic(const char *path, const void *data, size_t len, mode_t mode);
+
+/*
+ * Writes all `len` bytes to fd at its file offset, retrying short writes and
+ * EINTR. Returns 0, or -1 with errno set (some bytes may have been written).
+ */
+int fsutil_write_all(int fd, const void *buf, size_t len);
+
+/* As fsutil_write_all, at offset `at` (pwrite: the file offset is unchanged). */
+int fsutil_pwrite_all(int fd, const void *buf, size_t len, uint64_t at);
+
+/*
+ * Reads `len` bytes at offset `at`, retrying short reads and EINTR. Returns
+ * the bytes read, fewer than len only at the end of the file, or -1 with
+ * errno set.
+ */
+ssize_t fsutil_pread_full(int fd, void *buf, size_t len, uint64_t at);
 
 /*
  * Reads a whole small file into buf (at most cap bytes; a longer file is an

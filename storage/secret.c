@@ -4,11 +4,12 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 
 int secret_read(const char *data_dir, uint8_t out[KEYHASH_SECRET_LEN])
 {
-    char *path = fsutil_join(data_dir, SECRET_FILE);
+    char *path = datadir_path(data_dir, DATADIR_SECRET);
     size_t n = 0;
     int rc = -1, saved;
     if (!path)
@@ -27,7 +28,7 @@ int secret_read(const char *data_dir, uint8_t out[KEYHASH_SECRET_LEN])
 
 int secret_write(const char *data_dir, const uint8_t secret[KEYHASH_SECRET_LEN])
 {
-    char *path = fsutil_join(data_dir, SECRET_FILE);
+    char *path = datadir_path(data_dir, DATADIR_SECRET);
     if (!path)
         return -1;
     int rc = fsutil_write_atomic(path, secret, KEYHASH_SECRET_LEN, 0600);

@@ -1,12 +1,13 @@
-/* secret: the data dir's hash secret file, DIR/secret: its one reader and its one writer. */
+/*
+ * secret: the data dir's hash secret file, DIR/secret (DATADIR_SECRET): its one reader and its
+ * one writer. LMDB's meta holds the same secret.
+ */
 #ifndef INGESTD_SECRET_H
 #define INGESTD_SECRET_H
 
 #include <stdint.h>
 
 #include "storage/window/keyhash.h"
-
-#define SECRET_FILE "secret" /* in the data dir; LMDB's meta holds the same secret */
 
 /*
  * Reads DIR/secret into `out`. Returns 1 when it holds a secret, 0 when there

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "storage/commit/internal.h"
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 
 void commit_notify(commit_t *c, int level, const char *fmt, ...)
@@ -198,9 +199,9 @@ static commit_t *open_alloc(const commit_options_t *opts)
     pthread_cond_init(&c->probe_cv, NULL);
     pthread_cond_init(&c->lookup_cv, NULL);
     c->data_dir = strdup(opts->data_dir);
-    c->log_dir = c->data_dir ? fsutil_join(c->data_dir, "log") : NULL;
+    c->log_dir = c->data_dir ? datadir_in(c->data_dir, DATADIR_LOG) : NULL;
     c->store_dir = opts->store_dir ? strdup(opts->store_dir)
-                   : c->data_dir   ? fsutil_join(c->data_dir, "store")
+                   : c->data_dir   ? datadir_in(c->data_dir, DATADIR_STORE)
                                    : NULL;
     c->opts.data_dir = c->data_dir;
     c->sibling_store = opts->store_dir != NULL;
@@ -217,7 +218,7 @@ static int open_lock(commit_t *c, char *errbuf, size_t errlen)
         errbuf_printf(errbuf, errlen, "creating data dir %s: %s", c->data_dir, strerror(errno));
         return -1;
     }
-    char *path = fsutil_join(c->data_dir, "LOCK");
+    char *path = datadir_in(c->data_dir, DATADIR_LOCK);
     if (!path)
         return -1;
     if (c->opts.lock_held) {

@@ -12,13 +12,12 @@
 #include <unistd.h>
 
 #include "storage/commit/internal.h"
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 #include "storage/window/retag.h"
 #include "storage/secret.h"
 
-#define ACKED_FILE      "ACKED" /* in DIR/store: the acknowledged end, for readers */
-#define UNSYNCED_MARKER "UNSYNCED"
-#define BOOT_ID_PROC    "/proc/sys/kernel/random/boot_id"
+#define BOOT_ID_PROC "/proc/sys/kernel/random/boot_id"
 
 /*
  * The secret lives in DIR/secret as well as in LMDB, so a store rebuilt from
@@ -30,7 +29,7 @@ int commit_files_load_secret(commit_t *c, store_t *store, char *errbuf, size_t e
     uint8_t file_secret[KEYHASH_SECRET_LEN];
     int have = secret_read(c->data_dir, file_secret);
     if (have < 0) {
-        errbuf_printf(errbuf, errlen, "%s/%s: %s", c->data_dir, SECRET_FILE,
+        errbuf_printf(errbuf, errlen, "%s/%s: %s", c->data_dir, datadir_name(DATADIR_SECRET),
                       errno == EINVAL ? "not a 16-byte secret" : strerror(errno));
         return -1;
     }
@@ -51,13 +50,13 @@ int commit_files_load_secret(commit_t *c, store_t *store, char *errbuf, size_t e
         errbuf_printf(errbuf, errlen,
                       "%s/%s differs from the secret in the LMDB store: the store belongs to "
                       "another data dir",
-                      c->data_dir, SECRET_FILE);
+                      c->data_dir, datadir_name(DATADIR_SECRET));
         return -1;
     }
     /* Durable before any key is hashed with it (secret_write: tmp, fsync, rename, dir fsync). */
     if (!have && secret_write(c->data_dir, c->secret) != 0) {
-        errbuf_printf(errbuf, errlen, "writing %s/%s: %s", c->data_dir, SECRET_FILE,
-                      strerror(errno));
+        errbuf_printf(errbuf, errlen, "writing %s/%s: %s", c->data_dir,
+                      datadir_name(DATADIR_SECRET), strerror(errno));
         return -1;
     }
     return 0;
@@ -83,7 +82,7 @@ void commit_files_write_acked(commit_t *c, uint64_t offset)
     if (c->acked_fd < 0)
         return;
     int n = format_acked(buf, offset);
-    if (pwrite(c->acked_fd, buf, (size_t)n, 0) != n) {
+    if (fsutil_pwrite_all(c->acked_fd, buf, (size_t)n, 0) != 0) {
         close(c->acked_fd); /* readers fall back to LMDB's applied offset */
         c->acked_fd = -1;
     }
@@ -91,11 +90,11 @@ void commit_files_write_acked(commit_t *c, uint64_t offset)
 
 void commit_files_open_acked(commit_t *c, const char *storedir, uint64_t offset)
 {
-    char *path = fsutil_join(storedir, ACKED_FILE);
+    char *path = datadir_in(storedir, DATADIR_ACKED);
     c->acked_fd = path ? open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644) : -1;
     if (c->acked_fd < 0)
         commit_notify(c, 1, "cannot write %s (%s): `log cat` will see records up to a second late",
-                      path ? path : ACKED_FILE, strerror(errno));
+                      path ? path : datadir_name(DATADIR_ACKED), strerror(errno));
     free(path);
     commit_files_write_acked(c, offset);
 }
@@ -109,21 +108,18 @@ void commit_files_close_acked(commit_t *c)
 
 int commit_write_acked_file(const char *data_dir, uint64_t offset)
 {
-    char *dir = fsutil_join(data_dir, "store");
-    char *path = dir ? fsutil_join(dir, ACKED_FILE) : NULL;
+    char *path = datadir_path(data_dir, DATADIR_ACKED);
     char buf[32];
     int n = format_acked(buf, offset), rc = -1;
     if (path && fsutil_write_atomic(path, buf, (size_t)n, 0644) == 0)
         rc = 0;
     free(path);
-    free(dir);
     return rc;
 }
 
 int commit_read_acked(const char *data_dir, uint64_t *offset)
 {
-    char *dir = fsutil_join(data_dir, "store");
-    char *path = dir ? fsutil_join(dir, ACKED_FILE) : NULL;
+    char *path = datadir_path(data_dir, DATADIR_ACKED);
     char buf[32];
     int rc = -1;
     int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
@@ -143,7 +139,6 @@ int commit_read_acked(const char *data_dir, uint64_t *offset)
         close(fd);
     }
     free(path);
-    free(dir);
     return rc;
 }
 
@@ -169,7 +164,7 @@ static int boot_id(const commit_t *c, char *out, size_t cap)
 
 char *commit_files_unsynced_path(const commit_t *c)
 {
-    return fsutil_join(c->store_dir, UNSYNCED_MARKER);
+    return datadir_in(c->store_dir, DATADIR_UNSYNCED);
 }
 
 /*
@@ -212,7 +207,7 @@ int commit_files_mark_unsynced(const commit_t *c, const char *marker, char *errb
  */
 void commit_files_clear_unsynced(commit_t *c, bool only_if_present)
 {
-    char *marker = fsutil_join(c->store_dir, UNSYNCED_MARKER);
+    char *marker = datadir_in(c->store_dir, DATADIR_UNSYNCED);
     if (marker && (!only_if_present || access(marker, F_OK) == 0) &&
         store_flush(c->store) == STORE_OK && unlink(marker) == 0)
         fsutil_sync_dir(c->store_dir);
@@ -227,7 +222,8 @@ int commit_files_open_tagged(commit_t *c, uint64_t next_offset, char *errbuf, si
     int rc = retag_read_from(c->data_dir, &from);
     c->retagged = c->retag_nosource = 0;
     if (rc < 0) {
-        errbuf_printf(errbuf, errlen, "reading %s/%s: %s", c->data_dir, RETAG_FILE,
+        errbuf_printf(errbuf, errlen, "reading %s/%s: %s", c->data_dir,
+                      datadir_name(DATADIR_TAGGED_FROM),
                       errno == EINVAL ? "malformed" : strerror(errno));
         return -1;
     }
@@ -235,8 +231,8 @@ int commit_files_open_tagged(commit_t *c, uint64_t next_offset, char *errbuf, si
      * file must be durable before the first tagged one is appended. After an older release ran
      * here (a rollback), so are the records it appended: tagging a tagged key changes nothing. */
     if ((rc == 1 || c->older_store) && retag_write_from(c->data_dir, from = next_offset) != 0) {
-        errbuf_printf(errbuf, errlen, "writing %s/%s: %s", c->data_dir, RETAG_FILE,
-                      strerror(errno));
+        errbuf_printf(errbuf, errlen, "writing %s/%s: %s", c->data_dir,
+                      datadir_name(DATADIR_TAGGED_FROM), strerror(errno));
         return -1;
     }
     c->tagged_from = from;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "storage/commit/internal.h"
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 
 /*
@@ -41,7 +42,7 @@ int commit_memory_init(commit_t *c, const char *spec, char *errbuf, size_t errle
  */
 static int memory_open(commit_t *c, char *errbuf, size_t errlen)
 {
-    char *logdir = fsutil_join(c->data_dir, "log");
+    char *logdir = datadir_in(c->data_dir, DATADIR_LOG);
     log_reader_t *r = NULL;
     uint8_t fsecret[16];
     log_info_t li;

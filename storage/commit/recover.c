@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "storage/commit/internal.h"
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 #include "storage/window/seal.h"
 #include "storage/window/storeswap.h"
@@ -378,12 +379,12 @@ static void recover_rebuild_leftovers(commit_t *c)
     int64_t n = storeswap_leftovers(c->data_dir, 1);
     if (n < 0)
         commit_notify(c, 1, "could not remove a leftover %s/%s* of a rebuild: %s", c->data_dir,
-                      STORESWAP_PREFIX, strerror(errno));
+                      DATADIR_REBUILD_PREFIX, strerror(errno));
     else if (n > 0)
         commit_notify(c, 1,
                       "removed %lld leftover %s/%s* director%s of an `ingestd rebuild` cut short "
                       "(the store it was building, or the old one it replaced)",
-                      (long long)n, c->data_dir, STORESWAP_PREFIX, n == 1 ? "y" : "ies");
+                      (long long)n, c->data_dir, DATADIR_REBUILD_PREFIX, n == 1 ? "y" : "ies");
 }
 
 /* Says what opening the generations repaired, and counts it (commit.h). */
@@ -419,7 +420,7 @@ static void recover_report_gens(commit_t *c, const seal_recovery_t *sr)
  */
 static int recover_open_gens(commit_t *c, const char *storedir, char *errbuf, size_t errlen)
 {
-    char *dir = fsutil_join(storedir, "gens");
+    char *dir = datadir_in(storedir, DATADIR_GENS);
     int grc = dir ? genset_open(dir, 0, &c->gens) : GEN_NOMEM;
     free(dir);
     if (grc == GEN_OK)
@@ -509,7 +510,7 @@ static int recover_catch_up(commit_t *c, const char *logdir, char *errbuf, size_
 int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen)
 {
     char *path = strdup(c->store_dir);
-    char *logdir = fsutil_join(c->data_dir, "log");
+    char *logdir = datadir_in(c->data_dir, DATADIR_LOG);
     char *marker = commit_files_unsynced_path(c);
     char *aside = NULL;
     int rc = -1, crashed = 0;
@@ -568,7 +569,7 @@ void commit_recover_close_storage(commit_t *c)
  */
 int commit_recover_probe_write(const char *logdir)
 {
-    char *path = fsutil_join(logdir, "probe.tmp");
+    char *path = datadir_in(logdir, DATADIR_LOG_PROBE);
     char buf[4096];
     int rc = -1;
     if (!path)
@@ -576,7 +577,7 @@ int commit_recover_probe_write(const char *logdir)
     memset(buf, 0, sizeof(buf));
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd >= 0) {
-        rc = write(fd, buf, sizeof(buf)) == (ssize_t)sizeof(buf) && fdatasync(fd) == 0 ? 0 : -1;
+        rc = fsutil_write_all(fd, buf, sizeof(buf)) == 0 && fdatasync(fd) == 0 ? 0 : -1;
         close(fd);
         unlink(path);
     }

@@ -1,6 +1,7 @@
 /* groups.c: consumer group offsets, one small file per group, replaced atomically. */
 #include "storage/log/groups.h"
 
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 
 #include <dirent.h>
@@ -33,9 +34,11 @@ int groups_valid_name(const char *name)
 /* DATA/groups, or DATA/groups/NAME. */
 static int path_of(char *out, const char *data_dir, const char *name)
 {
-    int n = name ? snprintf(out, PATH_LEN, "%s/groups/%s", data_dir, name)
-                 : snprintf(out, PATH_LEN, "%s/groups", data_dir);
-    return n < 0 || n >= PATH_LEN ? -1 : 0;
+    if (datadir_put(out, PATH_LEN, data_dir, DATADIR_GROUPS) != 0)
+        return -1;
+    size_t len = strlen(out);
+    int n = name ? snprintf(out + len, PATH_LEN - len, "/%s", name) : 0;
+    return n < 0 || (size_t)n >= PATH_LEN - len ? -1 : 0;
 }
 
 /* Parses "123\n": the whole file, one decimal number. */

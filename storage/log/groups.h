@@ -33,13 +33,17 @@ typedef struct groups_entry {
 /* 1 when `name` is a valid group name, else 0. */
 int groups_valid_name(const char *name);
 
-/* The committed offset of `name`: GROUPS_OK, GROUPS_NOTFOUND or an error. */
+/* The committed offset of `name`: GROUPS_OK, GROUPS_NOTFOUND, or GROUPS_INVALID (bad name),
+ * GROUPS_EIO (errno), GROUPS_CORRUPT (the file holds no offset). */
 int groups_get(const char *data_dir, const char *name, uint64_t *offset);
 
-/* Durably records that `name` continues at `offset`. */
+/* Durably records that `name` continues at `offset`. GROUPS_OK, or GROUPS_INVALID (bad name),
+ * GROUPS_EIO (errno: creating DATA/groups or writing the file). */
 int groups_commit(const char *data_dir, const char *name, uint64_t offset);
 
-/* Every group, sorted by name. *out is malloc'ed (caller frees; NULL when none). */
+/* Every group, sorted by name. *out is malloc'ed (caller frees; NULL when none). GROUPS_OK
+ * (no DATA/groups: none), or GROUPS_INVALID (path too long), GROUPS_EIO, GROUPS_NOMEM;
+ * files that are not groups are passed over. */
 int groups_list(const char *data_dir, groups_entry_t **out, size_t *n);
 
 const char *groups_strerror(int status);

@@ -1,6 +1,8 @@
 /* log.c: segmented append-only log with length + CRC framing and torn-tail recovery. */
 #include "storage/log/log.h"
 
+#include "common/bytes.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -56,28 +58,6 @@ struct log_reader {
 
 /* ---- encoding helpers ---- */
 
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32;
-}
-
 /* CRC over the header after the crc field, then the payload. */
 static uint32_t record_crc(const uint8_t *hdr, const char *data, uint32_t len)
 {
@@ -91,19 +71,19 @@ static uint32_t record_crc(const uint8_t *hdr, const char *data, uint32_t len)
 
 static void encode_header(uint8_t *hdr, const log_record_t *r)
 {
-    put32(hdr, r->len);
-    put64(hdr + 8, r->offset);
-    put64(hdr + 16, (uint64_t)r->received_ms);
+    bytes_put_le32(hdr, r->len);
+    bytes_put_le64(hdr + 8, r->offset);
+    bytes_put_le64(hdr + 16, (uint64_t)r->received_ms);
     memcpy(hdr + 24, r->key, 16);
-    put32(hdr + 4, record_crc(hdr, r->data, r->len));
+    bytes_put_le32(hdr + 4, record_crc(hdr, r->data, r->len));
 }
 
 static void decode_header(const uint8_t *hdr, log_record_t *r, uint32_t *crc)
 {
-    r->len = get32(hdr);
-    *crc = get32(hdr + 4);
-    r->offset = get64(hdr + 8);
-    r->received_ms = (int64_t)get64(hdr + 16);
+    r->len = bytes_get_le32(hdr);
+    *crc = bytes_get_le32(hdr + 4);
+    r->offset = bytes_get_le64(hdr + 8);
+    r->received_ms = (int64_t)bytes_get_le64(hdr + 16);
     memcpy(r->key, hdr + 24, 16);
 }
 
@@ -174,42 +154,6 @@ static int io_status(int err)
     return err == ENOSPC || err == EDQUOT ? LOG_ENOSPC : LOG_EIO;
 }
 
-static int write_all(int fd, const void *buf, size_t len, uint64_t at)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, (off_t)at);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        p += n;
-        len -= (size_t)n;
-        at += (uint64_t)n;
-    }
-    return 0;
-}
-
-/* Reads exactly len bytes at `at`; returns bytes read (< len at end of file) or -1. */
-static ssize_t read_full(int fd, void *buf, size_t len, uint64_t at)
-{
-    char *p = buf;
-    size_t got = 0;
-    while (got < len) {
-        ssize_t n = pread(fd, p + got, len - got, (off_t)(at + got));
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        if (n == 0)
-            break;
-        got += (size_t)n;
-    }
-    return (ssize_t)got;
-}
-
 static int grow(char **buf, size_t *cap, size_t need)
 {
     if (need <= *cap)
@@ -278,9 +222,9 @@ static void index_note(log_t *log, uint64_t offset, uint64_t pos)
     uint8_t e[IDX_ENTRY];
     if (log->idx_fd < 0 || pos < log->idx_last_pos + LOG_INDEX_INTERVAL)
         return;
-    put64(e, offset);
-    put64(e + 8, pos);
-    if (write_all(log->idx_fd, e, sizeof(e), log->idx_n * IDX_ENTRY) != 0) {
+    bytes_put_le64(e, offset);
+    bytes_put_le64(e + 8, pos);
+    if (fsutil_pwrite_all(log->idx_fd, e, sizeof(e), log->idx_n * IDX_ENTRY) != 0) {
         index_drop(log);
         return;
     }
@@ -298,8 +242,8 @@ static int create_segment(log_t *log, uint64_t base)
     if (fd < 0)
         goto fail;
     memcpy(hdr, SEG_MAGIC, 8);
-    put32(hdr + 8, SEG_VERSION);
-    if (write_all(fd, hdr, sizeof(hdr), 0) != 0 || fdatasync(fd) != 0)
+    bytes_put_le32(hdr + 8, SEG_VERSION);
+    if (fsutil_pwrite_all(fd, hdr, sizeof(hdr), 0) != 0 || fdatasync(fd) != 0)
         goto fail;
     if (log->fd >= 0)
         close(log->fd);
@@ -340,9 +284,9 @@ static int recover_tail(log_t *log)
         /* Torn at creation: nothing in it was ever acknowledged. */
         uint8_t seg[LOG_SEGMENT_HEADER] = {0};
         memcpy(seg, SEG_MAGIC, 8);
-        put32(seg + 8, SEG_VERSION);
-        if (write_all(log->fd, seg, sizeof(seg), 0) != 0 || ftruncate(log->fd, sizeof(seg)) != 0 ||
-            fdatasync(log->fd) != 0)
+        bytes_put_le32(seg + 8, SEG_VERSION);
+        if (fsutil_pwrite_all(log->fd, seg, sizeof(seg), 0) != 0 ||
+            ftruncate(log->fd, sizeof(seg)) != 0 || fdatasync(log->fd) != 0)
             goto io;
         log->truncated_bytes += size;
         log->seg_size = LOG_SEGMENT_HEADER;
@@ -350,9 +294,9 @@ static int recover_tail(log_t *log)
         index_open(log, log->seg_base, true, 0, 0);
         return LOG_OK;
     }
-    if (read_full(log->fd, hdr, LOG_SEGMENT_HEADER, 0) != LOG_SEGMENT_HEADER)
+    if (fsutil_pread_full(log->fd, hdr, LOG_SEGMENT_HEADER, 0) != LOG_SEGMENT_HEADER)
         goto io;
-    if (memcmp(hdr, SEG_MAGIC, 8) != 0 || get32(hdr + 8) != SEG_VERSION)
+    if (memcmp(hdr, SEG_MAGIC, 8) != 0 || bytes_get_le32(hdr + 8) != SEG_VERSION)
         return LOG_CORRUPT;
 
     /* The scan validates every record anyway: rebuild the segment's index as it goes. */
@@ -360,7 +304,7 @@ static int recover_tail(log_t *log)
     for (;;) {
         log_record_t r;
         uint32_t crc;
-        ssize_t n = read_full(log->fd, hdr, sizeof(hdr), pos);
+        ssize_t n = fsutil_pread_full(log->fd, hdr, sizeof(hdr), pos);
         if (n < 0)
             goto io;
         if ((size_t)n < sizeof(hdr))
@@ -374,7 +318,7 @@ static int recover_tail(log_t *log)
             rc = LOG_NOMEM;
             goto out;
         }
-        n = read_full(log->fd, log->buf, r.len, pos + sizeof(hdr));
+        n = fsutil_pread_full(log->fd, log->buf, r.len, pos + sizeof(hdr));
         if (n < 0)
             goto io;
         if ((size_t)n < r.len || record_crc(hdr, log->buf, r.len) != crc)
@@ -545,7 +489,7 @@ int log_append(log_t *log, log_record_t *recs, size_t n)
         memcpy(p + LOG_RECORD_HEADER, recs[i].data, recs[i].len);
         p += LOG_RECORD_HEADER + recs[i].len;
     }
-    if (write_all(log->fd, log->buf, total, log->seg_size) != 0) {
+    if (fsutil_pwrite_all(log->fd, log->buf, total, log->seg_size) != 0) {
         log->err = errno;
         rc = io_status(errno);
         /* Keep the file as the synced state says; a partial write is cut off. */
@@ -727,12 +671,12 @@ static int reader_switch(log_reader_t *r, uint64_t base)
     if (fd < 0)
         return errno == ENOENT ? LOG_END : LOG_EIO;
     uint8_t hdr[LOG_SEGMENT_HEADER];
-    ssize_t n = read_full(fd, hdr, sizeof(hdr), 0);
+    ssize_t n = fsutil_pread_full(fd, hdr, sizeof(hdr), 0);
     if (n < (ssize_t)sizeof(hdr)) {
         close(fd);
         return n < 0 ? LOG_EIO : LOG_END; /* being created */
     }
-    if (memcmp(hdr, SEG_MAGIC, 8) != 0 || get32(hdr + 8) != SEG_VERSION) {
+    if (memcmp(hdr, SEG_MAGIC, 8) != 0 || bytes_get_le32(hdr + 8) != SEG_VERSION) {
         close(fd);
         return LOG_CORRUPT;
     }
@@ -766,25 +710,26 @@ static void reader_seek_index(log_reader_t *r, uint64_t from)
         goto out;
     size_t n = (size_t)st.st_size / IDX_ENTRY;
     idx = malloc(n * IDX_ENTRY);
-    if (!idx || read_full(fd, idx, n * IDX_ENTRY, 0) != (ssize_t)(n * IDX_ENTRY))
+    if (!idx || fsutil_pread_full(fd, idx, n * IDX_ENTRY, 0) != (ssize_t)(n * IDX_ENTRY))
         goto out;
     /* The last entry at or before `from` (entries ascend when the index is sound). */
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (get64(idx + mid * IDX_ENTRY) <= from)
+        if (bytes_get_le64(idx + mid * IDX_ENTRY) <= from)
             lo = mid + 1;
         else
             hi = mid;
     }
     if (lo == 0)
         goto out;
-    uint64_t off = get64(idx + (lo - 1) * IDX_ENTRY), pos = get64(idx + (lo - 1) * IDX_ENTRY + 8);
+    uint64_t off = bytes_get_le64(idx + (lo - 1) * IDX_ENTRY),
+             pos = bytes_get_le64(idx + (lo - 1) * IDX_ENTRY + 8);
     uint8_t hdr[LOG_RECORD_HEADER];
     log_record_t rec;
     uint32_t crc;
     if (off < r->seg_base || pos < LOG_SEGMENT_HEADER ||
-        read_full(r->fd, hdr, sizeof(hdr), pos) != (ssize_t)sizeof(hdr))
+        fsutil_pread_full(r->fd, hdr, sizeof(hdr), pos) != (ssize_t)sizeof(hdr))
         goto out;
     decode_header(hdr, &rec, &crc);
     if (rec.offset == off && rec.len <= LOG_MAX_PAYLOAD) {
@@ -799,7 +744,7 @@ out:
 /* Reads the header at the reader's position. LOG_END when there is no complete one. */
 static int reader_header(log_reader_t *r, uint8_t *hdr, log_record_t *rec, uint32_t *crc)
 {
-    ssize_t n = read_full(r->fd, hdr, LOG_RECORD_HEADER, r->pos);
+    ssize_t n = fsutil_pread_full(r->fd, hdr, LOG_RECORD_HEADER, r->pos);
     if (n < 0)
         return LOG_EIO;
     if (n < LOG_RECORD_HEADER)
@@ -904,7 +849,7 @@ int log_reader_next(log_reader_t *r, uint64_t limit, log_record_t *rec)
         return rc;
     if (grow(&r->buf, &r->cap, (size_t)rec->len + 1) != 0)
         return LOG_NOMEM;
-    ssize_t n = read_full(r->fd, r->buf, rec->len, r->pos + LOG_RECORD_HEADER);
+    ssize_t n = fsutil_pread_full(r->fd, r->buf, rec->len, r->pos + LOG_RECORD_HEADER);
     if (n < 0)
         return LOG_EIO;
     /* Past the durable limit a short or bad record is a write in progress; before it, corruption.

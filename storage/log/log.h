@@ -74,6 +74,9 @@ typedef struct log_info {
  * opts->durable_offset is truncated away with everything after it, and the
  * truncation made durable; one below it is LOG_CORRUPT. One writer per directory (the caller
  * holds the data dir lock). *out is freed with log_close().
+ * Returns LOG_OK, or LOG_INVALID (bad options), LOG_EIO / LOG_ENOSPC (errno in
+ * errno), LOG_NOMEM, LOG_CORRUPT (a bad record below durable_offset); *out is
+ * then NULL.
  */
 int log_open(const char *dir, const log_options_t *opts, log_t **out);
 
@@ -83,11 +86,16 @@ void log_close(log_t *log);
 /*
  * Appends n records after the last one, without syncing. Assigns
  * recs[i].offset. May roll to a new segment first. On failure, the log is
- * rolled back to its last synced end (see log_rollback).
+ * rolled back to its last synced end (see log_rollback). Returns LOG_OK, or
+ * LOG_INVALID (a record over LOG_MAX_PAYLOAD; nothing appended), LOG_EIO /
+ * LOG_ENOSPC (log_errno()), LOG_NOMEM, LOG_FAILED (the writer is failed).
  */
 int log_append(log_t *log, log_record_t *recs, size_t n);
 
-/* fdatasync's the active segment (and, after a roll, the directory). */
+/*
+ * fdatasync's the active segment (and, after a roll, the directory). LOG_OK,
+ * or LOG_EIO / LOG_ENOSPC (log_errno()), LOG_FAILED (the writer is failed).
+ */
 int log_sync(log_t *log);
 
 /*
@@ -119,14 +127,16 @@ typedef struct log_retain_result {
  * only when all its records are below it. The segments the bounds would
  * delete but keep_from keeps are counted in out->held_*. Readers that
  * already opened a deleted segment read on; new readers before the new first
- * offset get LOG_INVALID. Writer thread only.
+ * offset get LOG_INVALID. Writer thread only. Returns LOG_OK, or LOG_EIO
+ * (a stat or unlink failed; the segments deleted before it stay deleted and
+ * are counted), LOG_NOMEM.
  */
 int log_retain(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
                uint64_t keep_from, log_retain_result_t *out);
 
 /*
  * What log_retain() with the same arguments would delete, without deleting:
- * out->first_offset is where the log would then start.
+ * out->first_offset is where the log would then start. Errors as log_retain.
  */
 int log_retain_plan(log_t *log, int64_t now_ms, int64_t max_age_ms, uint64_t max_bytes,
                     uint64_t keep_from, log_retain_result_t *out);
@@ -141,7 +151,9 @@ int log_errno(const log_t *log);
  * Reader: works on a directory also while a writer appends to it (from the
  * same or another process). Starts at `from` (must be >= the first retained
  * offset and <= the end; LOG_INVALID otherwise). *out is freed with
- * log_reader_close().
+ * log_reader_close(). Returns LOG_OK, or LOG_INVALID (`from` outside the
+ * log, or not at a record's start), LOG_EIO, LOG_NOMEM, LOG_CORRUPT (a
+ * segment with a bad header); *out is then NULL.
  */
 int log_reader_open(const char *dir, uint64_t from, log_reader_t **out);
 
@@ -150,7 +162,9 @@ int log_reader_open(const char *dir, uint64_t from, log_reader_t **out);
  * LOG_OK with *rec filled (rec->data valid until the next call or close),
  * LOG_END when there is none (yet: call again later to follow), or an error.
  * A record that is incomplete or fails its checksum is treated as the end:
- * it may be in the middle of being written.
+ * it may be in the middle of being written; with a `limit` (the caller knows
+ * the records below it are complete) it is LOG_CORRUPT instead. Errors:
+ * LOG_EIO, LOG_NOMEM, LOG_CORRUPT (a segment with a bad header).
  */
 int log_reader_next(log_reader_t *r, uint64_t limit, log_record_t *rec);
 
@@ -164,7 +178,8 @@ void log_reader_tell(const log_reader_t *r, uint64_t *seg_base, uint64_t *byte_p
  * Describes a log directory without opening it for writing or recovering it:
  * segment count and bytes, first offset; next_offset is left 0 (count records
  * with a reader). *bases (malloc'ed, caller frees; may be NULL) gets the
- * sorted segment base offsets.
+ * sorted segment base offsets. Returns LOG_OK, or LOG_EIO (errno set),
+ * LOG_NOMEM.
  */
 int log_describe(const char *dir, log_info_t *info, uint64_t **bases);
 

@@ -82,7 +82,8 @@ typedef struct quarantine_stats {
 /*
  * Opens (creating if needed) the quarantine log in `dir` and starts its writer thread. The
  * caller holds the data dir's lock (one writer per directory). A torn tail from a crash is cut
- * off. *out is freed with quarantine_close(). Returns QUARANTINE_OK or an error; *log_status
+ * off. *out is freed with quarantine_close(). Returns QUARANTINE_OK, or QUARANTINE_INVALID,
+ * QUARANTINE_NOMEM, QUARANTINE_EIO or QUARANTINE_CORRUPT (the log's open failed); *log_status
  * (may be NULL) gets the storage/log/log.h status of a failed open.
  */
 int quarantine_open(const char *dir, const quarantine_options_t *opts, quarantine_t **out,

@@ -1,4 +1,6 @@
-/* bloom: a plain Bloom filter (Bloom, 1970) over the keyed mix, k indices by double hashing. */
+/* bloom: a plain Bloom filter (Bloom, 1970) over the keyed mix, k indices by double hashing: the
+ * whole de-duplication of --dedupe memory:bloom, unlike storage/window/genbloom.h, the blocked,
+ * immutable pre-check in front of each sealed generation's exact records. */
 #include "storage/memfilter/internal.h"
 
 /*

@@ -1,6 +1,8 @@
 /* filter: spec parsing, the keyed mix, dispatch to the kinds, and the serialized format. */
 #include "storage/memfilter/filter.h"
 
+#include "common/bytes.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -319,37 +321,12 @@ int filter_spec_format(const filter_spec_t *s, char *buf, size_t len)
 
 /* ---- life cycle ---- */
 
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* A value derived from the secret for one purpose (label), never the secret itself. */
 static uint64_t derive(const uint8_t secret[FILTER_SECRET_LEN], const char *label)
 {
     uint8_t out[16];
     keyhash_siphash128(secret, label, strlen(label), out);
-    return le64(out);
+    return bytes_get_le64(out);
 }
 
 /* The filter without its table: geometry derived, nothing big allocated yet. */
@@ -392,8 +369,8 @@ int filter_insert_if_absent(filter_t *f, const uint8_t key[FILTER_KEY_LEN])
     uint8_t mix[16];
     uint64_t h[2];
     keyhash_siphash128(f->secret, key, FILTER_KEY_LEN, mix);
-    h[0] = le64(mix);
-    h[1] = le64(mix + 8);
+    h[0] = bytes_get_le64(mix);
+    h[1] = bytes_get_le64(mix + 8);
     return f->ops->insert(f, h);
 }
 
@@ -461,21 +438,22 @@ int filter_serialize(const filter_t *f, uint8_t **out, size_t *len)
     b[5] = FORMAT_VERSION >> 8;
     b[6] = (uint8_t)s->kind;
     b[7] = 0;
-    put64(b + 8, s->bits);
-    put32(b + 16, s->buckets);
-    put32(b + 20, s->fp_bits);
-    put32(b + 24, s->hashes);
-    put32(b + 28, s->cell_bits);
-    put32(b + 32, s->remainder_bits);
-    put32(b + 36, s->reduced_bits);
-    put64(b + 40, s->decrement);
-    put64(b + 48, target);
-    put64(b + 56, derive(f->secret, "ingestd filter check"));
-    put64(b + 64, f->rng);
-    put64(b + 72, (uint64_t)f->nwords);
+    bytes_put_le64(b + 8, s->bits);
+    bytes_put_le32(b + 16, s->buckets);
+    bytes_put_le32(b + 20, s->fp_bits);
+    bytes_put_le32(b + 24, s->hashes);
+    bytes_put_le32(b + 28, s->cell_bits);
+    bytes_put_le32(b + 32, s->remainder_bits);
+    bytes_put_le32(b + 36, s->reduced_bits);
+    bytes_put_le64(b + 40, s->decrement);
+    bytes_put_le64(b + 48, target);
+    bytes_put_le64(b + 56, derive(f->secret, "ingestd filter check"));
+    bytes_put_le64(b + 64, f->rng);
+    bytes_put_le64(b + 72, (uint64_t)f->nwords);
     for (size_t i = 0; i < f->nwords; i++)
-        put64(b + HEADER_LEN + 8 * i, f->words[i]);
-    put32(b + n - TRAILER_LEN, (uint32_t)crc32(crc32(0L, Z_NULL, 0), b, (uInt)(n - TRAILER_LEN)));
+        bytes_put_le64(b + HEADER_LEN + 8 * i, f->words[i]);
+    bytes_put_le32(b + n - TRAILER_LEN,
+                   (uint32_t)crc32(crc32(0L, Z_NULL, 0), b, (uInt)(n - TRAILER_LEN)));
     *out = b;
     *len = n;
     return FILTER_OK;
@@ -495,7 +473,7 @@ int filter_deserialize(const uint8_t *b, size_t len, const uint8_t secret[FILTER
         crc = crc32(crc, b + off, (uInt)step);
         off += step;
     }
-    if ((uint32_t)crc != le32(b + body))
+    if ((uint32_t)crc != bytes_get_le32(b + body))
         return FILTER_ECORRUPT;
     if ((b[4] | b[5] << 8) != FORMAT_VERSION || b[7] != 0 || ops_of((filter_kind_t)b[6]) == NULL)
         return FILTER_EVERSION;
@@ -503,26 +481,26 @@ int filter_deserialize(const uint8_t *b, size_t len, const uint8_t secret[FILTER
     filter_spec_t s;
     memset(&s, 0, sizeof s);
     s.kind = (filter_kind_t)b[6];
-    s.bits = le64(b + 8);
-    s.buckets = le32(b + 16);
-    s.fp_bits = le32(b + 20);
-    s.hashes = le32(b + 24);
-    s.cell_bits = le32(b + 28);
-    s.remainder_bits = le32(b + 32);
-    s.reduced_bits = le32(b + 36);
-    s.decrement = le64(b + 40);
-    uint64_t target = le64(b + 48);
+    s.bits = bytes_get_le64(b + 8);
+    s.buckets = bytes_get_le32(b + 16);
+    s.fp_bits = bytes_get_le32(b + 20);
+    s.hashes = bytes_get_le32(b + 24);
+    s.cell_bits = bytes_get_le32(b + 28);
+    s.remainder_bits = bytes_get_le32(b + 32);
+    s.reduced_bits = bytes_get_le32(b + 36);
+    s.decrement = bytes_get_le64(b + 40);
+    uint64_t target = bytes_get_le64(b + 48);
     memcpy(&s.target_fpr, &target, sizeof target);
     if (check_spec(&s, NULL, 0) != 0)
         return FILTER_ECORRUPT;
-    if (le64(b + 56) != derive(secret, "ingestd filter check"))
+    if (bytes_get_le64(b + 56) != derive(secret, "ingestd filter check"))
         return FILTER_ESECRET;
 
     /* The payload must be the table these parameters make, before anything big is allocated. */
     filter_t *f = alloc_filter(&s, secret);
     if (f == NULL)
         return FILTER_ENOMEM;
-    uint64_t nwords = le64(b + 72);
+    uint64_t nwords = bytes_get_le64(b + 72);
     if (nwords != f->nwords || body - HEADER_LEN != nwords * 8) {
         filter_free(f);
         return FILTER_ECORRUPT;
@@ -531,9 +509,9 @@ int filter_deserialize(const uint8_t *b, size_t len, const uint8_t secret[FILTER
         filter_free(f);
         return FILTER_ENOMEM;
     }
-    f->rng = le64(b + 64);
+    f->rng = bytes_get_le64(b + 64);
     for (size_t i = 0; i < f->nwords; i++)
-        f->words[i] = le64(b + HEADER_LEN + 8 * i);
+        f->words[i] = bytes_get_le64(b + HEADER_LEN + 8 * i);
     *out = f;
     return FILTER_OK;
 }

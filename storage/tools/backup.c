@@ -46,15 +46,8 @@ static int copy_prefix(const char *src, const char *dst, uint64_t len, struct co
             continue;
         if (n <= 0)
             goto done; /* shorter than expected */
-        for (ssize_t w = 0; w < n;) {
-            ssize_t m = write(out, buf + w, (size_t)(n - w));
-            if (m < 0) {
-                if (errno == EINTR)
-                    continue;
-                goto done;
-            }
-            w += m;
-        }
+        if (fsutil_write_all(out, buf, (size_t)n) != 0)
+            goto done;
         len -= (uint64_t)n;
         cp->done += (uint64_t)n;
         if (cp->fn) /* one call per 64 KiB buffer: the callee throttles */
@@ -189,8 +182,8 @@ static int backup_store(const char *src_store, const char *dst_store, store_info
     genset_t *gens = NULL;
     int rc = -1;
 
-    tools_path(src_gens, src_store, "gens");
-    tools_path(dst_gens, dst_store, "gens");
+    tools_entry(src_gens, src_store, DATADIR_GENS);
+    tools_entry(dst_gens, dst_store, DATADIR_GENS);
     if (genset_open_read_only(src_gens, &gens) != GEN_OK) {
         tools_say(report, arg, 1, "generations: cannot open %s", src_gens);
         return -1;
@@ -302,7 +295,8 @@ static int backup_tagged_from(const char *data_dir, const char *to_dir, tools_re
     if (rc == 0)
         rc = retag_write_from(to_dir, from);
     if (rc < 0)
-        tools_say(report, arg, 1, "copying %s/%s: %s", data_dir, RETAG_FILE, strerror(errno));
+        tools_say(report, arg, 1, "copying %s/%s: %s", data_dir, datadir_name(DATADIR_TAGGED_FROM),
+                  strerror(errno));
     return rc < 0 ? -1 : 0;
 }
 
@@ -318,10 +312,10 @@ int backup_run(const backup_options_t *o)
     uint8_t secret[KEYHASH_SECRET_LEN];
     uint64_t copied = 0, segs = 0, acked;
 
-    tools_path(src_store, data_dir, "store");
-    tools_path(src_log, data_dir, "log");
-    tools_path(dst_store, to_dir, "store");
-    tools_path(dst_log, to_dir, "log");
+    tools_entry(src_store, data_dir, DATADIR_STORE);
+    tools_entry(src_log, data_dir, DATADIR_LOG);
+    tools_entry(dst_store, to_dir, DATADIR_STORE);
+    tools_entry(dst_log, to_dir, DATADIR_LOG);
     if (backup_make_dirs(to_dir, dst_store, dst_log, report, arg) != 0)
         return TOOLS_ERROR;
     if (secret_read(data_dir, secret) != 1) {

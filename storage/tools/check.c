@@ -305,7 +305,7 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
 {
     char dir[TOOLS_PATH_LEN];
     genset_t *gs = NULL;
-    tools_path(dir, storedir, "gens");
+    tools_entry(dir, storedir, DATADIR_GENS);
     int grc = genset_open_read_only(dir, &gs);
     if (grc != GEN_OK) {
         problem(ck, "generations: cannot open %s: %s (run `ingestd rebuild`)", dir,
@@ -357,9 +357,9 @@ static void check_settings(check_t *ck, const char *data_dir)
         tools_say(ck->report, ck->arg, 0,
                   "window settings (the server's, %s): window %" PRId64 "s, max keys %" PRIu64
                   ", young keys %" PRIu64,
-                  WINSETTINGS_FILE, w.window_ms / 1000, w.max_keys, w.young_keys);
+                  datadir_name(DATADIR_WINDOW), w.window_ms / 1000, w.max_keys, w.young_keys);
     else if (rc < 0)
-        problem(ck, "%s/%s: %s", data_dir, WINSETTINGS_FILE,
+        problem(ck, "%s/%s: %s", data_dir, datadir_name(DATADIR_WINDOW),
                 errno == EINVAL ? "malformed" : strerror(errno));
 }
 
@@ -380,8 +380,8 @@ int check_run(const check_options_t *o, check_result_t *out)
     uint8_t fsecret[KEYHASH_SECRET_LEN], ssecret[KEYHASH_SECRET_LEN];
     int rc = TOOLS_ERROR;
 
-    tools_path(storedir, data_dir, "store");
-    tools_path(logdir, data_dir, "log");
+    tools_entry(storedir, data_dir, DATADIR_STORE);
+    tools_entry(logdir, data_dir, DATADIR_LOG);
     if (log_describe(logdir, &li, &bases) != LOG_OK) {
         tools_say(report, arg, 1, "log: cannot list %s: %s", logdir, strerror(errno));
         goto out;
@@ -396,7 +396,7 @@ int check_run(const check_options_t *o, check_result_t *out)
         tools_say(report, arg, 0,
                   "store: %lld leftover %s/%s* of a rebuild cut short: not the store, ignored; the "
                   "next `ingestd serve` or `ingestd rebuild` removes it",
-                  (long long)left, data_dir, STORESWAP_PREFIX);
+                  (long long)left, data_dir, DATADIR_REBUILD_PREFIX);
 
     store_options_t so = {.read_only = true};
     int src = store_open(storedir, &so, &st);
@@ -432,7 +432,7 @@ int check_run(const check_options_t *o, check_result_t *out)
         goto done;
     }
     if (retag_read_from(data_dir, &ck.tagged_from) < 0) {
-        problem(&ck, "store: cannot read %s/%s", data_dir, RETAG_FILE);
+        problem(&ck, "store: cannot read %s/%s", data_dir, datadir_name(DATADIR_TAGGED_FROM));
         goto done;
     }
     ck.secret = ssecret;

@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "storage/datadir.h"
 #include "storage/log/log.h"
 #include "storage/tools/report.h"
 
@@ -27,6 +28,9 @@ void tools_step(tools_progress_fn fn, void *arg, const char *what, const char *u
 
 /* dir/name into out (TOOLS_PATH_LEN bytes); an over-long path is cut, and then simply not found. */
 void tools_path(char *out, const char *dir, const char *name);
+
+/* A data-dir entry inside `dir` (storage/datadir.h) into out, as tools_path. */
+void tools_entry(char *out, const char *dir, datadir_entry_t e);
 
 /*
  * Reads the log record at `offset` of `logdir` into *rec, its key tagged as the replay tags it

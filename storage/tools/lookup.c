@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/errbuf.h"
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 #include "storage/window/genset.h"
 #include "storage/log/log.h"
@@ -36,7 +37,7 @@ static int read_secret(lookup_t *lk, const char *data_dir, char *errbuf, size_t 
 {
     int rc = secret_read(data_dir, lk->secret);
     if (rc != 1) {
-        errbuf_printf(errbuf, errlen, "%s/%s: %s", data_dir, SECRET_FILE,
+        errbuf_printf(errbuf, errlen, "%s/%s: %s", data_dir, datadir_name(DATADIR_SECRET),
                       rc == 0           ? "missing (no data dir here?)"
                       : errno == EINVAL ? "not a 16-byte secret"
                                         : strerror(errno));
@@ -67,7 +68,8 @@ static int read_tail(lookup_t *lk, const char *data_dir, char *errbuf, size_t er
     /* A replay cut short by a crash may leave records from before tags past the checkpoint. */
     uint64_t tagged_from;
     if (retag_read_from(data_dir, &tagged_from) < 0) {
-        errbuf_printf(errbuf, errlen, "reading %s/%s: %s", data_dir, RETAG_FILE,
+        errbuf_printf(errbuf, errlen, "reading %s/%s: %s", data_dir,
+                      datadir_name(DATADIR_TAGGED_FROM),
                       errno == EINVAL ? "malformed" : strerror(errno));
         return -1;
     }
@@ -97,9 +99,9 @@ int lookup_open(const char *data_dir, lookup_t **out, char *errbuf, size_t errle
     lookup_t *lk = calloc(1, sizeof(*lk));
     if (!lk)
         goto nomem;
-    lk->store_dir = fsutil_join(data_dir, "store");
-    lk->log_dir = fsutil_join(data_dir, "log");
-    lk->gens_dir = lk->store_dir ? fsutil_join(lk->store_dir, "gens") : NULL;
+    lk->store_dir = datadir_in(data_dir, DATADIR_STORE);
+    lk->log_dir = datadir_in(data_dir, DATADIR_LOG);
+    lk->gens_dir = lk->store_dir ? datadir_in(lk->store_dir, DATADIR_GENS) : NULL;
     if (!lk->store_dir || !lk->log_dir || !lk->gens_dir)
         goto nomem;
     if (read_secret(lk, data_dir, errbuf, errlen) != 0)

@@ -85,7 +85,8 @@ static int rebuild_new_store(const char *data_dir, const char *storedir,
     if (secret_read(data_dir, got) == 1)
         return 0;
     if (secret_write(data_dir, secret) != 0) {
-        tools_say(report, arg, 1, "writing %s/%s: %s", data_dir, SECRET_FILE, strerror(errno));
+        tools_say(report, arg, 1, "writing %s/%s: %s", data_dir, datadir_name(DATADIR_SECRET),
+                  strerror(errno));
         return -1;
     }
     return 0;
@@ -238,7 +239,7 @@ static int survey(survey_t *sv, const char *storedir, tools_report_fn report, vo
     char gensdir[TOOLS_PATH_LEN];
     uint64_t max_offset = 0;
     bool have = false;
-    tools_path(gensdir, storedir, "gens");
+    tools_entry(gensdir, storedir, DATADIR_GENS);
     sv->keep_gens = survey_gens(sv, gensdir, &max_offset, report, arg) == 0;
     have = sv->keep_gens && sv->sealed > 0;
     sv->from = have && max_offset + 1 > sv->first ? max_offset + 1 : sv->first;
@@ -264,8 +265,8 @@ static int rebuild_link_gens(const survey_t *sv, const char *storedir, const cha
                              tools_report_fn report, void *arg)
 {
     char from[TOOLS_PATH_LEN], to[TOOLS_PATH_LEN], odir[TOOLS_PATH_LEN], ndir[TOOLS_PATH_LEN];
-    tools_path(odir, storedir, "gens");
-    tools_path(ndir, side, "gens");
+    tools_entry(odir, storedir, DATADIR_GENS);
+    tools_entry(ndir, side, DATADIR_GENS);
     if (mkdir(ndir, 0755) != 0) {
         tools_say(report, arg, 1, "creating %s: %s", ndir, strerror(errno));
         return -1;
@@ -309,9 +310,10 @@ static int rebuild_seed(const survey_t *sv, const char *data_dir, const char *st
     log_reader_t *r = NULL;
     uint64_t tagged_from = 0, skipped = 0;
     int rc = -1;
-    tools_path(logdir, data_dir, "log");
+    tools_entry(logdir, data_dir, DATADIR_LOG);
     if (retag_read_from(data_dir, &tagged_from) < 0) {
-        tools_say(report, arg, 1, "reading %s/%s: %s", data_dir, RETAG_FILE, strerror(errno));
+        tools_say(report, arg, 1, "reading %s/%s: %s", data_dir, datadir_name(DATADIR_TAGGED_FROM),
+                  strerror(errno));
         return -1;
     }
     if (store_open(storedir, &so, &st) != STORE_OK || store_begin(st) != STORE_OK)
@@ -468,12 +470,12 @@ static int rebuild_store(const survey_t *sv, const char *data_dir, const char *s
     int64_t left = storeswap_leftovers(data_dir, 1);
     if (left < 0) {
         tools_say(report, arg, 1, "removing a leftover %s/%s* of an earlier rebuild: %s", data_dir,
-                  STORESWAP_PREFIX, strerror(errno));
+                  DATADIR_REBUILD_PREFIX, strerror(errno));
         return -1;
     }
     if (left > 0)
         tools_say(report, arg, 0, "removed %lld leftover %s/%s* of an earlier rebuild cut short",
-                  (long long)left, data_dir, STORESWAP_PREFIX);
+                  (long long)left, data_dir, DATADIR_REBUILD_PREFIX);
     if (find_secret(data_dir, storedir, secret, report, arg) != 0 ||
         rebuild_new_store(data_dir, side, secret, sv->first, report, arg) != 0 ||
         (sv->keep_gens && rebuild_link_gens(sv, storedir, side, report, arg) != 0) ||
@@ -509,9 +511,9 @@ int rebuild_run(const rebuild_options_t *o)
     uint64_t after = 0;
     int rc = TOOLS_ERROR, lockfd = -1;
 
-    tools_path(lock, data_dir, "LOCK");
-    tools_path(storedir, data_dir, "store");
-    tools_path(logdir, data_dir, "log");
+    tools_entry(lock, data_dir, DATADIR_LOCK);
+    tools_entry(storedir, data_dir, DATADIR_STORE);
+    tools_entry(logdir, data_dir, DATADIR_LOG);
     if (storeswap_sibling(data_dir, side, sizeof(side)) != 0) {
         tools_say(report, arg, 1, "%s: %s", data_dir, strerror(errno));
         goto out;

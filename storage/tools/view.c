@@ -11,6 +11,12 @@ void tools_path(char *out, const char *dir, const char *name)
         out[TOOLS_PATH_LEN - 1] = '\0';
 }
 
+void tools_entry(char *out, const char *dir, datadir_entry_t e)
+{
+    if (datadir_put(out, TOOLS_PATH_LEN, dir, e) != 0)
+        out[0] = '\0'; /* too long: found nowhere */
+}
+
 int tools_read_record(const char *logdir, const uint8_t *secret, uint64_t tagged_from,
                       uint64_t offset, log_record_t *rec, log_reader_t **r)
 {

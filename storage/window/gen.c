@@ -1,5 +1,8 @@
-/* gen: a sealed generation file (storage/window/gen.h): writer, reader, lookups, merges. */
+/* gen: a sealed generation file (storage/window/gen.h): writer, reader, lookups, merges; its
+ * Bloom filter is storage/window/genbloom.h. */
 #include "storage/window/gen.h"
+
+#include "common/bytes.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,11 +15,11 @@
 #include <zlib.h>
 
 #include "storage/fsutil.h"
+#include "storage/window/genbloom.h"
 
 /*
  * Contents:
- *   encoding     put/get of little- and big-endian fields, records
- *   filter       blocks_for, hashes_for, block_of, bloom_bit, bloom_add, bloom_test
+ *   encoding     records (byte order: common/bytes.h)
  *   writer       gen_writer_open/add/finish/abort, flush_page, write_tail
  *   reader       gen_open, read_footer, read_exact, gen_find, find_in_page
  *   iteration    gen_iter_*, gen_verify, gen_merge
@@ -25,7 +28,6 @@
 #define MAGIC         "INGDGEN1"
 #define VERSION       2u /* 2: the per-source table */
 #define SOURCE_BYTES  24 /* u32 tag, u32 zero, u64 keys, u64 newest receivedAt */
-#define BLOCK_BYTES   64
 #define ITER_PAGES    64 /* pages read at once by an iterator: 256 KiB */
 #define FOOTER_CRC_AT (GEN_FOOTER_BYTES - 4)
 
@@ -38,7 +40,7 @@ struct gen {
     uint64_t pages;
     uint64_t blocks; /* filter blocks */
     unsigned k;      /* bits set per key */
-    uint8_t *filter; /* blocks * BLOCK_BYTES */
+    uint8_t *filter; /* blocks * GENBLOOM_BLOCK_BYTES */
     uint64_t *fences;
     uint32_t crc_records;
     gen_source_t *sources; /* by tag, ascending */
@@ -76,97 +78,18 @@ static int open_path(const char *dir, gen_id_t id, const char *path, gen_t **out
 
 /* ---- encoding ---- */
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < n; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static uint64_t get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 static void encode_record(uint8_t *p, const gen_entry_t *e)
 {
     memcpy(p, e->key, KEYHASH_LEN);
-    put_le(p + 16, e->offset, 6);
-    put_le(p + 22, (uint64_t)e->received_ms, 6);
+    bytes_put_le(p + 16, e->offset, 6);
+    bytes_put_le(p + 22, (uint64_t)e->received_ms, 6);
 }
 
 static void decode_record(const uint8_t *p, gen_entry_t *e)
 {
     memcpy(e->key, p, KEYHASH_LEN);
-    e->offset = get_le(p + 16, 6);
-    e->received_ms = (int64_t)get_le(p + 22, 6);
-}
-
-/* ---- filter ---- */
-
-static uint64_t blocks_for(uint64_t keys, unsigned bits_per_key)
-{
-    uint64_t bits = keys * bits_per_key;
-    uint64_t blocks = (bits + BLOCK_BYTES * 8 - 1) / (BLOCK_BYTES * 8);
-    return blocks ? blocks : 1;
-}
-
-/* About bits * ln 2, a little less as blocked filters want (Putze et al., "Cache-, Hash- and
- * Space-Efficient Bloom Filters", 2007). */
-static unsigned hashes_for(unsigned bits_per_key)
-{
-    unsigned k = (bits_per_key * 2 + 2) / 3;
-    return k < 1 ? 1 : k > GEN_BLOOM_MAX_K ? GEN_BLOOM_MAX_K : k;
-}
-
-/* __extension__ keeps -Wpedantic quiet: GCC and Clang have 128-bit integers on 64-bit targets. */
-__extension__ typedef unsigned __int128 u128;
-
-/* Lemire's multiply-shift: the key's first 8 bytes onto [0, blocks) without a division. */
-static uint64_t block_of(const uint8_t key[KEYHASH_LEN], uint64_t blocks)
-{
-    return (uint64_t)(((u128)get_be64(key) * blocks) >> 64);
-}
-
-/* Bit i of a key in its 512-bit block: double hashing on the key's last 8 bytes, an odd step so
- * that the first 512 positions differ. */
-static unsigned bloom_bit(uint64_t h, unsigned i)
-{
-    uint64_t step = (h >> 32) | 1;
-    return (unsigned)((h + i * step) & 511);
-}
-
-static void bloom_add(uint8_t *filter, uint64_t blocks, unsigned k, const uint8_t key[KEYHASH_LEN])
-{
-    uint8_t *b = filter + block_of(key, blocks) * BLOCK_BYTES;
-    uint64_t h = get_le(key + 8, 8);
-    for (unsigned i = 0; i < k; i++) {
-        unsigned bit = bloom_bit(h, i);
-        b[bit >> 3] |= (uint8_t)(1u << (bit & 7));
-    }
-}
-
-static bool bloom_test(const uint8_t *filter, uint64_t blocks, unsigned k,
-                       const uint8_t key[KEYHASH_LEN])
-{
-    const uint8_t *b = filter + block_of(key, blocks) * BLOCK_BYTES;
-    uint64_t h = get_le(key + 8, 8);
-    for (unsigned i = 0; i < k; i++) {
-        unsigned bit = bloom_bit(h, i);
-        if (!(b[bit >> 3] & (1u << (bit & 7))))
-            return false;
-    }
-    return true;
+    e->offset = bytes_get_le(p + 16, 6);
+    e->received_ms = (int64_t)bytes_get_le(p + 22, 6);
 }
 
 /* ---- names ---- */
@@ -222,19 +145,9 @@ static char *gen_path(const char *dir, gen_id_t id, bool tmp)
 
 /* ---- writer ---- */
 
-static int write_all(int fd, const void *buf, size_t len)
+static int write_out(int fd, const void *buf, size_t len)
 {
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return GEN_EIO;
-        p += n;
-        len -= (size_t)n;
-    }
-    return GEN_OK;
+    return fsutil_write_all(fd, buf, len) == 0 ? GEN_OK : GEN_EIO;
 }
 
 int gen_writer_open(const char *dir, gen_id_t id, uint64_t max_keys, unsigned bits_per_key,
@@ -251,12 +164,12 @@ int gen_writer_open(const char *dir, gen_id_t id, uint64_t max_keys, unsigned bi
     w->fd = -1;
     w->id = id;
     w->max_keys = max_keys;
-    w->blocks = blocks_for(max_keys, bits_per_key);
-    w->k = hashes_for(bits_per_key);
+    w->blocks = genbloom_blocks(max_keys, bits_per_key);
+    w->k = genbloom_hashes(bits_per_key);
     w->dir = strdup(dir);
     w->path = gen_path(dir, id, false);
     w->tmp = gen_path(dir, id, true);
-    w->filter = calloc(w->blocks, BLOCK_BYTES);
+    w->filter = calloc(w->blocks, GENBLOOM_BLOCK_BYTES);
     w->fences = malloc(((max_keys + GEN_PAGE_RECORDS - 1) / GEN_PAGE_RECORDS + 1) * 8);
     w->crc_records = crc32(0L, Z_NULL, 0);
     w->sources = srcmap_new(0);
@@ -280,9 +193,9 @@ static int flush_page(gen_writer_t *w)
     memset(w->page + w->in_page * GEN_RECORD_BYTES, 0,
            GEN_PAGE_BYTES - w->in_page * GEN_RECORD_BYTES);
     w->crc_records = crc32(w->crc_records, w->page, GEN_PAGE_BYTES);
-    w->fences[w->pages++] = get_be64(w->page);
+    w->fences[w->pages++] = bytes_get_be64(w->page);
     w->in_page = 0;
-    return write_all(w->fd, w->page, GEN_PAGE_BYTES);
+    return write_out(w->fd, w->page, GEN_PAGE_BYTES);
 }
 
 static void track_extents(gen_writer_t *w, const gen_entry_t *e)
@@ -313,7 +226,7 @@ int gen_writer_add(gen_writer_t *w, const gen_entry_t *e)
     }
     track_extents(w, e);
     encode_record(w->page + w->in_page * GEN_RECORD_BYTES, e);
-    bloom_add(w->filter, w->blocks, w->k, e->key);
+    genbloom_add(w->filter, w->blocks, w->k, e->key);
     memcpy(w->last, e->key, KEYHASH_LEN);
     w->keys++;
     if (++w->in_page == GEN_PAGE_RECORDS) {
@@ -331,24 +244,24 @@ static void encode_footer(const gen_writer_t *w, uint8_t *f, uint32_t crc_filter
 {
     memset(f, 0, GEN_FOOTER_BYTES);
     memcpy(f, MAGIC, 8);
-    put_le(f + 8, VERSION, 4);
-    put_le(f + 12, GEN_RECORD_BYTES, 4);
-    put_le(f + 16, w->id.first, 8);
-    put_le(f + 24, w->keys, 8);
-    put_le(f + 32, w->pages, 8);
-    put_le(f + 40, w->blocks, 8);
-    put_le(f + 48, (uint64_t)w->min_rx, 8);
-    put_le(f + 56, (uint64_t)w->max_rx, 8);
-    put_le(f + 64, w->min_off, 8);
-    put_le(f + 72, w->max_off, 8);
-    put_le(f + 80, (uint32_t)w->crc_records, 4);
-    put_le(f + 84, crc_filter, 4);
-    put_le(f + 88, crc_fences, 4);
-    put_le(f + 92, w->k, 4);
-    put_le(f + 96, w->id.end, 8);
-    put_le(f + 104, srcmap_count(w->sources), 8);
-    put_le(f + 112, crc_sources, 4);
-    put_le(f + FOOTER_CRC_AT, crc32(0L, f, FOOTER_CRC_AT), 4);
+    bytes_put_le(f + 8, VERSION, 4);
+    bytes_put_le(f + 12, GEN_RECORD_BYTES, 4);
+    bytes_put_le(f + 16, w->id.first, 8);
+    bytes_put_le(f + 24, w->keys, 8);
+    bytes_put_le(f + 32, w->pages, 8);
+    bytes_put_le(f + 40, w->blocks, 8);
+    bytes_put_le(f + 48, (uint64_t)w->min_rx, 8);
+    bytes_put_le(f + 56, (uint64_t)w->max_rx, 8);
+    bytes_put_le(f + 64, w->min_off, 8);
+    bytes_put_le(f + 72, w->max_off, 8);
+    bytes_put_le(f + 80, (uint32_t)w->crc_records, 4);
+    bytes_put_le(f + 84, crc_filter, 4);
+    bytes_put_le(f + 88, crc_fences, 4);
+    bytes_put_le(f + 92, w->k, 4);
+    bytes_put_le(f + 96, w->id.end, 8);
+    bytes_put_le(f + 104, srcmap_count(w->sources), 8);
+    bytes_put_le(f + 112, crc_sources, 4);
+    bytes_put_le(f + FOOTER_CRC_AT, crc32(0L, f, FOOTER_CRC_AT), 4);
 }
 
 static int tag_cmp(const void *a, const void *b)
@@ -373,9 +286,9 @@ static uint8_t *encode_sources(const srcmap_t *m, size_t *len)
         t[i] = (gen_source_t){.tag = e[i].tag, .keys = e[i].keys, .newest_ms = e[i].newest_ms};
     qsort(t, n, sizeof(*t), tag_cmp);
     for (size_t i = 0; i < n; i++) {
-        put_le(out + i * SOURCE_BYTES, t[i].tag, 4);
-        put_le(out + i * SOURCE_BYTES + 8, t[i].keys, 8);
-        put_le(out + i * SOURCE_BYTES + 16, (uint64_t)t[i].newest_ms, 8);
+        bytes_put_le(out + i * SOURCE_BYTES, t[i].tag, 4);
+        bytes_put_le(out + i * SOURCE_BYTES + 8, t[i].keys, 8);
+        bytes_put_le(out + i * SOURCE_BYTES + 16, (uint64_t)t[i].newest_ms, 8);
     }
     free(t);
     *len = n * SOURCE_BYTES;
@@ -394,19 +307,19 @@ static int write_tail(gen_writer_t *w)
         return GEN_NOMEM;
     }
     for (uint64_t i = 0; i < w->pages; i++)
-        put_le(fences + i * 8, w->fences[i], 8);
-    uint32_t crc_filter = (uint32_t)crc32(0L, w->filter, (uInt)(w->blocks * BLOCK_BYTES));
+        bytes_put_le(fences + i * 8, w->fences[i], 8);
+    uint32_t crc_filter = (uint32_t)crc32(0L, w->filter, (uInt)(w->blocks * GENBLOOM_BLOCK_BYTES));
     uint32_t crc_fences = (uint32_t)crc32(0L, fences, (uInt)fence_bytes);
     uint32_t crc_sources = (uint32_t)crc32(0L, sources, (uInt)source_bytes);
     uint8_t footer[GEN_FOOTER_BYTES];
     encode_footer(w, footer, crc_filter, crc_fences, crc_sources);
-    int rc = write_all(w->fd, w->filter, w->blocks * BLOCK_BYTES);
+    int rc = write_out(w->fd, w->filter, w->blocks * GENBLOOM_BLOCK_BYTES);
     if (rc == GEN_OK)
-        rc = write_all(w->fd, fences, fence_bytes);
+        rc = write_out(w->fd, fences, fence_bytes);
     if (rc == GEN_OK)
-        rc = write_all(w->fd, sources, source_bytes);
+        rc = write_out(w->fd, sources, source_bytes);
     if (rc == GEN_OK)
-        rc = write_all(w->fd, footer, sizeof(footer));
+        rc = write_out(w->fd, footer, sizeof(footer));
     free(fences);
     free(sources);
     return rc;
@@ -503,22 +416,11 @@ void gen_writer_abort(gen_writer_t *w)
 
 /* ---- reader ---- */
 
+/* GEN_CORRUPT when the file is shorter than its footer says. */
 static int read_exact(int fd, void *buf, size_t len, uint64_t at)
 {
-    uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t n = pread(fd, p, len, (off_t)at);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return GEN_EIO;
-        if (n == 0)
-            return GEN_CORRUPT; /* shorter than its footer says */
-        p += n;
-        at += (uint64_t)n;
-        len -= (size_t)n;
-    }
-    return GEN_OK;
+    ssize_t n = fsutil_pread_full(fd, buf, len, at);
+    return n < 0 ? GEN_EIO : (size_t)n < len ? GEN_CORRUPT : GEN_OK;
 }
 
 /* Checks the footer and fills the sizes; `file_bytes` must match what it describes. */
@@ -526,43 +428,43 @@ static int decode_footer(gen_t *g, const uint8_t *f, uint64_t file_bytes, uint32
                          uint32_t *crc_fences, uint32_t *crc_sources)
 {
     if (memcmp(f, MAGIC, 8) != 0 ||
-        get_le(f + FOOTER_CRC_AT, 4) != (uint32_t)crc32(0L, f, FOOTER_CRC_AT))
+        bytes_get_le(f + FOOTER_CRC_AT, 4) != (uint32_t)crc32(0L, f, FOOTER_CRC_AT))
         return GEN_CORRUPT;
-    if (get_le(f + 8, 4) != VERSION)
+    if (bytes_get_le(f + 8, 4) != VERSION)
         return GEN_VERSION;
-    g->info.id.first = get_le(f + 16, 8);
-    g->info.id.end = get_le(f + 96, 8);
-    g->info.keys = get_le(f + 24, 8);
-    g->pages = get_le(f + 32, 8);
-    g->blocks = get_le(f + 40, 8);
-    g->info.min_received_ms = (int64_t)get_le(f + 48, 8);
-    g->info.max_received_ms = (int64_t)get_le(f + 56, 8);
-    g->info.min_offset = get_le(f + 64, 8);
-    g->info.max_offset = get_le(f + 72, 8);
-    g->crc_records = (uint32_t)get_le(f + 80, 4);
-    *crc_filter = (uint32_t)get_le(f + 84, 4);
-    *crc_fences = (uint32_t)get_le(f + 88, 4);
-    g->k = (unsigned)get_le(f + 92, 4);
-    uint64_t nsources = get_le(f + 104, 8);
-    *crc_sources = (uint32_t)get_le(f + 112, 4);
+    g->info.id.first = bytes_get_le(f + 16, 8);
+    g->info.id.end = bytes_get_le(f + 96, 8);
+    g->info.keys = bytes_get_le(f + 24, 8);
+    g->pages = bytes_get_le(f + 32, 8);
+    g->blocks = bytes_get_le(f + 40, 8);
+    g->info.min_received_ms = (int64_t)bytes_get_le(f + 48, 8);
+    g->info.max_received_ms = (int64_t)bytes_get_le(f + 56, 8);
+    g->info.min_offset = bytes_get_le(f + 64, 8);
+    g->info.max_offset = bytes_get_le(f + 72, 8);
+    g->crc_records = (uint32_t)bytes_get_le(f + 80, 4);
+    *crc_filter = (uint32_t)bytes_get_le(f + 84, 4);
+    *crc_fences = (uint32_t)bytes_get_le(f + 88, 4);
+    g->k = (unsigned)bytes_get_le(f + 92, 4);
+    uint64_t nsources = bytes_get_le(f + 104, 8);
+    *crc_sources = (uint32_t)bytes_get_le(f + 112, 4);
     if (nsources > g->info.keys)
         return GEN_CORRUPT;
     g->nsources = (size_t)nsources;
-    uint64_t want = g->pages * GEN_PAGE_BYTES + g->blocks * BLOCK_BYTES + g->pages * 8 +
+    uint64_t want = g->pages * GEN_PAGE_BYTES + g->blocks * GENBLOOM_BLOCK_BYTES + g->pages * 8 +
                     nsources * SOURCE_BYTES + GEN_FOOTER_BYTES;
-    if (get_le(f + 12, 4) != GEN_RECORD_BYTES || g->k < 1 || g->k > GEN_BLOOM_MAX_K ||
+    if (bytes_get_le(f + 12, 4) != GEN_RECORD_BYTES || g->k < 1 || g->k > GEN_BLOOM_MAX_K ||
         g->blocks == 0 || g->info.keys > g->pages * GEN_PAGE_RECORDS ||
         g->info.keys + GEN_PAGE_RECORDS <= g->pages * GEN_PAGE_RECORDS || want != file_bytes)
         return GEN_CORRUPT;
     g->info.file_bytes = file_bytes;
-    g->info.memory_bytes = g->blocks * BLOCK_BYTES + g->pages * 8;
+    g->info.memory_bytes = g->blocks * GENBLOOM_BLOCK_BYTES + g->pages * 8;
     return GEN_OK;
 }
 
 /* Reads the per-source table into memory and checks it: by tag, its counts adding up. */
 static int load_sources(gen_t *g, uint32_t crc_sources)
 {
-    uint64_t at = g->pages * GEN_PAGE_BYTES + g->blocks * BLOCK_BYTES + g->pages * 8;
+    uint64_t at = g->pages * GEN_PAGE_BYTES + g->blocks * GENBLOOM_BLOCK_BYTES + g->pages * 8;
     size_t len = g->nsources * SOURCE_BYTES;
     uint8_t *raw = malloc(len ? len : 1);
     g->sources = calloc(g->nsources ? g->nsources : 1, sizeof(*g->sources));
@@ -574,9 +476,9 @@ static int load_sources(gen_t *g, uint32_t crc_sources)
     uint64_t sum = 0;
     for (size_t i = 0; rc == GEN_OK && i < g->nsources; i++) {
         gen_source_t *t = &g->sources[i];
-        t->tag = (uint32_t)get_le(raw + i * SOURCE_BYTES, 4);
-        t->keys = get_le(raw + i * SOURCE_BYTES + 8, 8);
-        t->newest_ms = (int64_t)get_le(raw + i * SOURCE_BYTES + 16, 8);
+        t->tag = (uint32_t)bytes_get_le(raw + i * SOURCE_BYTES, 4);
+        t->keys = bytes_get_le(raw + i * SOURCE_BYTES + 8, 8);
+        t->newest_ms = (int64_t)bytes_get_le(raw + i * SOURCE_BYTES + 16, 8);
         sum += t->keys;
         if (t->keys == 0 || (i > 0 && t->tag <= g->sources[i - 1].tag))
             rc = GEN_CORRUPT;
@@ -597,22 +499,22 @@ size_t gen_sources(const gen_t *g, const gen_source_t **out)
 static int load_index(gen_t *g, uint32_t crc_filter, uint32_t crc_fences)
 {
     uint64_t filter_at = g->pages * GEN_PAGE_BYTES;
-    uint64_t fence_at = filter_at + g->blocks * BLOCK_BYTES;
+    uint64_t fence_at = filter_at + g->blocks * GENBLOOM_BLOCK_BYTES;
     size_t fence_bytes = g->pages * 8;
-    g->filter = malloc(g->blocks * BLOCK_BYTES);
+    g->filter = malloc(g->blocks * GENBLOOM_BLOCK_BYTES);
     uint8_t *raw = malloc(fence_bytes ? fence_bytes : 1);
     g->fences = malloc(fence_bytes ? fence_bytes : 1);
     int rc = (g->filter && raw && g->fences) ? GEN_OK : GEN_NOMEM;
     if (rc == GEN_OK)
-        rc = read_exact(g->fd, g->filter, g->blocks * BLOCK_BYTES, filter_at);
+        rc = read_exact(g->fd, g->filter, g->blocks * GENBLOOM_BLOCK_BYTES, filter_at);
     if (rc == GEN_OK)
         rc = read_exact(g->fd, raw, fence_bytes, fence_at);
     if (rc == GEN_OK &&
-        ((uint32_t)crc32(0L, g->filter, (uInt)(g->blocks * BLOCK_BYTES)) != crc_filter ||
+        ((uint32_t)crc32(0L, g->filter, (uInt)(g->blocks * GENBLOOM_BLOCK_BYTES)) != crc_filter ||
          (uint32_t)crc32(0L, raw, (uInt)fence_bytes) != crc_fences))
         rc = GEN_CORRUPT;
     for (uint64_t i = 0; rc == GEN_OK && i < g->pages; i++) {
-        g->fences[i] = get_le(raw + i * 8, 8);
+        g->fences[i] = bytes_get_le(raw + i * 8, 8);
         if (i > 0 && g->fences[i] < g->fences[i - 1])
             rc = GEN_CORRUPT;
     }
@@ -690,12 +592,12 @@ void gen_get_info(const gen_t *g, gen_info_t *out)
 
 bool gen_may_contain(const gen_t *g, const uint8_t key[KEYHASH_LEN])
 {
-    return bloom_test(g->filter, g->blocks, g->k, key);
+    return genbloom_test(g->filter, g->blocks, g->k, key);
 }
 
 void gen_prefetch(const gen_t *g, const uint8_t key[KEYHASH_LEN])
 {
-    __builtin_prefetch(g->filter + block_of(key, g->blocks) * BLOCK_BYTES);
+    __builtin_prefetch(genbloom_block(g->filter, g->blocks, key));
 }
 
 /* Binary search in one page of `n` records. */
@@ -743,11 +645,11 @@ static size_t records_in_page(const gen_t *g, uint64_t page)
 int gen_find(const gen_t *g, const uint8_t key[KEYHASH_LEN], bool *found, gen_entry_t *e)
 {
     *found = false;
-    if (g->info.keys == 0 || !bloom_test(g->filter, g->blocks, g->k, key))
+    if (g->info.keys == 0 || !genbloom_test(g->filter, g->blocks, g->k, key))
         return GEN_OK;
     /* The key lies in the last page whose fence is below its prefix, or in a page whose fence
      * equals it (several only when 146 keys share 8 bytes: never, for hashes, but exact). */
-    uint64_t v = get_be64(key);
+    uint64_t v = bytes_get_be64(key);
     uint64_t first = first_fence_at_least(g, v);
     uint64_t p = first > 0 ? first - 1 : 0;
     uint8_t page[GEN_PAGE_BYTES];
@@ -968,7 +870,7 @@ int gen_copy(const gen_t *g, const char *dir)
             n = (uint64_t)ITER_PAGES * GEN_PAGE_BYTES;
         rc = read_exact(g->fd, buf, n, at);
         if (rc == GEN_OK)
-            rc = write_all(out, buf, n);
+            rc = write_out(out, buf, n);
         at += n;
     }
     if (rc == GEN_OK && fsync(out) != 0)

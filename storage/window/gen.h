@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "storage/window/genbloom.h" /* GEN_BLOOM_BITS: the writer's bits per key */
 #include "storage/window/keyhash.h"
 #include "storage/window/srcmap.h"
 
@@ -28,7 +29,7 @@
  *   filter : blocked Bloom filter, 64-byte blocks (one cache line); a key's
  *            block is chosen by its first 8 bytes, its k bits in the block by
  *            double hashing on its last 8 (keys are keyed hashes already:
- *            uniform, and no client can aim them)
+ *            uniform, and no client can aim them); storage/window/genbloom.h
  *   fences : u64 per page: the first 8 key bytes (big-endian) of its first record
  *   sources: per source tag its keys carry (keyhash_source), ascending: u32 tag,
  *            u32 zero, u64 keys, u64 newest receivedAt (per-source budgets)
@@ -44,14 +45,11 @@
  * up in it at once. A writer belongs to one thread.
  */
 
-#define GEN_RECORD_BYTES   28
-#define GEN_PAGE_BYTES     4096
-#define GEN_PAGE_RECORDS   (GEN_PAGE_BYTES / GEN_RECORD_BYTES) /* 146 */
-#define GEN_FOOTER_BYTES   128
-#define GEN_BLOOM_BITS     14 /* default filter bits per key: about 0.4% false positives */
-#define GEN_BLOOM_MAX_BITS 32
-#define GEN_BLOOM_MAX_K    16 /* bits set per key: about 2/3 of the bits per key, at most this */
-#define GEN_MAX_VALUE      ((UINT64_C(1) << 48) - 1) /* largest offset or receivedAt it holds */
+#define GEN_RECORD_BYTES 28
+#define GEN_PAGE_BYTES   4096
+#define GEN_PAGE_RECORDS (GEN_PAGE_BYTES / GEN_RECORD_BYTES) /* 146 */
+#define GEN_FOOTER_BYTES 128
+#define GEN_MAX_VALUE    ((UINT64_C(1) << 48) - 1) /* largest offset or receivedAt it holds */
 
 enum gen_status {
     GEN_OK = 0,
@@ -103,7 +101,8 @@ typedef struct gen_info {
  * `max_keys` keys (the filter is sized for that many: give the exact count
  * or an upper bound) with `bits_per_key` filter bits each (0: GEN_BLOOM_BITS;
  * at most GEN_BLOOM_MAX_BITS). *out is freed by gen_writer_finish or
- * gen_writer_abort.
+ * gen_writer_abort. Returns GEN_OK, or GEN_INVALID (bits_per_key too large,
+ * first >= end), GEN_NOMEM, GEN_EIO (creating the file); *out is then NULL.
  */
 int gen_writer_open(const char *dir, gen_id_t id, uint64_t max_keys, unsigned bits_per_key,
                     gen_writer_t **out);
@@ -111,8 +110,8 @@ int gen_writer_open(const char *dir, gen_id_t id, uint64_t max_keys, unsigned bi
 /*
  * Appends one key. Keys must come in strictly ascending order (memcmp);
  * GEN_INVALID otherwise, and for one key past max_keys or a value past
- * GEN_MAX_VALUE (negative receivedAt included). After an error the writer
- * can only be aborted.
+ * GEN_MAX_VALUE (negative receivedAt included); GEN_EIO when a full page's
+ * write failed; GEN_NOMEM. After an error the writer can only be aborted.
  */
 int gen_writer_add(gen_writer_t *w, const gen_entry_t *e);
 
@@ -120,7 +119,9 @@ int gen_writer_add(gen_writer_t *w, const gen_entry_t *e);
  * Writes filter, fences and footer, fsyncs, renames the file into place and
  * fsyncs the directory. When `out` is not NULL the generation is opened into
  * *out (freed with gen_close). Frees the writer whatever it returns; on an
- * error nothing of it is left on disk.
+ * error nothing of it is left on disk. GEN_OK, or GEN_EIO (a write, fsync or
+ * rename), GEN_NOMEM, GEN_INVALID (the writer failed before), or gen_open's
+ * errors for *out.
  */
 int gen_writer_finish(gen_writer_t *w, gen_t **out);
 
@@ -130,7 +131,8 @@ void gen_writer_abort(gen_writer_t *w);
 /*
  * Opens generation `id` in `dir`: reads the footer, the filter and the fences into memory
  * and checks their checksums (not the records': gen_verify does). *out freed
- * with gen_close(). GEN_NOTFOUND when there is no such file.
+ * with gen_close(). Returns GEN_OK, or GEN_NOTFOUND (no such file), GEN_CORRUPT
+ * (size, footer or checksum), GEN_VERSION, GEN_EIO, GEN_NOMEM; *out is then NULL.
  */
 int gen_open(const char *dir, gen_id_t id, gen_t **out);
 void gen_close(gen_t *g);
@@ -148,19 +150,22 @@ void gen_prefetch(const gen_t *g, const uint8_t key[KEYHASH_LEN]);
 
 /*
  * Looks `key` up: the filter, then the one page the fences point at (one
- * pread). *found, and *e (may be NULL) when found.
+ * pread). *found, and *e (may be NULL) when found. GEN_OK, or GEN_EIO,
+ * GEN_CORRUPT (the page is shorter than the footer says).
  */
 int gen_find(const gen_t *g, const uint8_t key[KEYHASH_LEN], bool *found, gen_entry_t *e);
 
 /*
  * Reads the whole file and checks the records' checksum and key order, and
  * that the filter answers "may contain" for every key. For `ingestd check`.
+ * GEN_OK, or GEN_CORRUPT, GEN_EIO, GEN_NOMEM.
  */
 int gen_verify(const gen_t *g);
 
-/* Every key in key order, read sequentially. *out freed with gen_iter_close(). */
+/* Every key in key order, read sequentially. *out freed with gen_iter_close(). GEN_OK or GEN_NOMEM.
+ */
 int gen_iter_open(const gen_t *g, gen_iter_t **out);
-/* GEN_OK and *e, or 1 at the end, or an error. */
+/* GEN_OK and *e, or 1 at the end, or GEN_EIO / GEN_CORRUPT. */
 int gen_iter_next(gen_iter_t *it, gen_entry_t *e);
 void gen_iter_close(gen_iter_t *it);
 
@@ -172,6 +177,8 @@ void gen_iter_close(gen_iter_t *it);
  * docs/window.md). The inputs are left as they are: remove them once the new one is in use.
  * `cancel` (may be NULL) is read now and then: once true, the merge stops with GEN_CANCELLED
  * and leaves nothing on disk (a long merge must not hold up a shutdown).
+ * Other errors: as gen_writer_open/add/finish, and the inputs' reads (GEN_EIO,
+ * GEN_CORRUPT); *out is then NULL and nothing is left on disk.
  *
  * *out (required) is *staged*: whole, fsynced and open, but under a temporary
  * name that no open of the directory takes (genset_open removes it), so a merge
@@ -204,10 +211,12 @@ bool gen_is_staged(const gen_t *g);
  * Writes a copy of the generation's file into the existing directory `dir`
  * (under its own name, durably, as gen_writer_finish does), read from the
  * open generation: it works after the original was removed. For backups.
+ * GEN_OK, or GEN_EIO (errno set), GEN_NOMEM, GEN_CORRUPT (shorter than it was).
  */
 int gen_copy(const gen_t *g, const char *dir);
 
-/* Removes generation `id`'s file and fsyncs the directory; a missing file is success. */
+/* Removes generation `id`'s file and fsyncs the directory; a missing file is success.
+ * GEN_OK, or GEN_EIO (errno set), GEN_NOMEM. */
 int gen_remove(const char *dir, gen_id_t id);
 
 #define GEN_NAME_MAX 48 /* bytes of a file name, NUL included */

@@ -35,7 +35,10 @@ typedef struct genset_view genset_view_t;
  * Opens (creating it when missing) the directory `dir` and every generation
  * in it, cleaning up after a crash as above. New generations get
  * `bits_per_key` filter bits (0: GEN_BLOOM_BITS). *out freed with
- * genset_close() once every view is released.
+ * genset_close() once every view is released. Returns GEN_OK, or GEN_EIO
+ * (listing, creating or cleaning the directory), GEN_NOMEM, or gen_open's
+ * errors for a file that is not whole (GEN_CORRUPT, GEN_VERSION); *out is
+ * then NULL.
  */
 int genset_open(const char *dir, unsigned bits_per_key, genset_t **out);
 
@@ -43,7 +46,8 @@ int genset_open(const char *dir, unsigned bits_per_key, genset_t **out);
  * For tools beside a running server (`ingestd check`, `backup`): changes
  * nothing on disk (covered files are passed over, not removed; a missing
  * directory is an empty set) and looks again when a file goes between the
- * listing and its open. Not for genset_add and the other changes.
+ * listing and its open. Not for genset_add and the other changes. Errors as
+ * genset_open's.
  */
 int genset_open_read_only(const char *dir, genset_t **out);
 void genset_close(genset_t *gs);
@@ -85,7 +89,7 @@ void genset_view_totals(const genset_view_t *v, genset_totals_t *out);
  * them over, merges leave them out, genset_plan drops a generation cut for
  * every source in it and rewrites one mostly cut. So one source's flood
  * ages out only its own keys, while the files stay shared. Sets the budget
- * (0: none, the default) and publishes a view under it.
+ * (0: none, the default) and publishes a view under it. GEN_OK or GEN_NOMEM.
  */
 int genset_set_budget(genset_t *gs, uint64_t budget);
 
@@ -101,7 +105,8 @@ typedef struct genset_source {
 size_t genset_view_sources(const genset_view_t *v, const genset_source_t **out);
 
 /* Looks `key` up, newest generation first, among those its source's budget keeps. *found, and
- * *e (may be NULL) when found. */
+ * *e (may be NULL) when found. GEN_OK, or gen_find's errors (GEN_EIO, GEN_CORRUPT); the
+ * _after and _many forms below too. */
 int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], bool *found,
                      gen_entry_t *e);
 
@@ -145,6 +150,10 @@ int genset_view_find_many(const genset_view_t *v, const uint8_t (*keys)[KEYHASH_
  * leaves out the keys v's budget cut (n may be 1 for a generation with such keys, to shed
  * them: a merge of one, whose output replaces its input's file under the same name).
  * `cancel` as in gen_merge (may be NULL). Each publishes a new view.
+ * Returns GEN_OK, or GEN_INVALID (genset_add, above; bad indexes), GEN_NOMEM,
+ * GEN_EIO (removing a file or syncing the directory: the view is published,
+ * the file may come back after a power loss, which holds every key as well),
+ * and for genset_merge GEN_CHANGED, GEN_CANCELLED and gen_merge's errors.
  *
  * Rewrites (genset_merge) have one owner per set, the merger (storage/window/merger.h): two
  * concurrent merges of one set would each be safe, but would duplicate the work.

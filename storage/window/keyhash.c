@@ -1,6 +1,8 @@
 /* keyhash.c: SipHash-2-4 (128-bit output) as the keyed dedupe hash. */
 #include "storage/window/keyhash.h"
 
+#include "common/bytes.h"
+
 #include <errno.h>
 #include <string.h>
 #include <sys/random.h>
@@ -14,14 +16,6 @@ typedef struct {
 } sip_t;
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
-
-static uint64_t load64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
 
 static void store64(uint8_t *p, uint64_t v)
 {
@@ -51,7 +45,7 @@ static void round2(sip_t *s, int rounds)
 
 static void sip_init(sip_t *s, const uint8_t key[16])
 {
-    uint64_t k0 = load64(key), k1 = load64(key + 8);
+    uint64_t k0 = bytes_get_le64(key), k1 = bytes_get_le64(key + 8);
     s->v0 = k0 ^ 0x736f6d6570736575ULL;
     s->v1 = k1 ^ 0x646f72616e646f6dULL ^ 0xee; /* 0xee: the 128-bit output variant */
     s->v2 = k0 ^ 0x6c7967656e657261ULL;
@@ -75,12 +69,12 @@ static void sip_update(sip_t *s, const void *data, size_t len)
         s->tail[s->ntail++] = *p++;
         len--;
         if (s->ntail == 8) {
-            sip_block(s, load64(s->tail));
+            sip_block(s, bytes_get_le64(s->tail));
             s->ntail = 0;
         }
     }
     for (; len >= 8; p += 8, len -= 8)
-        sip_block(s, load64(p));
+        sip_block(s, bytes_get_le64(p));
     memcpy(s->tail + s->ntail, p, len);
     s->ntail += len;
 }
@@ -112,8 +106,8 @@ void keyhash_tagged(const uint8_t secret[KEYHASH_SECRET_LEN], uint32_t tag, cons
                     uint8_t out[KEYHASH_LEN])
 {
     /* The length prefix keeps ("ab","c") and ("a","bc") apart. */
-    uint8_t prefix[4] = {(uint8_t)source_len, (uint8_t)(source_len >> 8),
-                         (uint8_t)(source_len >> 16), (uint8_t)(source_len >> 24)};
+    uint8_t prefix[4];
+    bytes_put_le32(prefix, (uint32_t)source_len);
     sip_t s;
     sip_init(&s, secret);
     sip_update(&s, prefix, sizeof(prefix));
@@ -140,22 +134,17 @@ uint32_t keyhash_source_tag(const uint8_t secret[KEYHASH_SECRET_LEN], const char
     sip_update(&s, domain, sizeof(domain));
     sip_update(&s, source, source_len);
     sip_final(&s, h);
-    return (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
+    return bytes_get_be32(h);
 }
 
 uint32_t keyhash_source(const uint8_t key[KEYHASH_LEN])
 {
-    const uint8_t *t = key + KEYHASH_TAG_AT;
-    return (uint32_t)t[0] << 24 | (uint32_t)t[1] << 16 | (uint32_t)t[2] << 8 | t[3];
+    return bytes_get_be32(key + KEYHASH_TAG_AT);
 }
 
 void keyhash_set_source(uint8_t key[KEYHASH_LEN], uint32_t tag)
 {
-    uint8_t *t = key + KEYHASH_TAG_AT;
-    t[0] = (uint8_t)(tag >> 24);
-    t[1] = (uint8_t)(tag >> 16);
-    t[2] = (uint8_t)(tag >> 8);
-    t[3] = (uint8_t)tag;
+    bytes_put_be32(key + KEYHASH_TAG_AT, tag);
 }
 
 int keyhash_random(void *out, size_t len)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 
 /* Fixed width, like DIR/store/ACKED: 20 digits and a newline. */
@@ -15,7 +16,7 @@
 
 int retag_read_from(const char *data_dir, uint64_t *from)
 {
-    char buf[FROM_LEN + 1], *path = fsutil_join(data_dir, RETAG_FILE);
+    char buf[FROM_LEN + 1], *path = datadir_path(data_dir, DATADIR_TAGGED_FROM);
     size_t n = 0;
     int rc = -1;
 
@@ -45,7 +46,7 @@ out:
 
 int retag_write_from(const char *data_dir, uint64_t from)
 {
-    char buf[FROM_LEN + 1], *path = fsutil_join(data_dir, RETAG_FILE);
+    char buf[FROM_LEN + 1], *path = datadir_path(data_dir, DATADIR_TAGGED_FROM);
     if (!path)
         return -1;
     snprintf(buf, sizeof(buf), "%020llu\n", (unsigned long long)from);

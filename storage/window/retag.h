@@ -21,8 +21,7 @@
  * new events get.
  */
 
-#define RETAG_FILE "TAGGED_FROM" /* in the data dir */
-#define RETAG_NONE UINT64_MAX    /* "no record is tagged": the offset without the file */
+#define RETAG_NONE UINT64_MAX /* "no record is tagged": the offset without the file */
 
 /*
  * Reads DIR/TAGGED_FROM into *from. 0: read; 1: there is none (*from =

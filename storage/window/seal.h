@@ -28,7 +28,9 @@
  * nothing done, while the young store is not whole (a checkpoint cut short
  * by a crash, which the log replay is still renumbering): seal later. On
  * failure nothing changed but a leftover file that genset_open or the next
- * seal removes.
+ * seal removes. Store statuses: STORE_OK, STORE_BUSY, the store's read and
+ * write errors (store.h), STORE_EIO / STORE_NOMEM / STORE_CORRUPT for the
+ * generation's (GEN_*) errors.
  */
 int seal_young(store_t *st, genset_t *gs, unsigned bits_per_key, uint64_t *sealed);
 

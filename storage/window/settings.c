@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 
 #define WINSETTINGS_MAX 1024 /* bytes of the file: a few short lines */
@@ -37,7 +38,7 @@ int winsettings_read(const char *data_dir, winsettings_t *out)
 {
     char buf[WINSETTINGS_MAX + 1];
     size_t len = 0;
-    char *path = fsutil_join(data_dir, WINSETTINGS_FILE);
+    char *path = datadir_path(data_dir, DATADIR_WINDOW);
     if (!path)
         return -1;
     int rc = fsutil_read_small(path, buf, WINSETTINGS_MAX, &len);
@@ -86,7 +87,7 @@ int winsettings_write(const char *data_dir, const winsettings_t *s)
         old.max_keys == s->max_keys && old.young_keys == s->young_keys)
         return 0;
     int n = format(buf, sizeof(buf), s);
-    char *path = fsutil_join(data_dir, WINSETTINGS_FILE);
+    char *path = datadir_path(data_dir, DATADIR_WINDOW);
     if (!path)
         return -1;
     int rc = fsutil_write_atomic(path, buf, (size_t)n, 0644);

@@ -15,7 +15,6 @@
  * that owns the data dir does, not by their own defaults (docs/operations.md). Lines of
  * unknown names are passed over (a later release may add some).
  */
-#define WINSETTINGS_FILE "WINDOW" /* in the data dir */
 
 typedef struct winsettings {
     int64_t window_ms;   /* --window */

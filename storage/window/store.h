@@ -23,7 +23,9 @@
  *         "evicting" -> u64 (store_mark_evicting), "sealed" -> u64
  *         (store_seal: every sequence below it was sealed into a generation
  *         file, storage/window/genset.h, and left LMDB)
- * Nothing outside store.c includes lmdb.h; LMDB codes are translated here.
+ * Nothing outside the store's files (store.c, storekeys.c, storeevict.c,
+ * storeread.c; private header storage/window/internal.h) includes lmdb.h;
+ * LMDB codes are translated there.
  */
 
 typedef struct store store_t;
@@ -82,7 +84,12 @@ typedef struct store_info {
     uint64_t sealed_below;      /* sequences below it live in generation files (store_seal) */
 } store_info_t;
 
-/* Opens or creates the environment in `dir` (must exist). *out freed with store_close(). */
+/*
+ * Opens or creates the environment in `dir` (must exist). *out freed with store_close().
+ * Returns STORE_OK, or STORE_NOTFOUND (no `dir`; read-only: no environment), STORE_VERSION
+ * (another store format), STORE_CORRUPT, STORE_BUSY (locked, no reader slot), STORE_EIO,
+ * STORE_NOMEM, STORE_ERROR; *out is then NULL.
+ */
 int store_open(const char *dir, const store_options_t *opts, store_t **out);
 void store_close(store_t *st);
 
@@ -94,6 +101,8 @@ bool store_created(const store_t *st);
  * Returns the hash secret, creating and committing a random one when the
  * store has none yet: `secret_in` (may be NULL) is used instead of a random
  * one, so a rebuilt store keeps the data dir's secret. No transaction open.
+ * Returns STORE_OK, or STORE_NOTFOUND (read-only and none), STORE_CORRUPT (not 16 bytes),
+ * STORE_ERROR (no randomness), or the errors of a write transaction (below).
  */
 int store_secret(store_t *st, const uint8_t *secret_in, uint8_t secret_out[KEYHASH_SECRET_LEN]);
 
@@ -105,6 +114,11 @@ int store_get_info(store_t *st, store_info_t *info);
  * store_begin() .. store_insert()* store_evict() store_set_applied() ..
  * store_commit() or store_abort(). After any error the caller must
  * store_abort(); after STORE_FULL it may store_grow() and start over.
+ *
+ * Every call below that writes returns STORE_OK or: STORE_ERROR (no write
+ * transaction open, or store_begin on a read-only store or inside one),
+ * STORE_FULL (map full), STORE_TXN_FULL (too many dirty pages), STORE_EIO,
+ * STORE_NOMEM, STORE_CORRUPT (LMDB found, or a decode saw, a broken page).
  */
 int store_begin(store_t *st);
 
@@ -131,7 +145,9 @@ int store_upsert(store_t *st, const uint8_t key[KEYHASH_LEN], int64_t received_m
  */
 int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uint64_t *log_offset);
 
-/* True in *present when `key` is in the store (inside the open write txn, or a read txn). */
+/* True in *present when `key` is in the store (inside the open write txn, or a read txn).
+ * Both: STORE_OK, or STORE_CORRUPT (store_lookup: a key without its sequence entry),
+ * STORE_BUSY (no reader slot), STORE_EIO, STORE_NOMEM. */
 int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present);
 
 /*
@@ -175,10 +191,11 @@ int store_set_applied(store_t *st, uint64_t next_offset);
 int store_commit(store_t *st);
 void store_abort(store_t *st);
 
-/* Flushes everything committed to disk (mdb_env_sync, forced). */
+/* Flushes everything committed to disk (mdb_env_sync, forced). STORE_OK or STORE_EIO. */
 int store_flush(store_t *st);
 
-/* Doubles the map size (no transaction may be open). */
+/* Doubles the map size (no transaction may be open). STORE_OK, or STORE_ERROR / STORE_NOMEM
+ * (LMDB refused the new size). */
 int store_grow(store_t *st);
 
 /* Callbacks of store_scan(); return 0 to go on, anything else to stop the scan with it. */

@@ -22,12 +22,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "storage/datadir.h"
 #include "storage/fsutil.h"
 
 int storeswap_sibling(const char *data_dir, char *out, size_t cap)
 {
-    int n = snprintf(out, cap, "%s/" STORESWAP_PREFIX "%lld-%ld", data_dir, (long long)time(NULL),
-                     (long)getpid());
+    int n = snprintf(out, cap, "%s/" DATADIR_REBUILD_PREFIX "%lld-%ld", data_dir,
+                     (long long)time(NULL), (long)getpid());
     if (n < 0 || (size_t)n >= cap) {
         errno = ENAMETOOLONG;
         return -1;
@@ -44,7 +45,7 @@ int64_t storeswap_leftovers(const char *data_dir, int remove)
         return errno == ENOENT ? 0 : -1;
     struct dirent *e;
     while (rc == 0 && (errno = 0, e = readdir(d)) != NULL) {
-        if (strncmp(e->d_name, STORESWAP_PREFIX, strlen(STORESWAP_PREFIX)) != 0)
+        if (strncmp(e->d_name, DATADIR_REBUILD_PREFIX, strlen(DATADIR_REBUILD_PREFIX)) != 0)
             continue;
         if (remove) {
             char *path = fsutil_join(data_dir, e->d_name);
@@ -70,7 +71,7 @@ int64_t storeswap_leftovers(const char *data_dir, int remove)
 
 int storeswap_sync_sibling(const char *sibling)
 {
-    char *gens = fsutil_join(sibling, "gens");
+    char *gens = datadir_in(sibling, DATADIR_GENS);
     struct stat sb;
     int rc = gens ? 0 : -1;
     if (rc == 0 && stat(gens, &sb) == 0)
@@ -85,7 +86,7 @@ int storeswap_sync_sibling(const char *sibling)
 
 int storeswap_exchange(const char *data_dir, const char *sibling, int *exchanged)
 {
-    char *store = fsutil_join(data_dir, "store");
+    char *store = datadir_in(data_dir, DATADIR_STORE);
     int rc = -1, swapped = 0;
     if (!store) {
         errno = ENOMEM;

@@ -9,10 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The sibling's name in the data dir: this prefix, then "<unix time>-<pid>". */
-#define STORESWAP_PREFIX "store.rebuild-"
-
-/* DIR/store.rebuild-<unix time>-<pid> into `out` (`cap` bytes). 0, or -1 (ENAMETOOLONG). */
+/* DIR/store.rebuild-<unix time>-<pid> (DATADIR_REBUILD_PREFIX, storage/datadir.h) into `out` (`cap`
+ * bytes). 0, or -1 (ENAMETOOLONG). */
 int storeswap_sibling(const char *data_dir, char *out, size_t cap);
 
 /*

@@ -1,6 +1,7 @@
 /* test_fsutil.c: the storage layer's file-system helpers: directories made durable as they are
  * created (observed through the fsyncs they make), and durable small files. */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -133,6 +135,29 @@ static void test_write_atomic(void **state)
     assert_int_equal(st.st_mode & 0777, 0640);
 }
 
+/* The write-all and read-full loops: offsets kept, short reads only at the end, errors returned. */
+static void test_write_all_read_full(void **state)
+{
+    fx_t *fx = *state;
+    char p[512], got[16];
+    path_in(fx, "rw", p, sizeof(p));
+    int fd = open(p, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    assert_true(fd >= 0);
+    assert_int_equal(fsutil_write_all(fd, "abcdef", 6), 0);
+    assert_int_equal(fsutil_pwrite_all(fd, "XY", 2, 1), 0);
+    assert_int_equal(lseek(fd, 0, SEEK_CUR), 6); /* pwrite left the file offset alone */
+    assert_int_equal(fsutil_pread_full(fd, got, 6, 0), 6);
+    assert_memory_equal(got, "aXYdef", 6);
+    assert_int_equal(fsutil_pread_full(fd, got, sizeof(got), 4), 2); /* short only at the end */
+    assert_memory_equal(got, "ef", 2);
+    close(fd);
+    errno = 0;
+    assert_int_equal(fsutil_write_all(fd, "a", 1), -1);
+    assert_int_equal(errno, EBADF);
+    assert_int_equal(fsutil_pwrite_all(fd, "a", 1, 0), -1);
+    assert_int_equal(fsutil_pread_full(fd, got, 1, 0), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -141,6 +166,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mkdirs_fails_under_a_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mkdir_one, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_atomic, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_all_read_full, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

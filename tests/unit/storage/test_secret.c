@@ -12,6 +12,7 @@
 #include <dirent.h>
 
 #include "fsyncspy.h"
+#include "storage/datadir.h"
 #include "storage/secret.h"
 #include "testutil.h"
 
@@ -32,7 +33,7 @@ static int teardown(void **state)
 
 static void secret_path(const fx_t *fx, char *out, size_t len)
 {
-    snprintf(out, len, "%s/%s", fx->base, SECRET_FILE);
+    snprintf(out, len, "%s/%s", fx->base, datadir_name(DATADIR_SECRET));
 }
 
 /* Entries of the data dir besides . and .. (a temporary file left behind would show). */

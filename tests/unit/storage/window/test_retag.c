@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "storage/datadir.h"
 #include "storage/window/keyhash.h"
 #include "storage/window/retag.h"
 #include "testutil.h"
@@ -122,7 +123,7 @@ static void test_tagged_from_file(void **state)
     tu_fixture_t *fx = *state;
     uint64_t from = 0;
     char path[400];
-    snprintf(path, sizeof(path), "%s/%s", fx->dir, RETAG_FILE);
+    snprintf(path, sizeof(path), "%s/%s", fx->dir, datadir_name(DATADIR_TAGGED_FROM));
 
     assert_int_equal(retag_read_from(fx->dir, &from), 1); /* none: nothing is tagged */
     assert_true(from == RETAG_NONE);
