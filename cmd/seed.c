@@ -22,13 +22,13 @@
 #include "storage/datadir.h"
 #include "storage/log/log.h"
 
-#define MAX_KAFKA_OPTS 64
-#define CHUNK          10000 /* records sent before waiting for their deliveries */
-#define METADATA_MS    10000 /* the raw topic's partition count */
-#define FLUSH_MS       5000  /* what is still queued when giving up */
-#define TIMEOUT_MAX_MS UINT64_C(3600000)
-#define SEED_VALUE_MAX 96
-#define LOG_EVERY_MS   10000 /* a progress line in the log (the terminal's line is not logged) */
+#define MAX_KAFKA_OPTS  64
+#define CHUNK           10000 /* records sent before waiting for their deliveries */
+#define METADATA_MS     10000 /* the raw topic's partition count */
+#define FLUSH_MS        5000  /* what is still queued when giving up */
+#define TIMEOUT_MAX_MS  UINT64_C(3600000)
+#define SEED_VALUE_MAX  96
+#define LOGGED_EVERY_MS 10000 /* a progress line in the log (the terminal's line is not logged) */
 
 enum { O_DATA, O_BROKERS, O_RAW, O_FROM, O_KAFKA_OPT, O_TIMEOUT, O_LEVEL, O_MAX };
 
@@ -117,8 +117,8 @@ static int seed_one(seed_t *s, const log_record_t *rec)
     if (event_ids(rec, &root, &src, &src_len, &mid, &mid_len) == 0)
         klen = cluster_key_encode(src, src_len, mid, mid_len, key, sizeof key);
     if (klen == 0) {
-        LOG_WARN("log offset %" PRIu64 ": not an event with a source and a messageId; skipped",
-                 rec->offset);
+        LOGGING_WARN("log offset %" PRIu64 ": not an event with a source and a messageId; skipped",
+                     rec->offset);
         s->skipped++;
         goto out;
     }
@@ -130,7 +130,7 @@ static int seed_one(seed_t *s, const log_record_t *rec)
     if (cluster_producer_send_header(s->producer, p, key, klen, value, (size_t)vlen,
                                      rec->received_ms, CLUSTER_HEADER_SEED, "1", 1,
                                      s->batch) != CLUSTER_OK) {
-        LOG_ERROR("log offset %" PRIu64 ": the producer refused the seed record", rec->offset);
+        LOGGING_ERROR("log offset %" PRIu64 ": the producer refused the seed record", rec->offset);
         rc = -1;
         goto out;
     }
@@ -147,22 +147,22 @@ static int chunk_done(seed_t *s, uint64_t next)
         return 0; /* the last chunk ended exactly at the limit */
     int rc = cluster_batch_wait(s->batch, (int)s->timeout_ms);
     if (rc != CLUSTER_OK) {
-        LOG_ERROR("seed records of log offsets %" PRIu64 "..%" PRIu64 " not delivered: %s",
-                  s->chunk_from, next, cluster_strerror(rc));
+        LOGGING_ERROR("seed records of log offsets %" PRIu64 "..%" PRIu64 " not delivered: %s",
+                      s->chunk_from, next, cluster_strerror(rc));
         return -1;
     }
     cluster_batch_release(s->batch);
     s->batch = NULL;
     s->chunk_from = next;
     /* A pass over a long log run by a script shows no terminal line: say how far it got. */
-    if (next < s->limit && clk_mono_ms() - s->logged_at >= LOG_EVERY_MS) {
+    if (next < s->limit && clk_mono_ms() - s->logged_at >= LOGGED_EVERY_MS) {
         s->logged_at = clk_mono_ms();
         progress_clear(s->progress);
-        LOG_INFO("seeded up to log offset %" PRIu64 " of %" PRIu64 " (%" PRIu64 " event(s))", next,
-                 s->limit, s->seeded);
+        LOGGING_INFO("seeded up to log offset %" PRIu64 " of %" PRIu64 " (%" PRIu64 " event(s))",
+                     next, s->limit, s->seeded);
     }
     if (next < s->limit && (s->batch = cluster_batch_new()) == NULL) {
-        LOG_ERROR("out of memory");
+        LOGGING_ERROR("out of memory");
         return -1;
     }
     return 0;
@@ -188,8 +188,8 @@ static int seed_log(seed_t *s)
             goto fail;
     }
     if (rc != LOG_END) {
-        LOG_ERROR("reading %s at offset %" PRIu64 ": %s", s->logdir,
-                  r ? log_reader_position(r) : s->from, log_strerror(rc));
+        LOGGING_ERROR("reading %s at offset %" PRIu64 ": %s", s->logdir,
+                      r ? log_reader_position(r) : s->from, log_strerror(rc));
         goto fail;
     }
     /* The reader stops short of the acknowledged end when retention deleted the segment it was
@@ -197,9 +197,9 @@ static int seed_log(seed_t *s)
     log_info_t li;
     uint64_t at = log_reader_position(r);
     if (at < s->limit && log_describe(s->logdir, &li, NULL) == LOG_OK && at < li.first_offset) {
-        LOG_ERROR("log offsets %" PRIu64 "..%" PRIu64 " were deleted by retention before they "
-                  "were seeded",
-                  at, li.first_offset - 1);
+        LOGGING_ERROR("log offsets %" PRIu64 "..%" PRIu64 " were deleted by retention before they "
+                      "were seeded",
+                      at, li.first_offset - 1);
         goto fail;
     }
     s->limit = at; /* a log restored from a backup may end before its ACKED */
@@ -261,22 +261,23 @@ static int seed_connect(seed_t *s, const char *brokers, const cluster_kafka_opts
     int32_t count = 0;
     int rc = cluster_producer_new(&po, &s->producer, err, sizeof err);
     if (rc != CLUSTER_OK) {
-        LOG_ERROR("producer: %s", err[0] ? err : cluster_strerror(rc));
+        LOGGING_ERROR("producer: %s", err[0] ? err : cluster_strerror(rc));
         return -1;
     }
     rc = cluster_producer_partitions(s->producer, METADATA_MS, &count);
     if (rc != CLUSTER_OK) {
-        LOG_ERROR("raw topic %s: %s (it must exist before seeding)", s->topic,
-                  rc == CLUSTER_TIMEOUT ? "no metadata from the cluster" : "no such topic");
+        LOGGING_ERROR("raw topic %s: %s (it must exist before seeding)", s->topic,
+                      rc == CLUSTER_TIMEOUT ? "no metadata from the cluster" : "no such topic");
         return -1;
     }
     cluster_partition_config_t pc = {.partitions = count};
     if (cluster_partitioner_new(&pc, &s->part) != CLUSTER_OK) {
-        LOG_ERROR("out of memory");
+        LOGGING_ERROR("out of memory");
         return -1;
     }
-    LOG_INFO("seeding log offsets %" PRIu64 "..%" PRIu64 " of %s into %s (%" PRId32 " partitions)",
-             s->from, s->limit, s->data, s->topic, count);
+    LOGGING_INFO("seeding log offsets %" PRIu64 "..%" PRIu64 " of %s into %s (%" PRId32
+                 " partitions)",
+                 s->from, s->limit, s->data, s->topic, count);
     return 0;
 }
 
@@ -321,15 +322,15 @@ int cmd_seed(int argc, char **argv)
         int failed = seed_log(&s);
         progress_clear(s.progress);
         if (failed != 0) {
-            LOG_ERROR("seeding stopped; every event before log offset %" PRIu64
-                      " is seeded: run again with --from-offset %" PRIu64,
-                      s.chunk_from, s.chunk_from);
+            LOGGING_ERROR("seeding stopped; every event before log offset %" PRIu64
+                          " is seeded: run again with --from-offset %" PRIu64,
+                          s.chunk_from, s.chunk_from);
             goto out;
         }
     }
-    LOG_INFO("seeded %" PRIu64 " event(s) of log offsets %" PRIu64 "..%" PRIu64 " (%" PRIu64
-             " skipped); the next pass starts with --from-offset %" PRIu64,
-             s.seeded, s.from, s.limit, s.skipped, s.limit);
+    LOGGING_INFO("seeded %" PRIu64 " event(s) of log offsets %" PRIu64 "..%" PRIu64 " (%" PRIu64
+                 " skipped); the next pass starts with --from-offset %" PRIu64,
+                 s.seeded, s.from, s.limit, s.skipped, s.limit);
     printf("{\"seeded\":%" PRIu64 ",\"skipped\":%" PRIu64 ",\"from_offset\":%" PRIu64
            ",\"next_offset\":%" PRIu64 "}\n",
            s.seeded, s.skipped, s.from, s.limit);

@@ -41,13 +41,13 @@ static void on_storage_notice(void *arg, int level, const char *msg)
     (void)arg;
     switch (level) {
     case 0:
-        LOG_ERROR("storage: %s", msg);
+        LOGGING_ERROR("storage: %s", msg);
         break;
     case 1:
-        LOG_WARN("storage: %s", msg);
+        LOGGING_WARN("storage: %s", msg);
         break;
     default:
-        LOG_INFO("storage: %s", msg);
+        LOGGING_INFO("storage: %s", msg);
         break;
     }
 }
@@ -64,21 +64,22 @@ static int open_quarantine(const config_t *cfg, quarantine_t **q)
 
     *q = NULL;
     if (cfg->rejected_max_bytes == 0) {
-        LOG_INFO("quarantine: off (--rejected-max-bytes 0): refused input is counted, not kept");
+        LOGGING_INFO(
+            "quarantine: off (--rejected-max-bytes 0): refused input is counted, not kept");
         return 0;
     }
     (void)datadir_put(dir, sizeof dir, cfg->data_dir, DATADIR_REJECTED);
     quarantine_options_t qo = {.max_bytes = cfg->rejected_max_bytes};
     int rc = quarantine_open(dir, &qo, q, &lrc);
     if (rc != QUARANTINE_OK) {
-        LOG_ERROR("cannot open the quarantine %s: %s (%s)", dir, quarantine_strerror(rc),
-                  lrc == LOG_EIO ? strerror(errno) : log_strerror(lrc));
+        LOGGING_ERROR("cannot open the quarantine %s: %s (%s)", dir, quarantine_strerror(rc),
+                      lrc == LOG_EIO ? strerror(errno) : log_strerror(lrc));
         return -1;
     }
     quarantine_stats_t s;
     quarantine_get_stats(*q, &s);
-    LOG_INFO("quarantine: %s, %" PRIu64 " records, %" PRIu64 " bytes (bound %" PRIu64 ")", dir,
-             s.records, s.bytes, s.max_bytes);
+    LOGGING_INFO("quarantine: %s, %" PRIu64 " records, %" PRIu64 " bytes (bound %" PRIu64 ")", dir,
+                 s.records, s.bytes, s.max_bytes);
     return 0;
 }
 
@@ -92,9 +93,9 @@ static void close_quarantine(quarantine_t *q)
     quarantine_flush(q, DRAIN_MS);
     quarantine_get_stats(q, &s);
     if (s.dropped > 0 || s.failed > 0)
-        LOG_WARN("quarantine: %" PRIu64 " records dropped (queue full) and %" PRIu64
-                 " lost to write errors since start",
-                 s.dropped, s.failed);
+        LOGGING_WARN("quarantine: %" PRIu64 " records dropped (queue full) and %" PRIu64
+                     " lost to write errors since start",
+                     s.dropped, s.failed);
     quarantine_close(q);
 }
 
@@ -133,21 +134,21 @@ static void reload_keys(const config_t *cfg, api_t *api)
 
     if (cfg->write_keys_file[0] == '\0') {
         /* The TLS pair (reload_tls) is the only other thing SIGHUP reads again. */
-        LOG_INFO("SIGHUP: no --write-keys-file to reload; the other settings are read once at "
-                 "start");
+        LOGGING_INFO("SIGHUP: no --write-keys-file to reload; the other settings are read once at "
+                     "start");
         return;
     }
     err[0] = '\0';
     if (load_keys(cfg, &keys, &n, err, sizeof err) != 0) {
-        LOG_ERROR("SIGHUP: write keys not reloaded, the previous keys stay in force: %s", err);
+        LOGGING_ERROR("SIGHUP: write keys not reloaded, the previous keys stay in force: %s", err);
         return;
     }
     if (api_set_keys(api, keys, n) != 0)
-        LOG_ERROR("SIGHUP: write keys not reloaded (out of memory); the previous keys stay in "
-                  "force");
+        LOGGING_ERROR("SIGHUP: write keys not reloaded (out of memory); the previous keys stay in "
+                      "force");
     else
-        LOG_INFO("SIGHUP: write keys reloaded from %s: %zu keys in force (%zu from flags)",
-                 cfg->write_keys_file, n, cfg->nwrite_keys);
+        LOGGING_INFO("SIGHUP: write keys reloaded from %s: %zu keys in force (%zu from flags)",
+                     cfg->write_keys_file, n, cfg->nwrite_keys);
     auth_keys_free(keys, n);
 }
 
@@ -225,11 +226,11 @@ static void log_start(const struct serving *s)
 
     logging_level = cfg->log_level;
     cluster_set_log(logging_syslog); /* librdkafka's lines (the edge role) into our log */
-    LOG_INFO("ingestd %s starting", INGESTD_VERSION);
+    LOGGING_INFO("ingestd %s starting", INGESTD_VERSION);
     config_log(cfg);
     if (cfg->write_keys_file[0] != '\0')
-        LOG_INFO("write keys: %zu in force (%zu from flags, %zu from %s)", s->nkeys,
-                 cfg->nwrite_keys, s->nkeys - cfg->nwrite_keys, cfg->write_keys_file);
+        LOGGING_INFO("write keys: %zu in force (%zu from flags, %zu from %s)", s->nkeys,
+                     cfg->nwrite_keys, s->nkeys - cfg->nwrite_keys, cfg->write_keys_file);
 }
 
 /*
@@ -252,12 +253,12 @@ static int open_edge(struct serving *s)
     err[0] = '\0';
     int erc = cluster_edge_new(&eopts, &s->edge, err, sizeof err);
     if (erc != CLUSTER_OK) {
-        LOG_ERROR("cannot start the edge role: %s", err[0] ? err : cluster_strerror(erc));
+        LOGGING_ERROR("cannot start the edge role: %s", err[0] ? err : cluster_strerror(erc));
         return -1;
     }
     cluster_edge_sink(s->edge, &s->sink);
-    LOG_INFO("edge: producing to %s (%d partitions) on %s", cfg->raw_topic,
-             (int)cluster_edge_partitions(s->edge), cfg->kafka_brokers);
+    LOGGING_INFO("edge: producing to %s (%d partitions) on %s", cfg->raw_topic,
+                 (int)cluster_edge_partitions(s->edge), cfg->kafka_brokers);
     return 0;
 }
 
@@ -292,16 +293,17 @@ static int open_storage(struct serving *s)
     err[0] = '\0';
     int rc = commit_open(&copts, &s->commit, err, sizeof err);
     if (rc != COMMIT_OK) {
-        LOG_ERROR("cannot open data dir %s: %s", cfg->data_dir,
-                  err[0] != '\0' ? err : commit_strerror(rc));
+        LOGGING_ERROR("cannot open data dir %s: %s", cfg->data_dir,
+                      err[0] != '\0' ? err : commit_strerror(rc));
         return -1;
     }
     /* The offline tools (rebuild, check, lookup) shape the window as this server does. */
     winsettings_t ws = {cfg->window_ms, cfg->max_keys, cfg->young_keys};
     if (!copts.memory_filter && winsettings_write(cfg->data_dir, &ws) != 0)
-        LOG_WARN("cannot write %s/%s (%s): `ingestd rebuild` and `check` will use their defaults "
-                 "unless given the window's flags",
-                 cfg->data_dir, datadir_name(DATADIR_WINDOW), strerror(errno));
+        LOGGING_WARN(
+            "cannot write %s/%s (%s): `ingestd rebuild` and `check` will use their defaults "
+            "unless given the window's flags",
+            cfg->data_dir, datadir_name(DATADIR_WINDOW), strerror(errno));
     return open_quarantine(cfg, &s->quarantine);
 }
 
@@ -347,12 +349,12 @@ static int start_serving(struct serving *s)
     };
 
     if (api_new(&aopts, &s->api) != 0) {
-        LOG_ERROR("cannot set up request handling (out of memory or bad write keys)");
+        LOGGING_ERROR("cannot set up request handling (out of memory or bad write keys)");
         return -1;
     }
     err[0] = '\0';
     if (http_start(cfg, s->api, &s->http, err, sizeof err) != 0) {
-        LOG_ERROR("%s", err);
+        LOGGING_ERROR("%s", err);
         return -1;
     }
     return 0;
@@ -366,14 +368,14 @@ static void reload_tls(http_t *http)
     err[0] = '\0';
     switch (http_reload_tls(http, err, sizeof err)) {
     case 0:
-        LOG_INFO("SIGHUP: TLS certificate and key reloaded; new handshakes use them");
+        LOGGING_INFO("SIGHUP: TLS certificate and key reloaded; new handshakes use them");
         break;
     case 1:
         break; /* plain HTTP */
     default:
-        LOG_ERROR("SIGHUP: TLS certificate and key not reloaded, the previous pair stays in "
-                  "force: %s",
-                  err);
+        LOGGING_ERROR("SIGHUP: TLS certificate and key not reloaded, the previous pair stays in "
+                      "force: %s",
+                      err);
         break;
     }
 }
@@ -404,7 +406,8 @@ static void stop_serving(struct serving *s)
     http_quiesce(s->http);
     unsigned left = http_drain(s->http, DRAIN_MS);
     if (left > 0)
-        LOG_WARN("%u requests still in flight after %d ms; closing storage anyway", left, DRAIN_MS);
+        LOGGING_WARN("%u requests still in flight after %d ms; closing storage anyway", left,
+                     DRAIN_MS);
     cluster_edge_quiesce(s->edge); /* answers what still waits for Kafka, before the transport */
     commit_close(s->commit);
     s->commit = NULL;
@@ -444,18 +447,18 @@ int cmd_serve(int argc, char **argv)
     if (histogram_new(HISTOGRAM_SECONDS, HISTOGRAM_SECONDS_N, &s.fsync_hist) != 0 ||
         histogram_new(HISTOGRAM_EVENTS, HISTOGRAM_EVENTS_N, &s.batch_hist) != 0 ||
         histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &s.age_hist) != 0) {
-        LOG_ERROR("out of memory");
+        LOGGING_ERROR("out of memory");
         goto out;
     }
     if (open_role(&s) != 0)
         goto out;
     if (start_serving(&s) != 0)
         goto out;
-    LOG_INFO("ready");
+    LOGGING_INFO("ready");
     int sig = wait_for_stop(&s, &sigs);
-    LOG_INFO("received %s; stopping", strsignal(sig));
+    LOGGING_INFO("received %s; stopping", strsignal(sig));
     stop_serving(&s);
-    LOG_INFO("stopped");
+    LOGGING_INFO("stopped");
     ret = 0;
 out:
     release_all(&s);

@@ -321,16 +321,16 @@ static void on_worker_log(void *arg, int level, const char *msg)
     (void)arg;
     switch (level) {
     case 0:
-        LOG_ERROR("%s", msg);
+        LOGGING_ERROR("%s", msg);
         break;
     case 1:
-        LOG_WARN("%s", msg);
+        LOGGING_WARN("%s", msg);
         break;
     case 2:
-        LOG_INFO("%s", msg);
+        LOGGING_INFO("%s", msg);
         break;
     default:
-        LOG_DEBUG("%s", msg);
+        LOGGING_DEBUG("%s", msg);
         break;
     }
 }
@@ -373,14 +373,14 @@ static int worker_options(const opts_val_t *v, cluster_worker_options_t *o)
 
 static void log_start(const cluster_worker_options_t *o)
 {
-    LOG_INFO("ingestd %s worker: brokers %s, %s -> %s, group %s, data %s, window %" PRId64
-             "s, max-keys %" PRIu64 ", young-keys %" PRIu64 ", max-batch %" PRIu32
-             ", %s membership, on-records-lost %s, %zu kafka option(s)%s",
-             INGESTD_VERSION, o->brokers, o->raw_topic, o->out_topic, o->group, o->data_dir,
-             o->window_ms / 1000, o->max_keys, o->young_keys, o->max_batch,
-             o->dynamic_membership ? "dynamic" : "static",
-             o->continue_on_lost ? "continue" : "stop", o->opts.n,
-             o->mirror_offsets ? ", mirrored offsets" : "");
+    LOGGING_INFO("ingestd %s worker: brokers %s, %s -> %s, group %s, data %s, window %" PRId64
+                 "s, max-keys %" PRIu64 ", young-keys %" PRIu64 ", max-batch %" PRIu32
+                 ", %s membership, on-records-lost %s, %zu kafka option(s)%s",
+                 INGESTD_VERSION, o->brokers, o->raw_topic, o->out_topic, o->group, o->data_dir,
+                 o->window_ms / 1000, o->max_keys, o->young_keys, o->max_batch,
+                 o->dynamic_membership ? "dynamic" : "static",
+                 o->continue_on_lost ? "continue" : "stop", o->opts.n,
+                 o->mirror_offsets ? ", mirrored offsets" : "");
 }
 
 /* SIGINT/SIGTERM stop `w`; a reader gone away must not kill the worker. */
@@ -412,7 +412,7 @@ static int start_http(const char *listen, struct http_ctx *hctx, ops_http_t **ou
     if (strcmp(listen, "none") == 0)
         return 0;
     if (ops_http_start(listen, &handlers, out, err, sizeof err) != 0) {
-        LOG_ERROR("%s", err);
+        LOGGING_ERROR("%s", err);
         return -1;
     }
     return 0;
@@ -442,7 +442,7 @@ int cmd_worker(int argc, char **argv)
     }
     ret = 1;
     if (rc != CLUSTER_OK) {
-        LOG_ERROR("worker: %s", err[0] ? err : cluster_strerror(rc));
+        LOGGING_ERROR("worker: %s", err[0] ? err : cluster_strerror(rc));
         goto out;
     }
     log_start(&o);
@@ -451,13 +451,13 @@ int cmd_worker(int argc, char **argv)
         .w = w, .admin_token = v[O_ADMIN_TOKEN].str, .raw = o.raw_topic, .out = o.out_topic};
     if (start_http(v[O_LISTEN].str, &hctx, &http) != 0)
         goto out;
-    LOG_INFO("ready");
+    LOGGING_INFO("ready");
     rc = cluster_worker_run(w, err, sizeof err);
     if (rc != CLUSTER_OK) {
-        LOG_ERROR("worker stopped: %s", err[0] ? err : cluster_strerror(rc));
+        LOGGING_ERROR("worker stopped: %s", err[0] ? err : cluster_strerror(rc));
         goto out;
     }
-    LOG_INFO("stopped");
+    LOGGING_INFO("stopped");
     ret = 0;
 out:
     ops_http_stop(http);

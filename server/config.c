@@ -776,7 +776,7 @@ static void fmt_value(const config_t *cfg, const struct setting *st, char *buf, 
     case K_LEVEL: {
         static const char *const names[] = {"error", "warn", "info", "debug"};
         int l = cfg->log_level;
-        snprintf(buf, len, "%s", l >= 0 && l <= LOG_LEVEL_DEBUG ? names[l] : "?");
+        snprintf(buf, len, "%s", l >= 0 && l <= LOGGING_LEVEL_DEBUG ? names[l] : "?");
         return;
     }
     case K_SECRET:
@@ -828,7 +828,7 @@ void config_log(const config_t *cfg)
 
     for (size_t i = 0; i < NSETTINGS; i++) {
         fmt_value(cfg, &settings[i], val, sizeof val);
-        LOG_INFO("config %s = %s", settings[i].name, val);
+        LOGGING_INFO("config %s = %s", settings[i].name, val);
     }
 }
 

@@ -60,7 +60,7 @@ typedef struct config {
     unsigned max_connections; /* --max-connections (INGESTD_MAX_CONNECTIONS), default 1024 */
     unsigned timeout_s;       /* --timeout (INGESTD_TIMEOUT), idle connection timeout, default 30 */
     size_t max_batch_events;  /* --commit-max-events (INGESTD_COMMIT_MAX_EVENTS), default 50000 */
-    enum log_level log_level; /* --log-level (INGESTD_LOG_LEVEL), default info */
+    enum logging_severity log_level; /* --log-level (INGESTD_LOG_LEVEL), default info */
     enum store_sync store_sync; /* --store-sync meta|full|lazy (INGESTD_STORE_SYNC), default meta */
     char store[128];            /* --store lmdb|memory:SPEC (INGESTD_STORE), default lmdb */
     char admin_token[256];      /* --admin-token (INGESTD_ADMIN_TOKEN), default "" (none): when set,

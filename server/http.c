@@ -77,11 +77,11 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
                                               "handshake"};
     for (size_t i = 0; i < sizeof client_side / sizeof client_side[0]; i++) {
         if (strcasestr(msg, client_side[i]) != NULL) {
-            LOG_DEBUG("http: %s", msg);
+            LOGGING_DEBUG("http: %s", msg);
             return;
         }
     }
-    LOG_WARN("http: %s", msg);
+    LOGGING_WARN("http: %s", msg);
 }
 
 /* Fills `ss` for cfg's host and port; sets *v6. Returns 0 or -1. */
@@ -280,9 +280,9 @@ int http_start(const config_t *cfg, api_t *api, http_t **out, char *errbuf, size
         goto fail;
     }
     info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    LOG_INFO("listening on %s://%s%s%s:%u", h->tls ? "https" : "http", v6 ? "[" : "",
-             cfg->listen_host, v6 ? "]" : "",
-             info != NULL ? (unsigned)info->port : (unsigned)cfg->listen_port);
+    LOGGING_INFO("listening on %s://%s%s%s:%u", h->tls ? "https" : "http", v6 ? "[" : "",
+                 cfg->listen_host, v6 ? "]" : "",
+                 info != NULL ? (unsigned)info->port : (unsigned)cfg->listen_port);
     *out = h;
     return 0;
 
@@ -305,7 +305,7 @@ void http_quiesce(http_t *h)
      */
     h->listen_fd = MHD_quiesce_daemon(h->daemon);
     if (h->listen_fd == MHD_INVALID_SOCKET)
-        LOG_WARN("http: could not stop accepting connections (quiesce failed)");
+        LOGGING_WARN("http: could not stop accepting connections (quiesce failed)");
 }
 
 unsigned http_drain(http_t *h, int timeout_ms)
@@ -339,12 +339,13 @@ void http_stop(http_t *h)
          * MHD_stop_daemon would close those connections with nothing sent. */
         unsigned unsent = counter_wait_zero(h, &h->inflight, STOP_WAIT_MS);
         if (unsent > 0)
-            LOG_WARN("http: %u answers not sent after %d ms; closing their connections", unsent,
-                     STOP_WAIT_MS);
+            LOGGING_WARN("http: %u answers not sent after %d ms; closing their connections", unsent,
+                         STOP_WAIT_MS);
     }
     http_watchdog_stop(h);
     if (parked > 0) {
-        LOG_ERROR("http: %u requests still wait for storage; leaving the daemon running", parked);
+        LOGGING_ERROR("http: %u requests still wait for storage; leaving the daemon running",
+                      parked);
         return; /* leaked on purpose: the process is about to exit */
     }
     /* Closes every connection; each one's state goes in its close notification. */

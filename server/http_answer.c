@@ -69,8 +69,8 @@ enum MHD_Result http_answer(struct req *r, api_resp_t *resp)
         api_count_duration(h->api, r->path, resp->status, clk_mono_ns() - r->start_ns);
         r->phase = PH_ANSWERED;
         /* The path, never the body: event data stays out of the logs. */
-        LOG_DEBUG("http: %s %.200s -> %d (from %s)", r->method, r->path, resp->status,
-                  r->client_ip[0] ? r->client_ip : "?");
+        LOGGING_DEBUG("http: %s %.200s -> %d (from %s)", r->method, r->path, resp->status,
+                      r->client_ip[0] ? r->client_ip : "?");
     }
     return ret;
 }

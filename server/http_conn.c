@@ -126,8 +126,8 @@ static void shed_oldest(http_t *h, const struct conn *except)
             continue; /* its head has just come in, or the watchdog took it */
         x->shed = true;
         h->nshed++;
-        LOG_DEBUG("http: %u connections open; closing the oldest without a request head (%s)",
-                  h->nconns - h->nshed + 1, x->peer);
+        LOGGING_DEBUG("http: %u connections open; closing the oldest without a request head (%s)",
+                      h->nconns - h->nshed + 1, x->peer);
         shutdown(x->fd, SHUT_RDWR); /* MHD sees the end and closes it; see expire() */
         return;
     }
@@ -160,8 +160,9 @@ static void conn_started(http_t *h, struct MHD_Connection *conn, void **socket_c
         c->ip_counted = addrcount_take(h->per_ip, c->ip_key, h->per_ip_cap);
         if (!c->ip_counted) {
             /* As libmicrohttpd's own cap did: closed at once, no answer. */
-            LOG_DEBUG("http: %u connections from %s already (--max-connections-per-ip); closing",
-                      h->per_ip_cap, c->peer);
+            LOGGING_DEBUG(
+                "http: %u connections from %s already (--max-connections-per-ip); closing",
+                h->per_ip_cap, c->peer);
             atomic_store(&c->deadline_ms, DEADLINE_EXPIRED);
             shutdown(c->fd, SHUT_RDWR);
         }

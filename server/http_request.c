@@ -454,9 +454,9 @@ static enum MHD_Result over_budget(struct req *r)
     int64_t now = clk_mono_ms();
     int64_t last = atomic_load(&r->h->budget_warned_ms);
     if (now - last >= 1000 && atomic_compare_exchange_strong(&r->h->budget_warned_ms, &last, now))
-        LOG_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
-                 " bytes); answering 503 (logged at most once a second)",
-                 r->h->body_budget);
+        LOGGING_WARN("http: request bodies buffered reach --max-body-memory (%" PRIu64
+                     " bytes); answering 503 (logged at most once a second)",
+                     r->h->body_budget);
     memset(&resp, 0, sizeof resp);
     api_error(&resp, 503, "server busy (request body memory exhausted), retry later");
     http_answer_headers(r, &resp);
@@ -689,7 +689,7 @@ void http_request_completed(void *cls, struct MHD_Connection *conn, void **con_c
         return;
     logging_set_request_id(r->rid);
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        LOG_DEBUG("http: %.200s request ended early (code %d)", r->path, (int)toe);
+        LOGGING_DEBUG("http: %.200s request ended early (code %d)", r->path, (int)toe);
     logging_set_request_id(NULL);
     /* The next request on this keep-alive connection gets the whole timeout again. */
     if (r->c != NULL) {

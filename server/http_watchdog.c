@@ -69,9 +69,9 @@ static void expire(http_t *h, struct conn *c, bool slow_body)
     if (c->reused && c->rid[0] == '\0') {
         /* Usually just an idle keep-alive connection: not worth an INFO line each. And no 408:
          * unasked, it could be read as the answer to a request the client sends right now. */
-        LOG_DEBUG("http: kept-alive connection from %s has no complete next request within "
-                  "%" PRId64 "s (--request-timeout); closing",
-                  c->peer, h->request_timeout_ms / 1000);
+        LOGGING_DEBUG("http: kept-alive connection from %s has no complete next request within "
+                      "%" PRId64 "s (--request-timeout); closing",
+                      c->peer, h->request_timeout_ms / 1000);
         shutdown(c->fd, SHUT_RDWR);
         return;
     }
@@ -111,7 +111,7 @@ static void expire(http_t *h, struct conn *c, bool slow_body)
         api_error(&resp, 408, msg);
     }
     logging_set_request_id(rid);
-    LOG_INFO("http: %s from %s (%s); %s", msg, c->peer, flag, answer ? "answering" : "closing");
+    LOGGING_INFO("http: %s from %s (%s); %s", msg, c->peer, flag, answer ? "answering" : "closing");
     logging_set_request_id(NULL);
     if (answer)
         send_raw(h, c, &resp, rid);

@@ -11,7 +11,7 @@
 
 #include "common/clock.h"
 
-enum log_level logging_level = LOG_LEVEL_INFO;
+enum logging_severity logging_level = LOGGING_LEVEL_INFO;
 
 static const char *const level_names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
 
@@ -36,7 +36,7 @@ int logging_parse_level(const char *name)
             return i;
     }
     if (strcasecmp(name, "warning") == 0)
-        return LOG_LEVEL_WARN;
+        return LOGGING_LEVEL_WARN;
     return -1;
 }
 
@@ -52,10 +52,10 @@ void logging_write(int level, const char *fmt, ...)
     size_t n;
     va_list ap;
 
-    if (level < LOG_LEVEL_ERROR)
-        level = LOG_LEVEL_ERROR;
-    if (level > LOG_LEVEL_DEBUG)
-        level = LOG_LEVEL_DEBUG;
+    if (level < LOGGING_LEVEL_ERROR)
+        level = LOGGING_LEVEL_ERROR;
+    if (level > LOGGING_LEVEL_DEBUG)
+        level = LOGGING_LEVEL_DEBUG;
 
     gmtime_r(&now_s, &tm);
     n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
@@ -93,9 +93,9 @@ void logging_write(int level, const char *fmt, ...)
 
 void logging_syslog(int severity, const char *facility, const char *msg)
 {
-    int level = severity <= 3   ? LOG_LEVEL_ERROR
-                : severity == 4 ? LOG_LEVEL_WARN
-                : severity <= 6 ? LOG_LEVEL_INFO
-                                : LOG_LEVEL_DEBUG;
-    LOGF(level, "%s: %s", facility ? facility : "-", msg ? msg : "");
+    int level = severity <= 3   ? LOGGING_LEVEL_ERROR
+                : severity == 4 ? LOGGING_LEVEL_WARN
+                : severity <= 6 ? LOGGING_LEVEL_INFO
+                                : LOGGING_LEVEL_DEBUG;
+    LOGGING_AT(level, "%s: %s", facility ? facility : "-", msg ? msg : "");
 }

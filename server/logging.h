@@ -1,10 +1,16 @@
-/* logging: one line per message to stderr, level-checked before arguments are evaluated. */
+/* logging: one line per message to stderr, level-checked before arguments are evaluated.
+ * Named LOGGING_* so that LOG_* means one thing in the code: the event log (storage/log/). */
 #ifndef INGESTD_LOGGING_H
 #define INGESTD_LOGGING_H
 
-enum log_level { LOG_LEVEL_ERROR = 0, LOG_LEVEL_WARN, LOG_LEVEL_INFO, LOG_LEVEL_DEBUG };
+enum logging_severity {
+    LOGGING_LEVEL_ERROR = 0,
+    LOGGING_LEVEL_WARN,
+    LOGGING_LEVEL_INFO,
+    LOGGING_LEVEL_DEBUG
+};
 
-extern enum log_level logging_level; /* current level; set once at start-up */
+extern enum logging_severity logging_level; /* current level; set once at start-up */
 
 /* Parses "error|warn|info|debug"; returns the level or -1. */
 int logging_parse_level(const char *name);
@@ -31,14 +37,14 @@ void logging_write(int level, const char *fmt, ...) __attribute__((format(printf
  */
 void logging_syslog(int severity, const char *facility, const char *msg);
 
-#define LOGF(level, ...)                                                                           \
+#define LOGGING_AT(level, ...)                                                                     \
     do {                                                                                           \
         if ((int)(level) <= (int)logging_level)                                                    \
             logging_write((level), __VA_ARGS__);                                                   \
     } while (0)
-#define LOG_ERROR(...) LOGF(LOG_LEVEL_ERROR, __VA_ARGS__)
-#define LOG_WARN(...)  LOGF(LOG_LEVEL_WARN, __VA_ARGS__)
-#define LOG_INFO(...)  LOGF(LOG_LEVEL_INFO, __VA_ARGS__)
-#define LOG_DEBUG(...) LOGF(LOG_LEVEL_DEBUG, __VA_ARGS__)
+#define LOGGING_ERROR(...) LOGGING_AT(LOGGING_LEVEL_ERROR, __VA_ARGS__)
+#define LOGGING_WARN(...)  LOGGING_AT(LOGGING_LEVEL_WARN, __VA_ARGS__)
+#define LOGGING_INFO(...)  LOGGING_AT(LOGGING_LEVEL_INFO, __VA_ARGS__)
+#define LOGGING_DEBUG(...) LOGGING_AT(LOGGING_LEVEL_DEBUG, __VA_ARGS__)
 
 #endif

@@ -193,8 +193,8 @@ int ops_http_start(const char *listen, const ops_http_handlers_t *h, ops_http_t 
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     bool v6 = strchr(host, ':') != NULL;
-    LOG_INFO("listening on http://%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "",
-             info ? (unsigned)info->port : (unsigned)port);
+    LOGGING_INFO("listening on http://%s%s%s:%u", v6 ? "[" : "", host, v6 ? "]" : "",
+                 info ? (unsigned)info->port : (unsigned)port);
     *out = s;
     return 0;
 }

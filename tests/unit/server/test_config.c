@@ -70,7 +70,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.max_connections, 1024);
     assert_int_equal(cfg.timeout_s, 30);
     assert_int_equal(cfg.max_batch_events, 50000);
-    assert_int_equal(cfg.log_level, LOG_LEVEL_INFO);
+    assert_int_equal(cfg.log_level, LOGGING_LEVEL_INFO);
     assert_string_equal(cfg.admin_token, ""); /* none: GET /v1/log is off */
     assert_int_equal(cfg.log_retention_ms, 0);
     assert_int_equal(cfg.log_max_bytes, 0);
@@ -110,7 +110,7 @@ static void check_all_flags(void)
     assert_int_equal(cfg.max_connections, 77);
     assert_int_equal(cfg.timeout_s, 120);
     assert_int_equal(cfg.max_batch_events, 1234);
-    assert_int_equal(cfg.log_level, LOG_LEVEL_DEBUG);
+    assert_int_equal(cfg.log_level, LOGGING_LEVEL_DEBUG);
 }
 
 static void test_every_flag_separate_value(void **state)
@@ -357,9 +357,9 @@ static void test_bounds(void **state)
     BAD("--commit-max-events", "0");
     BAD("--log-level", "loud");
     OK("--log-level", "warn");
-    assert_int_equal(cfg.log_level, LOG_LEVEL_WARN);
+    assert_int_equal(cfg.log_level, LOGGING_LEVEL_WARN);
     OK("--log-level", "error");
-    assert_int_equal(cfg.log_level, LOG_LEVEL_ERROR);
+    assert_int_equal(cfg.log_level, LOGGING_LEVEL_ERROR);
     BAD("--data", "");
 #undef OK
 #undef BAD
@@ -459,7 +459,7 @@ static void test_config_log_masks_keys(void **state)
 {
     (void)state;
     int saved_level = logging_level;
-    logging_level = LOG_LEVEL_INFO;
+    logging_level = LOGGING_LEVEL_INFO;
     assert_int_equal(PARSE("--write-key", "supersecretkey:web", "--write-key", "ab", "--window",
                            "28d", "--listen", "[::1]:0"),
                      0);
@@ -698,7 +698,7 @@ static void test_config_log_hides_admin_token(void **state)
 {
     (void)state;
     int saved_level = logging_level;
-    logging_level = LOG_LEVEL_INFO;
+    logging_level = LOGGING_LEVEL_INFO;
     assert_int_equal(PARSE("--write-key", "k", "--admin-token", "tok-ABCDEFGHIJ", "--log-retention",
                            "7d", "--log-max-bytes", "512MiB"),
                      0);
@@ -818,7 +818,7 @@ static void test_config_log_hides_kafka_opts(void **state)
 {
     (void)state;
     int saved_level = logging_level;
-    logging_level = LOG_LEVEL_INFO;
+    logging_level = LOGGING_LEVEL_INFO;
     assert_int_equal(PARSE("--write-key", "k", "--role", "edge", "--kafka-brokers", "b:1",
                            "--raw-topic", "raw", "--kafka-opt", "sasl.password=hunter2",
                            "--partitions-before", "2", "--repartition-at", "1769817600000"),
