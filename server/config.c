@@ -81,7 +81,7 @@ static const struct setting settings[] = {
      "effective window is shorter; at most --window; 0: off (docs/operations.md)"},
     {"segment-bytes", "INGESTD_SEGMENT_BYTES", "64MiB", K_SIZE, 4 * CONFIG_KIB, 64 * CONFIG_GIB,
      FIELD(segment_bytes), "SIZE",
-     "roll the event log to a new segment at this size (4KiB..64GiB)"},
+     "rotate the event log to a new segment at this size (4KiB..64GiB)"},
     {"map-size", "INGESTD_MAP_SIZE", "1GiB", K_SIZE, CONFIG_MIB, 16 * CONFIG_TIB, FIELD(map_size),
      "SIZE", "initial LMDB map size, doubled once the store fills half (1MiB..16TiB)"},
     {"threads", "INGESTD_THREADS", NULL, K_COUNT, 1, 64, FIELD(threads), "N",

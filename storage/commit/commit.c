@@ -173,6 +173,14 @@ void commit_watch_fire(commit_t *c, bool all)
 }
 
 /* A commit_t with its defaults, lock and condition variables; NULL without memory. */
+log_options_t commit_log_options(const commit_t *c, uint64_t durable_offset)
+{
+    return (log_options_t){.segment_bytes = c->opts.segment_bytes,
+                           .durable_offset = durable_offset,
+                           .discard = c->discard,
+                           .discard_from = c->discard_from};
+}
+
 static commit_t *open_alloc(const commit_options_t *opts)
 {
     commit_t *c = calloc(1, sizeof(*c));

@@ -77,7 +77,7 @@ typedef struct commit_options {
     const char *data_dir;      /* holds store/ and log/; created if missing */
     int64_t window_ms;         /* age bound of the window (> 0) */
     uint64_t max_keys;         /* size bound of the window (0: none) */
-    uint64_t segment_bytes;    /* log segment roll size */
+    uint64_t segment_bytes;    /* log segment rotation size */
     uint64_t map_size;         /* initial LMDB map size (0: default) */
     size_t max_batch_events;   /* cap on events per group commit (0: default 50,000) */
     int store_sync;            /* enum store_sync (storage/window/store.h); 0: STORE_SYNC_META.

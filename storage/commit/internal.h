@@ -1,7 +1,7 @@
 /*
  * commit/internal.h: the private header of the group commit (storage/commit*.c):
  * struct commit, and one section of prototypes per file. Nothing outside
- * storage/commit*.c includes it; commit.h is the contract.
+ * every file of storage/commit/ includes it; commit.h is the contract.
  */
 #ifndef INGESTD_COMMIT_INTERNAL_H
 #define INGESTD_COMMIT_INTERNAL_H
@@ -365,6 +365,13 @@ void commit_merge_settle(commit_t *c);
 void commit_merge_resume(commit_t *c);
 /* Under mu: rewrites published since the start. */
 uint64_t commit_merge_count(const commit_t *c);
+
+/* ---- commit/commit.c ---- */
+
+/* The options of the event log as this commit opens it (both modes, open and re-open): the
+ * segment size, the discard point of a failed sync, and LMDB's applied offset (`durable_offset`,
+ * 0 in memory mode), below which retention never deletes. The one place they are built. */
+log_options_t commit_log_options(const commit_t *c, uint64_t durable_offset);
 
 /* ---- commit/files.c: DIR/secret, DIR/store/ACKED, DIR/store/UNSYNCED ---- */
 

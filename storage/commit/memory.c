@@ -50,9 +50,7 @@ static int memory_open(commit_t *c, char *errbuf, size_t errlen)
 
     if (!logdir)
         goto out;
-    log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
-                        .discard = c->discard,
-                        .discard_from = c->discard_from};
+    log_options_t lo = commit_log_options(c, 0);
     if ((lrc = log_open(logdir, &lo, &c->log)) != LOG_OK) {
         errbuf_printf(errbuf, errlen, "opening log %s: %s", logdir, log_strerror(lrc));
         goto out;

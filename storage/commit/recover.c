@@ -455,10 +455,7 @@ static int recover_open_log(commit_t *c, const char *logdir, char *errbuf, size_
                       store_detail(c->store));
         return -1;
     }
-    log_options_t lo = {.segment_bytes = c->opts.segment_bytes,
-                        .durable_offset = si.applied,
-                        .discard = c->discard,
-                        .discard_from = c->discard_from};
+    log_options_t lo = commit_log_options(c, si.applied);
     int lrc = log_open(logdir, &lo, &c->log);
     if (lrc != LOG_OK) {
         errbuf_printf(errbuf, errlen, "opening log %s: %s%s", logdir, log_strerror(lrc),

@@ -390,7 +390,7 @@ int log_open(const char *dir, const log_options_t *opts, log_t **out)
         log->first_offset = 0;
         log->next_offset = 0;
     } else {
-        /* Whole segments past the discard point (rolled to after the last good sync) go. */
+        /* Whole segments past the discard point (rotated to after the last good sync) go. */
         while (log->opts.discard && n > 1 && bases[n - 1] > log->opts.discard_from) {
             char name[NAME_MAX_];
             segment_name(name, sizeof(name), bases[n - 1]);
@@ -450,7 +450,7 @@ void log_close(log_t *log)
     free(log);
 }
 
-static int roll(log_t *log)
+static int rotate(log_t *log)
 {
     uint64_t old_size = log->seg_size;
     int rc = create_segment(log, log->next_offset);
@@ -473,10 +473,11 @@ int log_append(log_t *log, log_record_t *recs, size_t n)
             return LOG_INVALID;
         total += LOG_RECORD_HEADER + recs[i].len;
     }
-    /* Roll only at a synced boundary, so a rollback never has to undo a roll of older data. */
+    /* Rotate only at a synced boundary, so a rollback never has to undo a rotation of older data.
+     */
     if (log->seg_size >= log->opts.segment_bytes && log->seg_size > LOG_SEGMENT_HEADER &&
         log->seg_size == log->synced_size && log->seg_base == log->synced_base) {
-        rc = roll(log);
+        rc = rotate(log);
         if (rc != LOG_OK)
             return rc;
     }
@@ -535,7 +536,7 @@ int log_rollback(log_t *log)
     if (log->failed)
         return LOG_FAILED;
     if (log->seg_base != log->synced_base) {
-        /* A roll happened after the last sync: drop the new segment, reopen the synced one. */
+        /* A rotation happened after the last sync: drop the new segment, reopen the synced one. */
         char name[NAME_MAX_];
         segment_name(name, sizeof(name), log->seg_base);
         close(log->fd);
@@ -834,7 +835,7 @@ int log_reader_next(log_reader_t *r, uint64_t limit, log_record_t *rec)
     }
     rc = reader_header(r, hdr, rec, &crc);
     if (rc == LOG_END) {
-        /* End of this segment: has the writer rolled to one starting here? */
+        /* End of this segment: has the writer rotated to one starting here? */
         struct stat st;
         if (fstat(r->fd, &st) != 0)
             return LOG_EIO;

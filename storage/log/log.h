@@ -48,7 +48,7 @@ typedef struct log_record {
 } log_record_t;
 
 typedef struct log_options {
-    uint64_t segment_bytes;  /* roll to a new segment once the active one reaches this */
+    uint64_t segment_bytes;  /* rotate to a new segment once the active one reaches this */
     uint64_t durable_offset; /* records below this offset are known to be acknowledged: a bad
                                 one is corruption (LOG_CORRUPT, nothing truncated), never a
                                 torn tail; 0 when unknown */
@@ -85,7 +85,7 @@ void log_close(log_t *log);
 
 /*
  * Appends n records after the last one, without syncing. Assigns
- * recs[i].offset. May roll to a new segment first. On failure, the log is
+ * recs[i].offset. May rotate to a new segment first. On failure, the log is
  * rolled back to its last synced end (see log_rollback). Returns LOG_OK, or
  * LOG_INVALID (a record over LOG_MAX_PAYLOAD; nothing appended), LOG_EIO /
  * LOG_ENOSPC (log_errno()), LOG_NOMEM, LOG_FAILED (the writer is failed).
@@ -93,7 +93,7 @@ void log_close(log_t *log);
 int log_append(log_t *log, log_record_t *recs, size_t n);
 
 /*
- * fdatasync's the active segment (and, after a roll, the directory). LOG_OK,
+ * fdatasync's the active segment (and, after a rotation, the directory). LOG_OK,
  * or LOG_EIO / LOG_ENOSPC (log_errno()), LOG_FAILED (the writer is failed).
  */
 int log_sync(log_t *log);

@@ -452,7 +452,7 @@ static void write_batch(quarantine_t *q, struct node *list, size_t count, uint64
     for (size_t start = 0; start < count;) {
         log_info_t li;
         log_get_info(q->log, &li);
-        /* log_append rolls first when the active segment is full (we sync every chunk). */
+        /* log_append rotates first when the active segment is full (we sync every chunk). */
         uint64_t fill =
             li.active_bytes >= q->o.segment_bytes ? LOG_SEGMENT_HEADER : li.active_bytes;
         uint64_t room = q->o.segment_bytes > fill ? q->o.segment_bytes - fill : 0;

@@ -41,7 +41,7 @@ enum quarantine_status {
 typedef struct quarantine_options {
     uint64_t max_bytes;     /* bound of the log's segments (> 0): the oldest closed ones are
                                deleted past it; the log may exceed it by the active segment */
-    uint64_t segment_bytes; /* roll at this size; 0: max_bytes / 8, within 16 KiB..64 MiB */
+    uint64_t segment_bytes; /* rotate at this size; 0: max_bytes / 8, within 16 KiB..64 MiB */
     uint64_t queue_bytes;   /* record bytes waiting for the writer at most; 0: max_bytes / 4,
                                within 256 KiB..8 MiB */
 } quarantine_options_t;
