@@ -9,7 +9,6 @@
 
 #include <cmocka.h>
 #include <dirent.h>
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -18,263 +17,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "commit_fixture.h"
 #include "storage/commit/commit.h"
 #include "storage/window/keyhash.h"
 #include "storage/log/log.h"
-#include "storage/tools/check.h"
 #include "storage/tools/lookup.h"
-#include "storage/tools/rebuild.h"
 #include "storage/window/store.h"
 #include "testutil.h"
 
-#define SOURCE "test-src"
-
-/* fx->dir = base/data: the data dir (commit_open creates it); teardown removes base. */
+/* The helpers, and the scenarios the tools' tests share, are in commit_fixture.h. */
 typedef tu_fixture_t fx_t;
-
-static const char *req_source;
-
-static int setup(void **state)
-{
-    req_source = SOURCE; /* a failed test may have left another */
-    return tu_fixture_setup(state, "commit", "data");
-}
-
-static int teardown(void **state)
-{
-    return tu_fixture_teardown(state);
-}
-
-/*
- * Fault injection: this binary's mdb_txn_commit() takes the place of LMDB's (store.c is linked
- * statically, liblmdb dynamically) and fails the next `inject_commit_failures` commits with
- * `inject_commit_code`, freeing the transaction as LMDB does on a failed commit, after letting
- * `inject_commit_skip` commits through. Declared here
- * rather than through lmdb.h, which only store.c includes.
- */
-typedef struct MDB_txn MDB_txn;
-int mdb_txn_commit(MDB_txn *txn);
-void mdb_txn_abort(MDB_txn *txn);
-#define INJECT_MDB_MAP_FULL (-30792) /* lmdb.h's MDB_MAP_FULL */
-
-static atomic_int inject_commit_failures;
-static atomic_int inject_commit_code;
-static atomic_int inject_commit_skip;
-
-static int (*real_commit(void))(MDB_txn *)
-{
-    static int (*fn)(MDB_txn *);
-    if (!fn)
-        *(void **)&fn = dlsym(RTLD_NEXT, "mdb_txn_commit");
-    return fn;
-}
-
-int mdb_txn_commit(MDB_txn *txn)
-{
-    int skip = atomic_load(&inject_commit_skip);
-    while (skip > 0 && atomic_load(&inject_commit_failures) > 0) {
-        if (atomic_compare_exchange_weak(&inject_commit_skip, &skip, skip - 1))
-            return real_commit()(txn);
-    }
-    int left = atomic_load(&inject_commit_failures);
-    while (left > 0) {
-        if (atomic_compare_exchange_weak(&inject_commit_failures, &left, left - 1)) {
-            mdb_txn_abort(txn);
-            return atomic_load(&inject_commit_code);
-        }
-    }
-    return real_commit()(txn);
-}
-
-static commit_options_t default_opts(const fx_t *fx)
-{
-    commit_options_t o = {
-        .data_dir = fx->dir,
-        .window_ms = 3600 * 1000,
-        .max_keys = 0,
-        .segment_bytes = 1 << 20,
-        .map_size = 0,
-        .max_batch_events = 0,
-    };
-    return o;
-}
-
-static commit_t *open_commit(const commit_options_t *o)
-{
-    commit_t *c = NULL;
-    char err[512] = "";
-    int rc = commit_open(o, &c, err, sizeof(err));
-    if (rc != COMMIT_OK)
-        print_error("commit_open: %s: %s\n", commit_strerror(rc), err);
-    assert_int_equal(rc, COMMIT_OK);
-    assert_non_null(c);
-    return c;
-}
-
-/* Every request's done callback counts down a waiter (testutil.h): no sleeps. */
-static void on_done(commit_req_t *req, void *arg)
-{
-    (void)req;
-    tu_waiter_done(arg);
-}
-
-/* ---- events ---- */
-
-/* The payload of message id `id`; the log must hold exactly these bytes. */
-static int fmt_payload(char *buf, size_t len, unsigned id)
-{
-    return snprintf(buf, len, "{\"messageId\":\"m-%u\",\"event\":\"Order Completed\"}", id);
-}
-
-typedef struct {
-    commit_req_t req;
-    commit_event_t *ev;
-    char (*payload)[96];
-} req_t;
-
-/* The source req_init's events come from (per-source budgets; setup resets it). */
-
-static void req_init(req_t *r, const uint8_t *secret, const unsigned *ids, size_t n,
-                     int64_t received_ms, tu_waiter_t *w)
-{
-    memset(r, 0, sizeof(*r));
-    r->ev = calloc(n ? n : 1, sizeof(*r->ev));
-    r->payload = calloc(n ? n : 1, sizeof(*r->payload));
-    assert_non_null(r->ev);
-    assert_non_null(r->payload);
-    for (size_t i = 0; i < n; i++) {
-        char mid[32];
-        int ml = snprintf(mid, sizeof(mid), "m-%u", ids[i]);
-        keyhash(secret, req_source, strlen(req_source), mid, (size_t)ml, r->ev[i].key);
-        int pl = fmt_payload(r->payload[i], sizeof(r->payload[i]), ids[i]);
-        r->ev[i].data = r->payload[i];
-        r->ev[i].len = (uint32_t)pl;
-        r->ev[i].received_ms = received_ms;
-        r->ev[i].result = -1;
-        r->ev[i].offset = UINT64_MAX;
-    }
-    r->req.events = r->ev;
-    r->req.n = n;
-    r->req.status = -100;
-    r->req.done = on_done;
-    r->req.arg = w;
-}
-
-static void req_free(req_t *r)
-{
-    free(r->ev);
-    free(r->payload);
-}
-
-/* Whether submit_status asks the generations on the submitting thread first (commit_prepare). */
-static bool prepare_submits;
-
-/* Submits one request of the given ids, waits for its done callback, returns its status. */
-static int submit_status(commit_t *c, req_t *r, const unsigned *ids, size_t n, int64_t received_ms)
-{
-    tu_waiter_t w;
-    tu_waiter_init(&w);
-    req_init(r, commit_secret(c), ids, n, received_ms, &w);
-    if (prepare_submits)
-        commit_prepare(c, r->ev, n);
-    tu_waiter_add(&w, 1);
-    assert_int_equal(commit_submit(c, &r->req), COMMIT_OK);
-    tu_waiter_wait(&w);
-    assert_int_equal(w.calls, 1);
-    tu_waiter_destroy(&w);
-    return r->req.status;
-}
-
-/* submit_status() for a request that must succeed. */
-static void submit_wait(commit_t *c, req_t *r, const unsigned *ids, size_t n, int64_t received_ms)
-{
-    assert_int_equal(submit_status(c, r, ids, n, received_ms), COMMIT_OK);
-}
-
-/* Submits ids, expects every event to get `want` (COMMIT_ACCEPTED / COMMIT_DUPLICATE). */
-static void submit_expect(commit_t *c, const unsigned *ids, size_t n, int64_t received_ms, int want)
-{
-    req_t r;
-    submit_wait(c, &r, ids, n, received_ms);
-    for (size_t i = 0; i < n; i++)
-        assert_int_equal(r.ev[i].result, want);
-    req_free(&r);
-}
-
-/* Submits ids first..first+n-1, each expected to get `want`. */
-static void submit_range(commit_t *c, unsigned first, unsigned n, int64_t received_ms, int want)
-{
-    unsigned *ids = calloc(n ? n : 1, sizeof(*ids));
-    assert_non_null(ids);
-    for (unsigned i = 0; i < n; i++)
-        ids[i] = first + i;
-    submit_expect(c, ids, n, received_ms, want);
-    free(ids);
-}
-
-/* Submits the single id, which must be accepted at log offset `offset`. */
-static void submit_one_accepted(commit_t *c, unsigned id, int64_t received_ms, uint64_t offset)
-{
-    req_t r;
-    submit_wait(c, &r, &id, 1, received_ms);
-    assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
-    assert_int_equal(r.ev[0].offset, offset);
-    req_free(&r);
-}
-
-/* Reads the whole log: payload of each offset into out[offset] (malloc'ed strings). */
-static uint64_t read_log(const fx_t *fx, char ***out, uint8_t (**keys)[16])
-{
-    char dir[512];
-    log_reader_t *r = NULL;
-    log_record_t rec;
-    uint64_t n = 0, cap = 16;
-    char **v = calloc(cap, sizeof(*v));
-    uint8_t(*k)[16] = calloc(cap, sizeof(*k));
-    int rc;
-    assert_non_null(v);
-    assert_non_null(k);
-    snprintf(dir, sizeof(dir), "%s/log", fx->dir);
-    assert_int_equal(log_reader_open(dir, 0, &r), LOG_OK);
-    while ((rc = log_reader_next(r, UINT64_MAX, &rec)) == LOG_OK) {
-        assert_int_equal(rec.offset, n);
-        if (n == cap) {
-            cap *= 2;
-            v = realloc(v, cap * sizeof(*v));
-            k = realloc(k, cap * sizeof(*k));
-            assert_non_null(v);
-            assert_non_null(k);
-        }
-        v[n] = strndup(rec.data, rec.len);
-        assert_non_null(v[n]);
-        memcpy(k[n], rec.key, 16);
-        n++;
-    }
-    assert_int_equal(rc, LOG_END);
-    log_reader_close(r);
-    *out = v;
-    if (keys)
-        *keys = k;
-    else
-        free(k);
-    return n;
-}
-
-static void free_log(char **v, uint64_t n)
-{
-    for (uint64_t i = 0; i < n; i++)
-        free(v[i]);
-    free(v);
-}
-
-/* The log holds exactly n records. */
-static void expect_log_records(const fx_t *fx, uint64_t n)
-{
-    char **logv = NULL;
-    uint64_t got = read_log(fx, &logv, NULL);
-    assert_int_equal(got, n);
-    free_log(logv, got);
-}
 
 /* ---- tests ---- */
 
@@ -286,7 +38,7 @@ static void expect_log_records(const fx_t *fx, uint64_t n)
 typedef struct {
     commit_t *c;
     int t;
-    req_t reqs[NREQS];
+    cf_req_t reqs[NREQS];
     unsigned ids[NREQS][REQ_EVENTS];
     int submit_rc[NREQS];
 } worker_t;
@@ -306,11 +58,11 @@ static void *worker(void *arg)
     for (int r = 0; r < NREQS; r++) {
         for (int e = 0; e < REQ_EVENTS; e++)
             wk->ids[r][e] = id_of(wk->t, r, e);
-        req_init(&wk->reqs[r], commit_secret(wk->c), wk->ids[r], REQ_EVENTS, now, &w);
+        cf_req_init(&wk->reqs[r], commit_secret(wk->c), wk->ids[r], REQ_EVENTS, now, &w);
         tu_waiter_add(&w, 1);
         wk->submit_rc[r] = commit_submit(wk->c, &wk->reqs[r].req);
         if (wk->submit_rc[r] != COMMIT_OK)
-            on_done(&wk->reqs[r].req, &w); /* not queued: balance the count */
+            cf_on_done(&wk->reqs[r].req, &w); /* not queued: balance the count */
     }
     tu_waiter_wait(&w);
     tu_waiter_destroy(&w);
@@ -320,9 +72,9 @@ static void *worker(void *arg)
 static void test_concurrent_exactly_once(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.segment_bytes = 4096; /* rolls between batches (how many depends on the batching) */
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     static worker_t wk[NTHREADS];
     pthread_t th[NTHREADS];
     unsigned accepted_per_id[ID_SPACE] = {0}, seen_per_id[ID_SPACE] = {0};
@@ -402,22 +154,22 @@ static void test_concurrent_exactly_once(void **state)
     /* The log holds exactly the accepted payloads, each at the offset it was given. */
     char **logv = NULL;
     uint8_t(*logk)[16] = NULL;
-    uint64_t nlog = read_log(fx, &logv, &logk);
+    uint64_t nlog = cf_read_log(fx, &logv, &logk);
     assert_int_equal(nlog, accepted);
     for (uint64_t off = 0; off < nlog; off++) {
         char want[96], mid[32];
         uint8_t key[16];
-        fmt_payload(want, sizeof(want), payload_id_at[off]);
+        cf_fmt_payload(want, sizeof(want), payload_id_at[off]);
         assert_string_equal(logv[off], want);
         int ml = snprintf(mid, sizeof(mid), "m-%u", payload_id_at[off]);
-        keyhash(secret, SOURCE, strlen(SOURCE), mid, (size_t)ml, key);
+        keyhash(secret, CF_SOURCE, strlen(CF_SOURCE), mid, (size_t)ml, key);
         assert_memory_equal(logk[off], key, 16);
     }
-    free_log(logv, nlog);
+    cf_free_log(logv, nlog);
     free(logk);
 
     /* After a restart every id is still a duplicate, and nothing needed replaying. */
-    c = open_commit(&o);
+    c = cf_open(&o);
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 0);
@@ -428,7 +180,7 @@ static void test_concurrent_exactly_once(void **state)
     for (unsigned id = 0; id < ID_SPACE; id++)
         if (seen_per_id[id])
             ids[n++] = id;
-    submit_expect(c, ids, n, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_expect(c, ids, n, tu_now_ms(), COMMIT_DUPLICATE);
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 0);
     assert_int_equal(s.duplicates, n);
@@ -437,7 +189,7 @@ static void test_concurrent_exactly_once(void **state)
 
     for (int t = 0; t < NTHREADS; t++)
         for (int r = 0; r < NREQS; r++)
-            req_free(&wk[t].reqs[r]);
+            cf_req_free(&wk[t].reqs[r]);
     free(payload_id_at);
     free(offset_used);
 }
@@ -445,21 +197,21 @@ static void test_concurrent_exactly_once(void **state)
 static void test_duplicate_within_request(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     const unsigned ids[] = {1, 2, 1, 3, 2, 1};
     const int want[] = {COMMIT_ACCEPTED, COMMIT_ACCEPTED,  COMMIT_DUPLICATE,
                         COMMIT_ACCEPTED, COMMIT_DUPLICATE, COMMIT_DUPLICATE};
-    req_t r;
+    cf_req_t r;
     commit_stats_t s;
 
-    submit_wait(c, &r, ids, 6, tu_now_ms());
+    cf_submit_wait(c, &r, ids, 6, tu_now_ms());
     for (size_t i = 0; i < 6; i++)
         assert_int_equal(r.ev[i].result, want[i]);
     assert_int_equal(r.ev[0].offset, 0);
     assert_int_equal(r.ev[1].offset, 1);
     assert_int_equal(r.ev[3].offset, 2);
-    req_free(&r);
+    cf_req_free(&r);
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 3);
     assert_int_equal(s.duplicates, 3);
@@ -470,14 +222,14 @@ static void test_duplicate_within_request(void **state)
     assert_int_equal(s.fsyncs, 1);
 
     /* A request of duplicates only appends nothing (and needs no fsync). */
-    submit_expect(c, ids, 2, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_expect(c, ids, 2, tu_now_ms(), COMMIT_DUPLICATE);
     commit_get_stats(c, &s);
     assert_int_equal(s.batches, 2);
     assert_int_equal(s.fsyncs, 1);
     assert_int_equal(s.log_next_offset, 3);
 
     /* An empty request is answered too. */
-    submit_expect(c, NULL, 0, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_expect(c, NULL, 0, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 }
 
@@ -489,34 +241,34 @@ static void test_duplicate_within_request(void **state)
 static void test_duplicates_across_generations(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.young_keys = 64;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     int64_t now = tu_now_ms();
 
     /* 300 keys in ten requests: closing checkpoints them, and they are sealed. */
     for (unsigned k = 0; k < 10; k++)
-        submit_range(c, 1 + 30 * k, 30, now, COMMIT_ACCEPTED);
+        cf_submit_range(c, 1 + 30 * k, 30, now, COMMIT_ACCEPTED);
     commit_close(c);
-    c = open_commit(&o);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_true(s.generations > 0);
     assert_true(s.generation_keys > 0);
     assert_int_equal(s.keys, 300);
-    submit_range(c, 500, 1, now, COMMIT_ACCEPTED); /* pending */
+    cf_submit_range(c, 500, 1, now, COMMIT_ACCEPTED); /* pending */
 
     /* Sealed (1, 2), new (1000, 1001), pending (500). */
     const unsigned ids[] = {1, 1000, 2, 1000, 500, 1, 1001, 1001, 2};
     const int want[] = {COMMIT_DUPLICATE, COMMIT_ACCEPTED,  COMMIT_DUPLICATE,
                         COMMIT_DUPLICATE, COMMIT_DUPLICATE, COMMIT_DUPLICATE,
                         COMMIT_ACCEPTED,  COMMIT_DUPLICATE, COMMIT_DUPLICATE};
-    req_t r;
-    submit_wait(c, &r, ids, 9, now);
+    cf_req_t r;
+    cf_submit_wait(c, &r, ids, 9, now);
     for (size_t i = 0; i < 9; i++)
         assert_int_equal(r.ev[i].result, want[i]);
     assert_int_equal(r.ev[6].offset, r.ev[1].offset + 1);
-    req_free(&r);
+    cf_req_free(&r);
     commit_get_stats(c, &s);
     assert_int_equal(s.keys, 303);
     assert_int_equal(s.accepted, 3);
@@ -525,9 +277,9 @@ static void test_duplicates_across_generations(void **state)
     /* Now 500 is in the young store (closing checkpoints it; 4 keys do not seal): a batch that
      * asks the young store first and the generations after names each one's own first copy. */
     commit_close(c);
-    c = open_commit(&o);
+    c = cf_open(&o);
     const unsigned mixed[] = {500, 1, 1000, 2};
-    submit_wait(c, &r, mixed, 4, now);
+    cf_submit_wait(c, &r, mixed, 4, now);
     for (size_t i = 0; i < 4; i++)
         assert_int_equal(r.ev[i].result, COMMIT_DUPLICATE);
     assert_int_equal(r.ev[0].offset, 300);
@@ -536,93 +288,27 @@ static void test_duplicates_across_generations(void **state)
     assert_int_equal(r.ev[3].offset, 1);
     for (size_t i = 0; i < 4; i++)
         assert_int_equal(r.ev[i].first_received_ms, now);
-    req_free(&r);
+    cf_req_free(&r);
     commit_close(c);
 }
 
 /* The same with every request prepared on the submitting thread, as the server does. */
 static void test_duplicates_across_generations_prepared(void **state)
 {
-    prepare_submits = true;
+    cf_prepare_submits(true);
     test_duplicates_across_generations(state);
-    prepare_submits = false;
-}
-
-static void await_stat(commit_t *c, size_t field, uint64_t want, commit_stats_t *s);
-
-/* submit_range from `source`. */
-static void submit_from(commit_t *c, const char *source, unsigned first, unsigned n,
-                        int64_t received_ms, int want)
-{
-    req_source = source;
-    submit_range(c, first, n, received_ms, want);
-    req_source = SOURCE;
-}
-
-/* The entry of `source` in commit_sources (it must be there). */
-static commit_source_t source_stats(commit_t *c, const char *source)
-{
-    commit_source_t out[8];
-    uint32_t tag = keyhash_source_tag(commit_secret(c), source, strlen(source));
-    size_t n = commit_sources(c, out, 8);
-    for (size_t i = 0; i < n && i < 8; i++)
-        if (out[i].tag == tag)
-            return out[i];
-    fail_msg("no stats for source %s", source);
-    return out[0];
+    cf_prepare_submits(false);
 }
 
 /*
  * --max-keys is each source's budget: one source's flood ages out only its own keys, however
- * its keys and another's interleave, while serving, after a restart, and after the store was
- * rebuilt from the log (the replay's own eviction carries the other's keys the same way).
+ * its keys and another's interleave, while serving and after a restart (the scenario is
+ * cf_budget_per_source; test_rebuild.c rebuilds its data dir from the log).
  */
 static void test_budget_per_source(void **state)
 {
-    fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    o.max_keys = 100;
-    int64_t now = tu_now_ms();
-    commit_t *c = open_commit(&o);
-
-    submit_from(c, "calm", 0, 5, now, COMMIT_ACCEPTED);
-    submit_from(c, "flood", 1000, 60, now, COMMIT_ACCEPTED);
-    submit_from(c, "calm", 5, 5, now, COMMIT_ACCEPTED);
-    submit_from(c, "flood", 1060, 90, now, COMMIT_ACCEPTED); /* 150: 50 over its budget */
-    submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);    /* the retry */
-    submit_from(c, "flood", 1100, 50, now, COMMIT_DUPLICATE);
-    submit_from(c, "flood", 1000, 10, now, COMMIT_ACCEPTED); /* its own oldest went */
-    commit_source_t calm = source_stats(c, "calm"), flood = source_stats(c, "flood");
-    assert_int_equal(calm.keys, 10);
-    assert_int_equal(calm.evicted_size, 0);
-    assert_int_equal(calm.forgot_ms, 0);
-    assert_int_equal(flood.keys, 100);
-    assert_int_equal(flood.evicted_size, 60);
-    assert_int_equal(flood.forgot_ms, now);
-    commit_stats_t s;
-    commit_get_stats(c, &s);
-    assert_int_equal(s.keys, 110);
-    assert_true(s.carried > 0);
-    /* Both sources are within budget: the next one in flood's place ages out nothing else. */
-    submit_from(c, "calm", 10, 90, now, COMMIT_ACCEPTED);
-    assert_int_equal(source_stats(c, "calm").evicted_size, 0);
-    commit_close(c);
-
-    c = open_commit(&o);
-    submit_from(c, "calm", 0, 100, now, COMMIT_DUPLICATE);
-    assert_int_equal(source_stats(c, "calm").keys, 100);
-    assert_int_equal(source_stats(c, "flood").keys, 100);
-    commit_close(c);
-
-    /* Rebuilt from the log: 310 records replayed through a window of 100 keys per source. */
-    rebuild_options_t ro = {.data_dir = fx->dir, .window = {o.window_ms, o.max_keys, o.young_keys}};
-    assert_int_equal(rebuild_run(&ro), TOOLS_OK);
-    c = open_commit(&o);
-    submit_from(c, "calm", 0, 100, now, COMMIT_DUPLICATE);
-    submit_from(c, "flood", 1060, 90, now, COMMIT_DUPLICATE); /* its newest 100 */
-    submit_from(c, "flood", 1000, 10, now, COMMIT_DUPLICATE);
-    assert_int_equal(source_stats(c, "flood").keys, 100);
-    commit_close(c);
+    commit_options_t o;
+    cf_budget_per_source(*state, &o, tu_now_ms());
 }
 
 /*
@@ -632,57 +318,57 @@ static void test_budget_per_source(void **state)
 static void test_budget_per_source_sealed(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.max_keys = 300;
     o.young_keys = 64;
     int64_t now = tu_now_ms();
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
 
-    submit_from(c, "calm", 0, 10, now, COMMIT_ACCEPTED);
+    cf_submit_from(c, "calm", 0, 10, now, COMMIT_ACCEPTED);
     /* 2,000 of the flood, closing between rounds so that each is sealed; the last one sealed
      * while serving. */
     for (unsigned k = 0; k < 9; k++) {
-        submit_from(c, "flood", 1000 + 200 * k, 200, now, COMMIT_ACCEPTED);
+        cf_submit_from(c, "flood", 1000 + 200 * k, 200, now, COMMIT_ACCEPTED);
         commit_close(c);
-        c = open_commit(&o);
+        c = cf_open(&o);
     }
     commit_get_stats(c, &s);
-    submit_from(c, "flood", 2800, 200, now, COMMIT_ACCEPTED);
-    await_stat(c, offsetof(commit_stats_t, seals), s.seals + 1, &s);
+    cf_submit_from(c, "flood", 2800, 200, now, COMMIT_ACCEPTED);
+    cf_await_stat(c, offsetof(commit_stats_t, seals), s.seals + 1, &s);
     commit_get_stats(c, &s);
     assert_true(s.generations > 0);
-    submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);
-    submit_from(c, "flood", 2700, 300, now, COMMIT_DUPLICATE); /* its newest 300 */
-    commit_source_t flood = source_stats(c, "flood");
+    cf_submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);
+    cf_submit_from(c, "flood", 2700, 300, now, COMMIT_DUPLICATE); /* its newest 300 */
+    commit_source_t flood = cf_source_stats(c, "flood");
     assert_int_equal(flood.forgot_ms, now); /* the seal cut its older generations */
-    submit_from(c, "flood", 1000, 100, now, COMMIT_ACCEPTED); /* its oldest were cut */
-    commit_source_t calm = source_stats(c, "calm");
-    flood = source_stats(c, "flood");
+    cf_submit_from(c, "flood", 1000, 100, now, COMMIT_ACCEPTED); /* its oldest were cut */
+    commit_source_t calm = cf_source_stats(c, "calm");
+    flood = cf_source_stats(c, "flood");
     assert_int_equal(calm.keys, 10);
     assert_int_equal(calm.forgot_ms, 0);
     assert_true(flood.keys >= 300); /* its budget, and at most one generation and the young */
     assert_true(flood.keys <= 300 + 400);
     commit_close(c);
-    c = open_commit(&o);
-    submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);
+    c = cf_open(&o);
+    cf_submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);
     commit_close(c);
 }
 
 static void test_close_answers_queued(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     enum { NR = 20 };
-    req_t reqs[NR];
+    cf_req_t reqs[NR];
     tu_waiter_t w;
     int64_t now = tu_now_ms();
 
     tu_waiter_init(&w);
     for (unsigned i = 0; i < NR; i++) {
         unsigned ids[3] = {i, i + 1000, i};
-        req_init(&reqs[i], commit_secret(c), ids, 3, now, &w);
+        cf_req_init(&reqs[i], commit_secret(c), ids, 3, now, &w);
         tu_waiter_add(&w, 1);
         assert_int_equal(commit_submit(c, &reqs[i].req), COMMIT_OK);
     }
@@ -695,18 +381,18 @@ static void test_close_answers_queued(void **state)
         assert_int_equal(reqs[i].ev[0].result, COMMIT_ACCEPTED);
         assert_int_equal(reqs[i].ev[1].result, COMMIT_ACCEPTED);
         assert_int_equal(reqs[i].ev[2].result, COMMIT_DUPLICATE);
-        req_free(&reqs[i]);
+        cf_req_free(&reqs[i]);
     }
     tu_waiter_destroy(&w);
 
-    expect_log_records(fx, 2 * NR);
+    cf_expect_log_records(fx, 2 * NR);
 }
 
 static void test_lock(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o), *c2 = NULL;
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o), *c2 = NULL;
     char err[512] = "";
 
     int rc = commit_open(&o, &c2, err, sizeof(err));
@@ -714,18 +400,18 @@ static void test_lock(void **state)
     assert_null(c2);
     assert_non_null(strstr(err, "in use"));
     /* The failed open did not disturb the first one. */
-    submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
     /* Released on close. */
-    c = open_commit(&o);
-    submit_range(c, 0, 3, tu_now_ms(), COMMIT_DUPLICATE);
+    c = cf_open(&o);
+    cf_submit_range(c, 0, 3, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
 
 static void test_invalid(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     commit_t *c = NULL;
     char err[256] = "";
     commit_req_t req;
@@ -739,8 +425,8 @@ static void test_invalid(void **state)
     assert_int_equal(commit_open(&o, &c, NULL, 0), COMMIT_INVALID);
     assert_int_equal(commit_open(NULL, &c, NULL, 0), COMMIT_INVALID);
 
-    o = default_opts(fx);
-    c = open_commit(&o);
+    o = cf_default_opts(fx);
+    c = cf_open(&o);
     memset(&req, 0, sizeof(req));
     req.done = NULL;
     assert_int_equal(commit_submit(c, &req), COMMIT_INVALID);
@@ -758,27 +444,27 @@ static void test_invalid(void **state)
 static void test_window_by_age(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.window_ms = 1;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     const unsigned ids[] = {7, 8};
-    req_t r;
+    cf_req_t r;
     commit_stats_t s;
     const int64_t long_ago = 1000000; /* 1970: far outside any window */
 
-    submit_wait(c, &r, ids, 2, long_ago);
+    cf_submit_wait(c, &r, ids, 2, long_ago);
     assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
     assert_int_equal(r.ev[1].result, COMMIT_ACCEPTED);
-    req_free(&r);
+    cf_req_free(&r);
     commit_get_stats(c, &s);
     assert_int_equal(s.keys, 2);
     assert_int_equal(s.oldest_received_ms, long_ago);
 
     /* The next commit ages both out first, so the same ids are new again. */
-    submit_wait(c, &r, ids, 1, long_ago);
+    cf_submit_wait(c, &r, ids, 1, long_ago);
     assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
     assert_int_equal(r.ev[0].offset, 2);
-    req_free(&r);
+    cf_req_free(&r);
     commit_get_stats(c, &s);
     assert_int_equal(s.evicted_age, 2);
     assert_int_equal(s.evicted_size, 0);
@@ -788,25 +474,25 @@ static void test_window_by_age(void **state)
 
     /* The log holds both acceptances of id 7. */
     char **logv = NULL;
-    uint64_t n = read_log(fx, &logv, NULL);
+    uint64_t n = cf_read_log(fx, &logv, NULL);
     char want[96];
-    fmt_payload(want, sizeof(want), 7);
+    cf_fmt_payload(want, sizeof(want), 7);
     assert_int_equal(n, 3);
     assert_string_equal(logv[0], want);
     assert_string_equal(logv[2], want);
-    free_log(logv, n);
+    cf_free_log(logv, n);
 }
 
 static void test_window_kept(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx); /* one hour */
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx); /* one hour */
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     int64_t t = tu_now_ms() - 60 * 1000; /* a minute ago: inside the window */
 
-    submit_range(c, 0, 5, t, COMMIT_ACCEPTED);
-    submit_range(c, 0, 5, t, COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 5, t, COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 5, t, COMMIT_DUPLICATE);
     commit_get_stats(c, &s);
     assert_int_equal(s.evicted_age, 0);
     assert_int_equal(s.keys, 5);
@@ -817,15 +503,15 @@ static void test_window_kept(void **state)
 static void test_window_by_size(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.max_keys = 10;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     int64_t now = tu_now_ms();
 
     /* 100 distinct keys in ten requests of ten. */
     for (unsigned i = 0; i < 10; i++)
-        submit_range(c, i * 10, 10, now, COMMIT_ACCEPTED);
+        cf_submit_range(c, i * 10, 10, now, COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 100);
     assert_true(s.keys <= 10);
@@ -833,104 +519,78 @@ static void test_window_by_size(void **state)
     assert_int_equal(s.evicted_size, 90);
     assert_int_equal(s.evicted_age, 0);
     /* Oldest first: the newest ten are kept, the first one is new again. */
-    submit_range(c, 90, 10, now, COMMIT_DUPLICATE);
-    submit_range(c, 0, 1, now, COMMIT_ACCEPTED);
+    cf_submit_range(c, 90, 10, now, COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 1, now, COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
     assert_int_equal(s.keys, 10);
     assert_int_equal(s.evicted_size, 91);
     /* 90 was the oldest retained key and went for 0. */
-    submit_range(c, 91, 9, now, COMMIT_DUPLICATE);
-    submit_range(c, 90, 1, now, COMMIT_ACCEPTED);
+    cf_submit_range(c, 91, 9, now, COMMIT_DUPLICATE);
+    cf_submit_range(c, 90, 1, now, COMMIT_ACCEPTED);
     commit_close(c);
-}
-
-/* Copies the LMDB files of DIR/store to/from DIR/../store-copy. */
-static void copy_store(const fx_t *fx, bool to_copy)
-{
-    const char *files[] = {"data.mdb", "lock.mdb"};
-    char a[512], b[512], copydir[300];
-    snprintf(copydir, sizeof(copydir), "%s/store-copy", fx->base);
-    if (to_copy)
-        assert_true(mkdir(copydir, 0755) == 0);
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(a, sizeof(a), "%s/store/%s", fx->dir, files[i]);
-        snprintf(b, sizeof(b), "%s/%s", copydir, files[i]);
-        assert_int_equal(to_copy ? tu_copy_file(a, b) : tu_copy_file(b, a), 0);
-    }
 }
 
 static void test_replay_lagging_store(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     int64_t now = tu_now_ms();
 
-    submit_range(c, 0, 5, now, COMMIT_ACCEPTED); /* N = 5 */
+    cf_submit_range(c, 0, 5, now, COMMIT_ACCEPTED); /* N = 5 */
     commit_close(c);
-    copy_store(fx, true);
+    cf_copy_store(fx, true);
 
-    c = open_commit(&o);
-    submit_range(c, 100, 3, now, COMMIT_ACCEPTED); /* M = 3, offsets 5..7 */
-    submit_range(c, 200, 4, now, COMMIT_ACCEPTED); /* and 4 more, offsets 8..11 */
+    c = cf_open(&o);
+    cf_submit_range(c, 100, 3, now, COMMIT_ACCEPTED); /* M = 3, offsets 5..7 */
+    cf_submit_range(c, 200, 4, now, COMMIT_ACCEPTED); /* and 4 more, offsets 8..11 */
     commit_close(c);
 
     /* LMDB goes back to before the last 7 events; the log keeps them. */
-    copy_store(fx, false);
-    c = open_commit(&o);
+    cf_copy_store(fx, false);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 7);
     assert_int_equal(s.keys, 12);
     assert_int_equal(s.log_next_offset, 12);
     assert_int_equal(s.truncated_at_open, 0);
-    submit_range(c, 100, 3, now, COMMIT_DUPLICATE);
-    submit_range(c, 200, 4, now, COMMIT_DUPLICATE);
-    submit_range(c, 0, 5, now, COMMIT_DUPLICATE);
+    cf_submit_range(c, 100, 3, now, COMMIT_DUPLICATE);
+    cf_submit_range(c, 200, 4, now, COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 5, now, COMMIT_DUPLICATE);
     /* New events continue after the replayed ones. */
-    submit_one_accepted(c, 300, now, 12);
+    cf_submit_one_accepted(c, 300, now, 12);
     commit_close(c);
 
     /* Replay is done once: the next open has nothing left to apply. */
-    c = open_commit(&o);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 0);
     assert_int_equal(s.keys, 13);
     commit_close(c);
 
-    expect_log_records(fx, 13);
-}
-
-/* Removes the LMDB files of DIR/store, as an operator who lost them would find it. */
-static void remove_store(const fx_t *fx)
-{
-    const char *files[] = {"data.mdb", "lock.mdb"};
-    char path[512];
-    for (size_t i = 0; i < 2; i++) {
-        snprintf(path, sizeof(path), "%s/store/%s", fx->dir, files[i]);
-        assert_int_equal(unlink(path), 0);
-    }
+    cf_expect_log_records(fx, 13);
 }
 
 /* A lost store (e.g. deleted by an operator) is rebuilt from the log with the same secret. */
 static void test_rebuild_missing_store(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     uint8_t secret[KEYHASH_SECRET_LEN];
 
     memcpy(secret, commit_secret(c), sizeof(secret));
-    submit_range(c, 0, 6, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 6, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
-    remove_store(fx);
-    c = open_commit(&o);
+    cf_remove_store(fx);
+    c = cf_open(&o);
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 6);
     assert_int_equal(s.keys, 6);
-    submit_range(c, 0, 6, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 6, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
 
@@ -955,14 +615,14 @@ static void write_secret(const fx_t *fx, const void *bytes, size_t n)
 static void test_secret_file(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o), *c2 = NULL;
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o), *c2 = NULL;
     uint8_t secret[KEYHASH_SECRET_LEN], other[KEYHASH_SECRET_LEN];
     char path[512], err[512] = "";
     struct stat st;
 
     memcpy(secret, commit_secret(c), sizeof(secret));
-    submit_range(c, 0, 2, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 2, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 
     /* DIR/secret holds the same 16 bytes, private to the owner. */
@@ -989,14 +649,14 @@ static void test_secret_file(void **state)
 
     /* The right secret back: opens (the failed opens released the lock) and keys still match. */
     write_secret(fx, secret, sizeof(secret));
-    c = open_commit(&o);
+    c = cf_open(&o);
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
-    submit_range(c, 0, 2, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 2, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 
     /* A deleted secret file is written again from the store's copy. */
     assert_int_equal(unlink(path), 0);
-    c = open_commit(&o);
+    c = cf_open(&o);
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
     commit_close(c);
     expect_file_bytes(path, secret, sizeof(secret));
@@ -1025,44 +685,44 @@ static void last_segment(const fx_t *fx, char *out, size_t len)
 static void test_torn_tail_at_open(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     char seg[1024];
     char junk[13];
 
-    submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 
     last_segment(fx, seg, sizeof(seg));
     memset(junk, 0x7f, sizeof(junk));
     assert_int_equal(tu_append_file(seg, junk, sizeof(junk)), 0);
 
-    c = open_commit(&o);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.truncated_at_open, sizeof(junk));
     assert_int_equal(s.log_next_offset, 3);
     assert_int_equal(s.replayed_at_open, 0);
-    submit_one_accepted(c, 3, tu_now_ms(), 3);
+    cf_submit_one_accepted(c, 3, tu_now_ms(), 3);
     commit_close(c);
 
-    expect_log_records(fx, 4);
+    cf_expect_log_records(fx, 4);
 }
 
 /* A tiny LMDB map must grow at a checkpoint (in the background), not fail the requests. */
 static void test_map_grows(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.map_size = 256 * 1024;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     int64_t now = tu_now_ms();
 
     for (unsigned i = 0; i < 8; i++)
-        submit_range(c, i * 2000, 2000, now, COMMIT_ACCEPTED);
+        cf_submit_range(c, i * 2000, 2000, now, COMMIT_ACCEPTED);
     /* The checkpoint fills the map; storage is re-opened with a doubled one. */
-    await_stat(c, offsetof(commit_stats_t, recoveries), 1, &s);
+    cf_await_stat(c, offsetof(commit_stats_t, recoveries), 1, &s);
     assert_int_equal(s.accepted, 16000);
     assert_int_equal(s.keys, 16000);
     assert_int_equal(s.failures, 0);
@@ -1072,11 +732,11 @@ static void test_map_grows(void **state)
     commit_close(c);
 
     /* Reopening with the small map again: LMDB keeps the grown file. */
-    c = open_commit(&o);
-    submit_range(c, 15990, 10, now, COMMIT_DUPLICATE);
+    c = cf_open(&o);
+    cf_submit_range(c, 15990, 10, now, COMMIT_DUPLICATE);
     commit_close(c);
 
-    expect_log_records(fx, 16000);
+    cf_expect_log_records(fx, 16000);
 }
 
 /*
@@ -1086,17 +746,17 @@ static void test_map_grows(void **state)
 static void test_map_grows_ahead(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.map_size = 1024 * 1024;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     int64_t now = tu_now_ms();
     unsigned round = 0;
 
     do {
-        submit_range(c, round * 1000, 1000, now, COMMIT_ACCEPTED);
+        cf_submit_range(c, round * 1000, 1000, now, COMMIT_ACCEPTED);
         round++;
-        await_stat(c, offsetof(commit_stats_t, checkpoints), round, &s);
+        cf_await_stat(c, offsetof(commit_stats_t, checkpoints), round, &s);
         commit_get_stats(c, &s);
     } while (s.map_grows == 0 && round < 20);
     assert_true(s.map_grows > 0);
@@ -1105,14 +765,14 @@ static void test_map_grows_ahead(void **state)
     assert_int_equal(s.checkpoint_failures, 0);
     assert_int_equal(s.keys, round * 1000);
     commit_close(c);
-    expect_log_records(fx, round * 1000);
+    cf_expect_log_records(fx, round * 1000);
 }
 
 /* Counts how often each payload of ids [0, n) occurs in the log. */
 static void count_in_log(const fx_t *fx, unsigned *counts, unsigned n, uint64_t *total)
 {
     char **logv = NULL;
-    uint64_t nlog = read_log(fx, &logv, NULL);
+    uint64_t nlog = cf_read_log(fx, &logv, NULL);
     memset(counts, 0, n * sizeof(*counts));
     for (uint64_t i = 0; i < nlog; i++) {
         unsigned id;
@@ -1120,27 +780,8 @@ static void count_in_log(const fx_t *fx, unsigned *counts, unsigned n, uint64_t 
         assert_true(id < n);
         counts[id]++;
     }
-    free_log(logv, nlog);
+    cf_free_log(logv, nlog);
     *total = nlog;
-}
-
-/*
- * Polls the writer's counters until `field` (an offsetof into commit_stats_t of a uint64_t)
- * reaches `want`, for at most 10 s: checkpoints run on the writer's own clock.
- */
-static void await_stat(commit_t *c, size_t field, uint64_t want, commit_stats_t *s)
-{
-    int64_t deadline = tu_monotonic_ms() + 10000;
-    for (;;) {
-        commit_get_stats(c, s);
-        uint64_t v;
-        memcpy(&v, (const char *)s + field, sizeof(v));
-        if (v >= want)
-            return;
-        assert_true(tu_monotonic_ms() < deadline);
-        struct timespec ts = {0, 10 * 1000000};
-        nanosleep(&ts, NULL); /* polling a condition, not a stand-in for one */
-    }
 }
 
 /*
@@ -1152,31 +793,30 @@ static void await_stat(commit_t *c, size_t field, uint64_t want, commit_stats_t 
 static void test_checkpoint_fails(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     unsigned counts[20];
     uint64_t total;
-    req_t r;
+    cf_req_t r;
     const unsigned ids[] = {10, 11, 12};
 
-    if (!real_commit()) {
+    if (!cf_inject_available()) {
         commit_close(c);
         skip(); /* LMDB linked statically: no interposition */
     }
-    submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
-    atomic_store(&inject_commit_code, EIO);
-    atomic_store(&inject_commit_failures, 1);
-    assert_int_equal(submit_status(c, &r, ids, 3, tu_now_ms()), COMMIT_OK);
+    cf_submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_inject_commit_failures(EIO, 0, 1);
+    assert_int_equal(cf_submit_status(c, &r, ids, 3, tu_now_ms()), COMMIT_OK);
     for (size_t i = 0; i < 3; i++) {
         assert_int_equal(r.ev[i].result, COMMIT_ACCEPTED);
         assert_int_equal(r.ev[i].offset, 3 + i);
     }
-    req_free(&r);
+    cf_req_free(&r);
 
     /* The next checkpoint (within CHECKPOINT_MS) fails and storage is re-established. */
-    await_stat(c, offsetof(commit_stats_t, recoveries), 1, &s);
-    assert_int_equal(atomic_load(&inject_commit_failures), 0);
+    cf_await_stat(c, offsetof(commit_stats_t, recoveries), 1, &s);
+    assert_int_equal(cf_commit_failures_left(), 0);
     assert_int_equal(s.checkpoint_failures, 1);
     assert_int_equal(s.failures, 0); /* no request was answered with a failure */
     assert_false(s.storage_failed);
@@ -1184,8 +824,8 @@ static void test_checkpoint_fails(void **state)
     assert_int_equal(s.accepted, 6);
 
     /* The client retries anyway (say its answer was lost): duplicates only. */
-    submit_range(c, 10, 3, tu_now_ms(), COMMIT_DUPLICATE);
-    submit_range(c, 0, 3, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 10, 3, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 3, tu_now_ms(), COMMIT_DUPLICATE);
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 6);
     uint64_t next = s.log_next_offset;
@@ -1198,89 +838,26 @@ static void test_checkpoint_fails(void **state)
     assert_int_equal(next, 6);
 }
 
-/* check_run's report: its lines, one after another. */
-typedef struct {
-    char text[8192];
-    size_t len;
-} lines_t;
-
-static void collect_line(void *arg, int problem, const char *line)
-{
-    lines_t *l = arg;
-    int n = snprintf(l->text + l->len, sizeof(l->text) - l->len, "%s%s\n",
-                     problem ? "PROBLEM " : "", line);
-    if (n > 0 && (size_t)n < sizeof(l->text) - l->len)
-        l->len += (size_t)n;
-}
-
 /*
- * A checkpoint deletes the keys it evicts in its key-range transactions, ahead of their
- * sequence entries. Cut short after the first of them, first while serving (storage is
- * re-established), then at close (the store stays so until the next open): `check` calls that
- * an eviction in progress, and the next open finishes it before replaying, so the window holds
- * exactly max_keys keys again.
+ * A checkpoint's evictions cut short while serving and at close (commit_fixture.h): the next
+ * open finishes them before replaying, so the window holds exactly max_keys keys again.
+ * test_check.c checks what `check` reports of the same data dir.
  */
 static void test_checkpoint_evictions_cut_short(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    o.max_keys = 5000;
-    commit_t *c = open_commit(&o);
+    commit_options_t o;
     commit_stats_t s;
-    check_result_t res;
-    lines_t lines = {.len = 0};
-    check_options_t co = {.data_dir = fx->dir, .report = collect_line, .arg = &lines};
     int64_t now = tu_now_ms();
 
-    if (!real_commit()) {
-        commit_close(c);
-        skip();
-    }
-    for (unsigned i = 0; i < 5; i++)
-        submit_range(c, i * 1000, 1000, now, COMMIT_ACCEPTED);
-    await_stat(c, offsetof(commit_stats_t, checkpoints), 1, &s);
-    /* 5,000 more evict the first 5,000: 10,000 puts and deletions, three key-range
-     * transactions; the second fails. */
-    for (unsigned i = 5; i < 10; i++)
-        submit_range(c, i * 1000, 1000, now, COMMIT_ACCEPTED);
-    atomic_store(&inject_commit_code, EIO);
-    atomic_store(&inject_commit_skip, 1);
-    atomic_store(&inject_commit_failures, 1);
-    await_stat(c, offsetof(commit_stats_t, recoveries), 1, &s);
-    assert_int_equal(s.checkpoint_failures, 1);
-    assert_int_equal(s.keys, 5000);
-    submit_range(c, 5000, 5000, now, COMMIT_DUPLICATE);
-    submit_range(c, 4900, 100, now, COMMIT_ACCEPTED); /* evicted: new again */
-
-    /* Again at close, and the re-establishing fails too: the store stays cut short. */
-    uint64_t before = s.checkpoints;
-    for (unsigned i = 10; i < 15; i++)
-        submit_range(c, i * 1000, 1000, now, COMMIT_ACCEPTED);
-    commit_get_stats(c, &s);
-    if (s.checkpoints != before) {
-        commit_close(c);
-        skip(); /* a timed checkpoint came first (a very slow run, e.g. under valgrind) */
-    }
-    atomic_store(&inject_commit_skip, 1);
-    atomic_store(&inject_commit_failures, 2);
-    commit_close(c);
-    assert_int_equal(atomic_load(&inject_commit_failures), 0);
-    assert_int_equal(check_run(&co, &res), TOOLS_OK);
-    assert_int_equal(res.problems, 0);
-    assert_non_null(strstr(lines.text, "evictions still being written"));
-
-    c = open_commit(&o);
+    cf_evictions_cut_short(fx, &o);
+    commit_t *c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.keys, 5000);
-    submit_range(c, 10000, 5000, now, COMMIT_DUPLICATE);
-    submit_range(c, 9900, 100, now, COMMIT_ACCEPTED);
+    cf_submit_range(c, 10000, 5000, now, COMMIT_DUPLICATE);
+    cf_submit_range(c, 9900, 100, now, COMMIT_ACCEPTED);
     commit_close(c);
-    lines.len = 0;
-    lines.text[0] = '\0';
-    assert_int_equal(check_run(&co, &res), TOOLS_OK);
-    assert_null(strstr(lines.text, "evictions still being written"));
-    assert_int_equal(res.keys, 5000);
-    expect_log_records(fx, 15200);
+    cf_expect_log_records(fx, 15200);
 }
 
 /*
@@ -1291,35 +868,34 @@ static void test_checkpoint_evictions_cut_short(void **state)
 static void test_store_full_at_checkpoint(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     unsigned counts[20];
     uint64_t total;
-    req_t r;
+    cf_req_t r;
     const unsigned ids[] = {5, 6, 7, 8};
 
-    if (!real_commit()) {
+    if (!cf_inject_available()) {
         commit_close(c);
         skip();
     }
-    atomic_store(&inject_commit_code, INJECT_MDB_MAP_FULL);
-    atomic_store(&inject_commit_failures, 1);
-    submit_wait(c, &r, ids, 4, tu_now_ms());
+    cf_inject_commit_failures(CF_MDB_MAP_FULL, 0, 1);
+    cf_submit_wait(c, &r, ids, 4, tu_now_ms());
     for (size_t i = 0; i < 4; i++) {
         assert_int_equal(r.ev[i].result, COMMIT_ACCEPTED);
         assert_int_equal(r.ev[i].offset, i);
     }
-    req_free(&r);
-    await_stat(c, offsetof(commit_stats_t, map_grows), 1, &s);
-    assert_int_equal(atomic_load(&inject_commit_failures), 0);
+    cf_req_free(&r);
+    cf_await_stat(c, offsetof(commit_stats_t, map_grows), 1, &s);
+    assert_int_equal(cf_commit_failures_left(), 0);
     assert_int_equal(s.map_grows, 1);
     assert_int_equal(s.accepted, 4);
     assert_int_equal(s.log_next_offset, 4);
-    submit_wait(c, &r, ids, 4, tu_now_ms());
+    cf_submit_wait(c, &r, ids, 4, tu_now_ms());
     for (size_t i = 0; i < 4; i++)
         assert_int_equal(r.ev[i].result, COMMIT_DUPLICATE);
-    req_free(&r);
+    cf_req_free(&r);
     commit_close(c);
 
     count_in_log(fx, counts, 20, &total);
@@ -1332,8 +908,8 @@ static void test_store_full_at_checkpoint(void **state)
 static void test_replay_grows_map(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     uint8_t secret[KEYHASH_SECRET_LEN];
     const unsigned n = 12000;
     char dir[512];
@@ -1355,8 +931,8 @@ static void test_replay_grows_map(void **state)
     for (unsigned i = 0; i < n; i++) {
         char mid[32];
         int ml = snprintf(mid, sizeof(mid), "m-%u", i);
-        keyhash(secret, SOURCE, strlen(SOURCE), mid, (size_t)ml, recs[i].key);
-        recs[i].len = (uint32_t)fmt_payload(pl[i], sizeof(pl[i]), i);
+        keyhash(secret, CF_SOURCE, strlen(CF_SOURCE), mid, (size_t)ml, recs[i].key);
+        recs[i].len = (uint32_t)cf_fmt_payload(pl[i], sizeof(pl[i]), i);
         recs[i].data = pl[i];
         recs[i].received_ms = now;
     }
@@ -1367,19 +943,19 @@ static void test_replay_grows_map(void **state)
     free(pl);
 
     o.map_size = 256 * 1024;
-    c = open_commit(&o);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, n);
     assert_int_equal(s.keys, n);
     assert_true(s.map_grows > 0);
     assert_int_equal(s.log_next_offset, n);
-    submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
-    submit_range(c, n - 50, 50, tu_now_ms(), COMMIT_DUPLICATE);
-    submit_range(c, n, 1, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, n - 50, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, n, 1, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 }
 
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, cf_setup, cf_teardown)
 
 static void watch_done(void *arg)
 {
@@ -1390,12 +966,12 @@ static void watch_done(void *arg)
 static void test_watch(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
     tu_waiter_t w;
     tu_waiter_init(&w);
 
-    submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 3, tu_now_ms(), COMMIT_ACCEPTED);
     assert_int_equal(commit_committed_offset(c), 3);
 
     /* Already passed: answered at once. */
@@ -1407,7 +983,7 @@ static void test_watch(void **state)
     tu_waiter_add(&w, 1);
     int64_t t0 = tu_monotonic_ms();
     assert_int_equal(commit_watch(c, 3, t0 + 60000, watch_done, &w), COMMIT_OK);
-    submit_range(c, 3, 1, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 3, 1, tu_now_ms(), COMMIT_ACCEPTED);
     tu_waiter_wait(&w);
     assert_true(tu_monotonic_ms() - t0 < 30000);
     assert_int_equal(commit_committed_offset(c), 4);
@@ -1453,19 +1029,19 @@ static void test_retention_inside_window(void **state)
 {
     fx_t *fx = *state;
     notes_t n = {.mu = PTHREAD_MUTEX_INITIALIZER};
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.segment_bytes = 4096;
     o.log_max_bytes = 16384;
     o.notify = note;
     o.notify_arg = &n;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
 
     /* Retention runs at most once a second: keep writing until it has run. */
     int64_t deadline = tu_monotonic_ms() + 20000;
     unsigned next = 0;
     do {
-        submit_range(c, next, 20, tu_now_ms(), COMMIT_ACCEPTED);
+        cf_submit_range(c, next, 20, tu_now_ms(), COMMIT_ACCEPTED);
         next += 20;
         commit_get_stats(c, &s);
     } while (s.retention_segments == 0 && tu_monotonic_ms() < deadline);
@@ -1480,7 +1056,7 @@ static void test_retention_inside_window(void **state)
     pthread_mutex_unlock(&n.mu);
 
     /* Keys of deleted records are still remembered. */
-    submit_range(c, 0, 5, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 5, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
 
@@ -1511,7 +1087,7 @@ static unsigned retain_passes(retain_notes_t *n)
 /* Tight size-bound retention: segments of 4 KiB, the log bound to 16 KiB. */
 static commit_options_t tight_retention_opts(const fx_t *fx)
 {
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.segment_bytes = 4096;
     o.log_max_bytes = 16384;
     return o;
@@ -1529,14 +1105,14 @@ static void retention_child(const fx_t *fx, uint64_t checkpoints, int fd)
     commit_options_t o = tight_retention_opts(fx);
     o.notify = retain_note;
     o.notify_arg = &n;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     uint64_t out[2] = {0, 0};
     unsigned seen = 0;
     bool armed = false;
     int64_t deadline = tu_monotonic_ms() + 60000;
     do {
-        submit_range(c, (unsigned)out[0], 20, tu_now_ms(), COMMIT_ACCEPTED);
+        cf_submit_range(c, (unsigned)out[0], 20, tu_now_ms(), COMMIT_ACCEPTED);
         out[0] += 20;
         commit_get_stats(c, &s);
         if (!armed && s.checkpoints >= checkpoints) {
@@ -1575,13 +1151,13 @@ static void check_retention_keeps_unapplied(const fx_t *fx, uint64_t checkpoints
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     commit_options_t o = tight_retention_opts(fx);
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     commit_get_stats(c, &s);
     assert_int_equal(s.log_next_offset, got[0]);
     for (unsigned i = 0; i < got[0]; i += 1000)
-        submit_range(c, i, got[0] - i < 1000 ? (unsigned)(got[0] - i) : 1000, tu_now_ms(),
-                     COMMIT_DUPLICATE);
+        cf_submit_range(c, i, got[0] - i < 1000 ? (unsigned)(got[0] - i) : 1000, tu_now_ms(),
+                        COMMIT_DUPLICATE);
     commit_close(c);
     /* And the child died where it was meant to. */
     if (checkpoints == 0)
@@ -1590,81 +1166,17 @@ static void check_retention_keeps_unapplied(const fx_t *fx, uint64_t checkpoints
         assert_true(got[1] >= checkpoints);
 }
 
-/* Deletes the log's first n segment files (and their indexes), as an operator might. */
-static uint64_t delete_first_segments(const fx_t *fx, size_t n)
-{
-    char logdir[512], path[600];
-    uint64_t *bases = NULL;
-    log_info_t li;
-    snprintf(logdir, sizeof(logdir), "%s/log", fx->dir);
-    assert_int_equal(log_describe(logdir, &li, &bases), LOG_OK);
-    assert_true(li.segments > n);
-    for (size_t i = 0; i < n; i++) {
-        snprintf(path, sizeof(path), "%s/%020llu.seg", logdir, (unsigned long long)bases[i]);
-        assert_int_equal(unlink(path), 0);
-        snprintf(path, sizeof(path), "%s/%020llu.idx", logdir, (unsigned long long)bases[i]);
-        unlink(path);
-    }
-    uint64_t first = bases[n];
-    free(bases);
-    return first;
-}
-
 /*
- * A log that starts past the store's applied offset. A store the open creates (none was there)
- * starts where the log does; an existing store lacks the keys in between, so the open refuses
- * and says how to keep the window; `ingestd check` reports it.
+ * A log that starts past the store's applied offset (commit_fixture.h): the open refuses and
+ * says how to keep the window. test_check.c checks that `ingestd check` reports it.
  */
 static void test_log_gap_at_open(void **state)
 {
-    fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    o.segment_bytes = 4096;
-    commit_t *c = open_commit(&o);
-    commit_stats_t s;
-    int64_t now = tu_now_ms();
-    for (unsigned i = 0; i < 300; i += 20)
-        submit_range(c, i, 20, now, COMMIT_ACCEPTED); /* several segments */
-    commit_close(c);
-
-    /* No store: a new one starts at the log's first offset. */
-    remove_store(fx);
-    uint64_t first = delete_first_segments(fx, 2);
-    c = open_commit(&o);
-    commit_get_stats(c, &s);
-    assert_int_equal(s.log_first_offset, first);
-    assert_int_equal(s.replayed_at_open, 300 - first);
-    submit_range(c, (unsigned)first, 300 - (unsigned)first, now, COMMIT_DUPLICATE);
-    commit_close(c);
-    copy_store(fx, true); /* applied: 300 */
-
-    /* An existing store whose applied offset the log's start has passed. */
-    c = open_commit(&o);
-    for (unsigned i = 300; i < 600; i += 20)
-        submit_range(c, i, 20, now, COMMIT_ACCEPTED);
-    commit_close(c);
-    copy_store(fx, false);
-    char logdir[512];
-    log_info_t li;
-    snprintf(logdir, sizeof(logdir), "%s/log", fx->dir);
-    size_t n = 0;
-    uint64_t *bases = NULL;
-    assert_int_equal(log_describe(logdir, &li, &bases), LOG_OK);
-    while (n < li.segments && bases[n] <= 300)
-        n++;
-    free(bases);
-    first = delete_first_segments(fx, n); /* the first segment left starts past 300 */
-    assert_true(first > 300);
-
-    lines_t lines = {0};
-    check_result_t res;
-    check_options_t co = {.data_dir = fx->dir, .report = collect_line, .arg = &lines};
-    assert_int_equal(check_run(&co, &res), TOOLS_PROBLEMS);
-    assert_true(res.problems > 0);
-    assert_non_null(strstr(lines.text, "applied only up to 300"));
-
+    commit_options_t o;
+    commit_t *c = NULL;
     char err[1024] = "";
-    c = NULL;
+
+    cf_log_gap(*state, &o);
     assert_int_not_equal(commit_open(&o, &c, err, sizeof(err)), COMMIT_OK);
     assert_null(c);
     assert_non_null(strstr(err, "records 300.."));
@@ -1685,13 +1197,13 @@ static void test_retention_keeps_unapplied_after_checkpoint(void **state)
 static void test_retention_while_idle(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.segment_bytes = 4096;
     o.log_retention_ms = 1; /* every closed segment is old at once */
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     for (unsigned i = 0; i < 30; i++)
-        submit_range(c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
+        cf_submit_range(c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
     /* No more writes from here: only the idle wake-up can delete what is left. */
     int64_t deadline = tu_monotonic_ms() + 15000;
     do {
@@ -1707,7 +1219,7 @@ static void test_retention_while_idle(void **state)
 /* Lazy mode: a data dir whose boot-id file the test controls. */
 static commit_options_t lazy_opts(const fx_t *fx, char *boot, size_t len, const char *id)
 {
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     snprintf(boot, len, "%s/boot_id", fx->base);
     assert_int_equal(tu_write_file(boot, id, strlen(id)), 0);
     o.store_sync = STORE_SYNC_NONE;
@@ -1728,19 +1240,19 @@ static void test_lazy_clean_close(void **state)
     fx_t *fx = *state;
     char boot[600];
     commit_options_t o = lazy_opts(fx, boot, sizeof(boot), "boot-1\n");
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
-    submit_range(c, 0, 50, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 50, tu_now_ms(), COMMIT_ACCEPTED);
     assert_true(marker_exists(fx));
     commit_close(c);
     assert_false(marker_exists(fx));
 
     assert_int_equal(tu_write_file(boot, "boot-2\n", 7), 0); /* even after a reboot */
-    c = open_commit(&o);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_false(s.rebuilt_at_open);
     assert_int_equal(s.keys, 50);
-    submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
 
@@ -1754,31 +1266,31 @@ static void test_lazy_machine_crash_rebuilds(void **state)
     fx_t *fx = *state;
     char boot[600], marker[600];
     commit_options_t o = lazy_opts(fx, boot, sizeof(boot), "boot-1");
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
-    submit_range(c, 0, 40, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 40, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
     /* Put back the marker a crash would have left (a clean close removed it). */
     snprintf(marker, sizeof(marker), "%s/store/UNSYNCED", fx->dir);
     assert_int_equal(tu_write_file(marker, "boot-1", 6), 0);
 
-    c = open_commit(&o); /* same boot: kept */
+    c = cf_open(&o); /* same boot: kept */
     commit_get_stats(c, &s);
     assert_false(s.rebuilt_at_open);
     assert_int_equal(s.replayed_at_open, 0);
-    submit_range(c, 40, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 40, 10, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
     assert_int_equal(tu_write_file(marker, "boot-1", 6), 0);
 
     assert_int_equal(tu_write_file(boot, "boot-2", 6), 0);
-    c = open_commit(&o); /* another boot: rebuilt from the log */
+    c = cf_open(&o); /* another boot: rebuilt from the log */
     commit_get_stats(c, &s);
     assert_true(s.rebuilt_at_open);
     assert_int_equal(s.replayed_at_open, 50);
     assert_int_equal(s.keys, 50);
     assert_true(marker_exists(fx)); /* lazy again from here on */
-    submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
-    submit_range(c, 50, 5, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 50, 5, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
 
     /* The store moved aside for the rebuild is gone once the rebuild worked. */
@@ -1788,7 +1300,7 @@ static void test_lazy_machine_crash_rebuilds(void **state)
     while ((e = readdir(d)) != NULL)
         assert_null(strstr(e->d_name, "unsynced"));
     closedir(d);
-    expect_log_records(fx, 55);
+    cf_expect_log_records(fx, 55);
 }
 
 /* Started in the default mode after a lazy run crashed in this boot: sync, drop the marker. */
@@ -1797,16 +1309,16 @@ static void test_lazy_marker_cleared_by_synced_mode(void **state)
     fx_t *fx = *state;
     char boot[600], marker[600];
     commit_options_t o = lazy_opts(fx, boot, sizeof(boot), "boot-1");
-    commit_t *c = open_commit(&o);
-    submit_range(c, 0, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_t *c = cf_open(&o);
+    cf_submit_range(c, 0, 10, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
     snprintf(marker, sizeof(marker), "%s/store/UNSYNCED", fx->dir);
     assert_int_equal(tu_write_file(marker, "boot-1", 6), 0);
 
     o.store_sync = STORE_SYNC_META;
-    c = open_commit(&o);
+    c = cf_open(&o);
     assert_false(marker_exists(fx));
-    submit_range(c, 0, 10, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 10, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
 
@@ -1818,19 +1330,19 @@ static void test_lazy_marker_cleared_by_synced_mode(void **state)
 static void test_memory_store(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     /* Bloom never forgets, so every re-send must be caught; with 110 keys in 1 Mbit its false
      * positive chance is ~1e-22. (NSQ would forget keys that share a bucket: ~30% here.) */
     o.memory_filter = "bloom:1Mbit";
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
     commit_get_stats(c, &s);
     assert_true(s.memory_store);
     assert_non_null(strstr(s.filter_spec, "bloom"));
     assert_true(s.filter_bits > 0);
 
-    submit_range(c, 0, 100, tu_now_ms(), COMMIT_ACCEPTED);
-    submit_range(c, 50, 50, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 0, 100, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 50, 50, tu_now_ms(), COMMIT_DUPLICATE);
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 100);
     assert_int_equal(s.duplicates, 50);
@@ -1841,18 +1353,18 @@ static void test_memory_store(void **state)
     snprintf(store, sizeof(store), "%s/store", fx->dir);
     assert_int_not_equal(access(store, F_OK), 0);
 
-    c = open_commit(&o);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 100);
-    submit_range(c, 0, 100, tu_now_ms(), COMMIT_DUPLICATE);
-    submit_range(c, 100, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 100, tu_now_ms(), COMMIT_DUPLICATE);
+    cf_submit_range(c, 100, 10, tu_now_ms(), COMMIT_ACCEPTED);
     commit_close(c);
-    expect_log_records(fx, 110);
+    cf_expect_log_records(fx, 110);
 
     /* The same data dir in LMDB mode: a new store is built from the log. */
     o.memory_filter = NULL;
-    c = open_commit(&o);
-    submit_range(c, 0, 110, tu_now_ms(), COMMIT_DUPLICATE);
+    c = cf_open(&o);
+    cf_submit_range(c, 0, 110, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
 
@@ -1860,7 +1372,7 @@ static void test_memory_store(void **state)
 static void test_memory_store_bad_spec(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     commit_t *c = NULL;
     char err[256] = "";
     o.memory_filter = "qht:bits=zero";
@@ -1889,20 +1401,20 @@ static void gate_done(commit_req_t *req, void *arg)
 static void test_queue_bound(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     tu_waiter_t w;
     gate_t g;
-    req_t a, b, c, d, e, big;
+    cf_req_t a, b, c, d, e, big;
     commit_stats_t s;
     int64_t now = tu_now_ms();
     /* Ids of one width give payloads of one length L. */
     unsigned ia[] = {100}, ib[] = {101, 102}, ic[] = {103, 104}, id[] = {105}, ie[] = {106};
     unsigned ibig[] = {110, 111, 112, 113, 114, 115};
     char buf[96];
-    uint64_t len = (uint64_t)fmt_payload(buf, sizeof buf, 100);
+    uint64_t len = (uint64_t)cf_fmt_payload(buf, sizeof buf, 100);
 
     o.queue_max_bytes = 4 * len;
-    commit_t *c0 = open_commit(&o);
+    commit_t *c0 = cf_open(&o);
     tu_waiter_init(&w);
     tu_waiter_init(&g.entered);
     tu_waiter_init(&g.release);
@@ -1911,7 +1423,7 @@ static void test_queue_bound(void **state)
     tu_waiter_add(&g.release, 1);
 
     /* a (L) holds the writer in its callback: its bytes still count until it is answered. */
-    req_init(&a, commit_secret(c0), ia, 1, now, &w);
+    cf_req_init(&a, commit_secret(c0), ia, 1, now, &w);
     a.req.done = gate_done;
     a.req.arg = &g;
     tu_waiter_add(&w, 1);
@@ -1919,17 +1431,17 @@ static void test_queue_bound(void **state)
     tu_waiter_wait(&g.entered);
     assert_false(commit_busy(c0));
 
-    req_init(&b, commit_secret(c0), ib, 2, now, &w); /* 3L */
+    cf_req_init(&b, commit_secret(c0), ib, 2, now, &w); /* 3L */
     tu_waiter_add(&w, 1);
     assert_int_equal(commit_submit(c0, &b.req), COMMIT_OK);
-    req_init(&c, commit_secret(c0), ic, 2, now, &w); /* 5L > 4L: refused */
+    cf_req_init(&c, commit_secret(c0), ic, 2, now, &w); /* 5L > 4L: refused */
     assert_int_equal(commit_submit(c0, &c.req), COMMIT_BUSY);
     assert_false(commit_busy(c0));
-    req_init(&d, commit_secret(c0), id, 1, now, &w); /* 4L: fits exactly */
+    cf_req_init(&d, commit_secret(c0), id, 1, now, &w); /* 4L: fits exactly */
     tu_waiter_add(&w, 1);
     assert_int_equal(commit_submit(c0, &d.req), COMMIT_OK);
     assert_true(commit_busy(c0));
-    req_init(&e, commit_secret(c0), ie, 1, now, &w);
+    cf_req_init(&e, commit_secret(c0), ie, 1, now, &w);
     assert_int_equal(commit_submit(c0, &e.req), COMMIT_BUSY);
     commit_get_stats(c0, &s);
     assert_int_equal(s.queue_bytes, 4 * len);
@@ -1953,19 +1465,19 @@ static void test_queue_bound(void **state)
     assert_false(commit_busy(c0));
 
     /* An empty queue takes a request larger than the bound (else it could never pass). */
-    submit_wait(c0, &big, ibig, 6, now);
+    cf_submit_wait(c0, &big, ibig, 6, now);
     commit_get_stats(c0, &s);
     assert_int_equal(s.accepted, 4 + 6);
 
     commit_close(c0);
     /* Refused requests left nothing behind: only a, b, d and big are in the log. */
-    expect_log_records(fx, 10);
-    req_free(&a);
-    req_free(&b);
-    req_free(&c);
-    req_free(&d);
-    req_free(&e);
-    req_free(&big);
+    cf_expect_log_records(fx, 10);
+    cf_req_free(&a);
+    cf_req_free(&b);
+    cf_req_free(&c);
+    cf_req_free(&d);
+    cf_req_free(&e);
+    cf_req_free(&big);
     tu_waiter_destroy(&w);
     tu_waiter_destroy(&g.entered);
     tu_waiter_destroy(&g.release);
@@ -1976,13 +1488,13 @@ static void test_queue_bound(void **state)
 static void submit_one_duplicate(commit_t *c, unsigned id, int64_t received_ms, uint64_t offset,
                                  int64_t first_ms)
 {
-    req_t r;
-    submit_wait(c, &r, &id, 1, received_ms);
+    cf_req_t r;
+    cf_submit_wait(c, &r, &id, 1, received_ms);
     assert_int_equal(r.ev[0].result, COMMIT_DUPLICATE);
     assert_int_equal(r.ev[0].first_received_ms, first_ms);
     if (first_ms != 0)
         assert_int_equal(r.ev[0].offset, offset);
-    req_free(&r);
+    cf_req_free(&r);
 }
 
 /*
@@ -1993,34 +1505,34 @@ static void submit_one_duplicate(commit_t *c, unsigned id, int64_t received_ms, 
 static void test_duplicate_first_copy(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     histogram_t *ages = NULL;
     assert_int_equal(histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &ages), 0);
     o.duplicate_age_seconds = ages;
     int64_t t0 = tu_now_ms() - 600 * 1000; /* ten minutes ago */
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
 
     /* Pending. Ids 0..9, each received a second after the one before, at offsets 0..9. */
     for (unsigned i = 0; i < 10; i++)
-        submit_one_accepted(c, i, t0 + i * 1000, i);
+        cf_submit_one_accepted(c, i, t0 + i * 1000, i);
     submit_one_duplicate(c, 3, t0 + 20 * 1000, 3, t0 + 3000);
     /* Within one request: the second copy names the first, accepted just before it. */
     const unsigned twice[] = {42, 42};
-    req_t r;
-    submit_wait(c, &r, twice, 2, t0 + 30 * 1000);
+    cf_req_t r;
+    cf_submit_wait(c, &r, twice, 2, t0 + 30 * 1000);
     assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
     assert_int_equal(r.ev[0].offset, 10);
     assert_int_equal(r.ev[1].result, COMMIT_DUPLICATE);
     assert_int_equal(r.ev[1].offset, 10);
     assert_int_equal(r.ev[1].first_received_ms, t0 + 30 * 1000);
-    req_free(&r);
+    cf_req_free(&r);
     commit_get_stats(c, &s);
     assert_int_equal(s.duplicate_age_max_ms, 17000);
     commit_close(c);
 
     /* The young store: close checkpoints every key into LMDB; nothing is pending after open. */
-    c = open_commit(&o);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.generations, 0);
     assert_int_equal(s.replayed_at_open, 0);
@@ -2032,10 +1544,10 @@ static void test_duplicate_first_copy(void **state)
 
     /* A sealed generation: a young store of 4 keys is sealed at the next checkpoint. */
     o.young_keys = 4;
-    c = open_commit(&o);
-    submit_range(c, 100, 1, t0, COMMIT_ACCEPTED); /* a checkpoint is due with something new */
+    c = cf_open(&o);
+    cf_submit_range(c, 100, 1, t0, COMMIT_ACCEPTED); /* a checkpoint is due with something new */
     commit_close(c);
-    c = open_commit(&o);
+    c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_true(s.seals + s.generations > 0);
     assert_int_equal(s.generation_keys, 12);
@@ -2043,7 +1555,7 @@ static void test_duplicate_first_copy(void **state)
         submit_one_duplicate(c, i, t0 + 100 * 1000, i, t0 + i * 1000);
     /* One request mixing them: the generations' answers reach their own events. */
     const unsigned mixed[] = {200, 5, 200, 8};
-    submit_wait(c, &r, mixed, 4, t0 + 40 * 1000);
+    cf_submit_wait(c, &r, mixed, 4, t0 + 40 * 1000);
     assert_int_equal(r.ev[0].result, COMMIT_ACCEPTED);
     assert_int_equal(r.ev[0].offset, 12);
     const uint64_t want_off[] = {12, 5, 12, 8};
@@ -2053,7 +1565,7 @@ static void test_duplicate_first_copy(void **state)
         assert_int_equal(r.ev[i].offset, want_off[i]);
         assert_int_equal(r.ev[i].first_received_ms, want_ms[i]);
     }
-    req_free(&r);
+    cf_req_free(&r);
     commit_close(c);
 
     /* Ages: 17 s (pending), 0 (same request), 493 s and 1 s (young store), then the ten above
@@ -2069,13 +1581,13 @@ static void test_duplicate_first_copy(void **state)
 static void test_memory_store_first_unknown(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     histogram_t *ages = NULL;
     assert_int_equal(histogram_new(HISTOGRAM_AGE_SECONDS, HISTOGRAM_AGE_SECONDS_N, &ages), 0);
     o.duplicate_age_seconds = ages;
     o.memory_filter = "bloom:1Mbit";
-    commit_t *c = open_commit(&o);
-    submit_one_accepted(c, 1, tu_now_ms(), 0);
+    commit_t *c = cf_open(&o);
+    cf_submit_one_accepted(c, 1, tu_now_ms(), 0);
     submit_one_duplicate(c, 1, tu_now_ms(), 0, 0);
     commit_close(c);
     assert_int_equal(histogram_count(ages), 0);
@@ -2115,22 +1627,22 @@ static int notices_get(notices_t *n, bool back)
 static void test_window_floor(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     notices_t n = {.below = 0, .back = 0};
     pthread_mutex_init(&n.mu, NULL);
     o.max_keys = 10;
     o.window_floor_ms = 1500;
     o.notify = on_notice;
     o.notify_arg = &n;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_stats_t s;
 
-    submit_range(c, 0, 10, tu_now_ms(), COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 10, tu_now_ms(), COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
     assert_false(s.window_below_floor); /* young, but nothing was forgotten */
     assert_int_equal(s.evicted_size, 0);
     for (unsigned i = 1; i < 4; i++)
-        submit_range(c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
+        cf_submit_range(c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
     assert_int_equal(s.evicted_size, 30);
     assert_true(s.window_below_floor);
@@ -2157,7 +1669,7 @@ static void key_of(const uint8_t *secret, unsigned id, uint8_t key[KEYHASH_LEN])
 {
     char mid[32];
     int ml = snprintf(mid, sizeof(mid), "m-%u", id);
-    keyhash(secret, SOURCE, strlen(SOURCE), mid, (size_t)ml, key);
+    keyhash(secret, CF_SOURCE, strlen(CF_SOURCE), mid, (size_t)ml, key);
 }
 
 /* commit_lookup of id: *res, and COMMIT_OK asserted. */
@@ -2202,9 +1714,9 @@ static void expect_found(commit_t *c, unsigned id, uint64_t offset, int64_t rece
 static void test_lookup(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
+    commit_options_t o = cf_default_opts(fx);
     o.young_keys = 100;
-    commit_t *c = open_commit(&o);
+    commit_t *c = cf_open(&o);
     commit_lookup_t res;
     commit_stats_t s;
     int64_t t0 = tu_now_ms() - 5000, t1 = t0 + 1000;
@@ -2212,8 +1724,8 @@ static void test_lookup(void **state)
     lookup_id(c, 1, &res);
     assert_false(res.found);
     assert_int_equal(res.window_start_ms, 0); /* empty window */
-    submit_range(c, 0, 5, t0, COMMIT_ACCEPTED);
-    submit_range(c, 5, 5, t1, COMMIT_ACCEPTED);
+    cf_submit_range(c, 0, 5, t0, COMMIT_ACCEPTED);
+    cf_submit_range(c, 5, 5, t1, COMMIT_ACCEPTED);
     expect_found(c, 3, 3, t0);
     expect_found(c, 7, 7, t1);
     lookup_id(c, 99, &res);
@@ -2223,15 +1735,15 @@ static void test_lookup(void **state)
     assert_int_equal(offline_offset(fx, 99), -1);
 
     /* Past young_keys the checkpointer seals: the oldest keys live in a generation file. */
-    submit_range(c, 10, 190, t1, COMMIT_ACCEPTED);
-    await_stat(c, offsetof(commit_stats_t, seals), 1, &s);
+    cf_submit_range(c, 10, 190, t1, COMMIT_ACCEPTED);
+    cf_await_stat(c, offsetof(commit_stats_t, seals), 1, &s);
     expect_found(c, 0, 0, t0);
     expect_found(c, 150, 150, t1);
     assert_int_equal(offline_offset(fx, 0), 0);
     assert_int_equal(offline_offset(fx, 150), 150);
     commit_close(c);
 
-    c = open_commit(&o);
+    c = cf_open(&o);
     expect_found(c, 0, 0, t0);
     expect_found(c, 199, 199, t1);
     assert_int_equal(offline_offset(fx, 199), 199);
@@ -2240,9 +1752,9 @@ static void test_lookup(void **state)
     /* The size bound evicts the oldest young keys: unseen at once, as for de-duplication. */
     o.max_keys = 10;
     o.young_keys = 1000;
-    c = open_commit(&o);
-    submit_range(c, 1000, 10, t1 + 1000, COMMIT_ACCEPTED);
-    submit_range(c, 1010, 10, t1 + 2000, COMMIT_ACCEPTED);
+    c = cf_open(&o);
+    cf_submit_range(c, 1000, 10, t1 + 1000, COMMIT_ACCEPTED);
+    cf_submit_range(c, 1010, 10, t1 + 2000, COMMIT_ACCEPTED);
     lookup_id(c, 1009, &res);
     assert_false(res.found);
     lookup_id(c, 1010, &res);
@@ -2252,9 +1764,9 @@ static void test_lookup(void **state)
     commit_close(c);
 
     /* Memory mode keeps no positions. */
-    o = default_opts(fx);
+    o = cf_default_opts(fx);
     o.memory_filter = "bloom:1Mbit";
-    c = open_commit(&o);
+    c = cf_open(&o);
     uint8_t key[KEYHASH_LEN];
     key_of(commit_secret(c), 0, key);
     assert_int_equal(commit_lookup(c, key, &res), COMMIT_UNSUPPORTED);
@@ -2288,14 +1800,14 @@ static void *lookup_thread(void *arg)
 static void test_lookup_while_writing(void **state)
 {
     fx_t *fx = *state;
-    commit_options_t o = default_opts(fx);
-    lookup_race_t lr = {.c = open_commit(&o)};
+    commit_options_t o = cf_default_opts(fx);
+    lookup_race_t lr = {.c = cf_open(&o)};
     pthread_t th;
     atomic_init(&lr.accepted, 0);
     atomic_init(&lr.stop, false);
     assert_int_equal(pthread_create(&th, NULL, lookup_thread, &lr), 0);
     for (unsigned i = 0; i < 200; i++) {
-        submit_range(lr.c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
+        cf_submit_range(lr.c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
         atomic_store(&lr.accepted, (i + 1) * 10);
     }
     atomic_store(&lr.stop, true);
