@@ -18,6 +18,7 @@
 #include "storage/window/keyhash.h"
 #include "storage/window/merger.h"
 #include "storage/window/srcmap.h"
+#include "storage/window/stats.h"
 #include "storage/window/store.h"
 
 /*
@@ -82,6 +83,11 @@ typedef struct part {
     int64_t move_to;    /* where to read on after an out-of-range position (-1: nowhere), done
                            before the next batch (worker_part_move_pending) */
     int64_t move_retry; /* after a failed move, not again before this (clk_mono_ms) */
+    /* the window's counters (storage/window/stats.h): evictions of the open batch, added when
+     * it commits; since the partition was opened: evictions, seals, and what opening it finished
+     * after a crash */
+    uint64_t batch_evicted_age, batch_evicted_size;
+    uint64_t evicted_age, evicted_size, seals, seals_finished, seals_rebased, files_cleaned;
 } part_t;
 
 /* What /stats shows of one partition (copied under snap_mu). */
@@ -90,6 +96,7 @@ typedef struct part_snap {
     uint64_t keys, applied; /* keys: the young store's and the generations' */
     uint64_t generations, generation_keys, merges;
     int64_t oldest_ms, committed, high, position;
+    window_stats_t win; /* its window, as the single node reports its own */
 } part_snap_t;
 
 /* A question for the run() thread, answered between batches: a cluster_worker_lookup, or a

@@ -190,6 +190,7 @@ static void abort_stores(cluster_worker_t *w)
             store_count_sources(p->st, p->sources);
         }
         if (p != NULL) {
+            p->batch_evicted_age = p->batch_evicted_size = 0;
             p->batch_last = -1;
             p->needs_kafka = false;
         }
@@ -200,14 +201,14 @@ enum step { STEP_OK, STEP_GROW, STEP_FAIL };
 
 /* Opens p's write transaction for a batch of n, age eviction first, as single-node does: a key
  * out of the window is forgotten. A store status. */
-static int part_begin(part_t *p, const window_policy_t *wp, int64_t now, size_t n, uint64_t *ea,
-                      uint64_t *es)
+static int part_begin(part_t *p, const window_policy_t *wp, int64_t now, size_t n)
 {
     int src = store_begin(p->st);
     if (src != STORE_OK)
         return src;
     p->txn_open = true;
-    return store_evict_sources(p->st, window_before_batch(wp, now, n), p->sources, ea, es);
+    return store_evict_sources(p->st, window_before_batch(wp, now, n), p->sources,
+                               &p->batch_evicted_age, &p->batch_evicted_size);
 }
 
 /* Whether m is a seed record (cluster.h): a single node's event, its key to remember only. */
@@ -282,8 +283,7 @@ static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m
 
 /* After the batch, in every partition it opened: size eviction and the applied offset. A store
  * status, with *failed the partition that failed. */
-static int stage_close(cluster_worker_t *w, const window_policy_t *wp, size_t n, uint64_t *ea,
-                       uint64_t *es, part_t **failed)
+static int stage_close(cluster_worker_t *w, const window_policy_t *wp, size_t n, part_t **failed)
 {
     int src = STORE_OK;
     for (int32_t i = 0; i < w->nparts_cap; i++) {
@@ -291,8 +291,9 @@ static int stage_close(cluster_worker_t *w, const window_policy_t *wp, size_t n,
         if (p == NULL || !p->txn_open)
             continue;
         *failed = p;
-        if (w->o.max_keys > 0 && (src = store_evict_sources(p->st, window_after_batch(wp, n),
-                                                            p->sources, ea, es)) != STORE_OK)
+        if (w->o.max_keys > 0 &&
+            (src = store_evict_sources(p->st, window_after_batch(wp, n), p->sources,
+                                       &p->batch_evicted_age, &p->batch_evicted_size)) != STORE_OK)
             return src;
         if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
             return src;
@@ -309,7 +310,6 @@ static enum step stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size
 {
     int64_t now = clk_wall_ms();
     window_policy_t wp = {.window_ms = w->o.window_ms, .max_keys = w->o.max_keys};
-    uint64_t ea = 0, es = 0;
     int src = STORE_OK;
     part_t *p = NULL;
 
@@ -319,7 +319,7 @@ static enum step stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size
         p = worker_part_get(w, m->partition);
         if (p == NULL)
             continue;
-        if (!p->txn_open && (src = part_begin(p, &wp, now, n, &ea, &es)) != STORE_OK)
+        if (!p->txn_open && (src = part_begin(p, &wp, now, n)) != STORE_OK)
             goto fail;
         p->batch_last = m->offset;
         c->consumed++;
@@ -328,7 +328,7 @@ static enum step stage_keys(cluster_worker_t *w, rd_kafka_message_t **msgs, size
         if ((src = stage_one(w, p, m, now, c, &produce[i])) != STORE_OK)
             goto fail;
     }
-    if ((src = stage_close(w, &wp, n, &ea, &es, &p)) != STORE_OK)
+    if ((src = stage_close(w, &wp, n, &p)) != STORE_OK)
         goto fail;
     return STEP_OK;
 fail:
@@ -399,6 +399,9 @@ static bool stores_commit(cluster_worker_t *w)
             continue;
         }
         p->applied = (uint64_t)p->batch_last + 1;
+        p->evicted_age += p->batch_evicted_age;
+        p->evicted_size += p->batch_evicted_size;
+        p->batch_evicted_age = p->batch_evicted_size = 0;
         if (p->needs_kafka && (int64_t)p->applied > p->committed)
             p->committed = (int64_t)p->applied;
         if (p->repair_until >= 0 && (int64_t)p->applied >= p->repair_until)

@@ -52,6 +52,9 @@ static int part_open_gens(cluster_worker_t *w, part_t *p, const char *dir)
         worker_log(w, 1,
                    "partition %" PRId32 ": removed %" PRIu64 " generation file(s) a crash left",
                    p->id, genset_cleaned(p->gs));
+    p->files_cleaned = genset_cleaned(p->gs);
+    p->seals_finished = src == STORE_OK && sr.finished;
+    p->seals_rebased = src == STORE_OK && sr.finished && sr.rebased;
     if (src == STORE_OK && sr.finished)
         worker_log(w, sr.rebased ? 1 : 2,
                    "partition %" PRId32
@@ -98,6 +101,7 @@ void worker_part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
         src = seal_young(p->st, p->gs, 0, &sealed);
         if (src == STORE_BUSY)
             src = STORE_OK; /* the young store is being made whole: seal later */
+        p->seals += sealed > 0;
         if (src == STORE_OK && sealed > 0)
             src = store_get_info(p->st, &info);
         if (src == STORE_OK && sealed > 0)

@@ -64,7 +64,22 @@ void worker_views_snapshot(cluster_worker_t *w)
                                .oldest_ms = oldest,
                                .committed = p->committed,
                                .high = hi,
-                               .position = (int64_t)p->applied};
+                               .position = (int64_t)p->applied,
+                               .win = {.window_ms = w->o.window_ms,
+                                       .max_keys = w->o.max_keys,
+                                       .keys = info.keys + gt.keys,
+                                       .oldest_received_ms = oldest,
+                                       .evicted_age = p->evicted_age,
+                                       .evicted_size = p->evicted_size,
+                                       .generations = genset_view_count(p->gv),
+                                       .generation_keys = gt.keys,
+                                       .generation_bytes = gt.file_bytes,
+                                       .generation_memory_bytes = gt.memory_bytes,
+                                       .seals = p->seals,
+                                       .merges = merger_merges(p->mp),
+                                       .seals_finished = p->seals_finished,
+                                       .seals_rebased = p->seals_rebased,
+                                       .generation_files_cleaned = p->files_cleaned}};
     }
     worker_sources_publish(w->sources);
     pthread_mutex_lock(&w->snap_mu);
@@ -133,6 +148,12 @@ char *cluster_worker_stats_json(cluster_worker_t *w)
                 i ? "," : "", s->id, s->keys, s->generations, s->generation_keys, s->merges, eff,
                 s->applied, s->committed, s->high, lag);
         worker_lost_json_partition(w->lost, s->id, f);
+        /* Its window as the single node's /stats dedupe shows its own (storage/window/stats.h). */
+        json_t *win = window_stats_json(&s->win, now);
+        fputs(",\"window\":", f);
+        if (win == NULL || json_dumpf(win, f, JSON_COMPACT) != 0)
+            fputs("null", f);
+        json_decref(win);
         fputc('}', f);
     }
     pthread_mutex_unlock(&w->snap_mu);
@@ -159,6 +180,28 @@ static int64_t part_gauge(const part_snap_t *s, size_t g, int64_t now)
     default:
         return s->high > (int64_t)s->applied ? s->high - (int64_t)s->applied : 0;
     }
+}
+
+/* Each partition's window under the single node's names, labelled partition="ID". */
+static void window_prom(prom_t *p, const part_snap_t *snap, size_t n, int64_t now)
+{
+    window_stats_t *ws = n ? calloc(n, sizeof *ws) : NULL;
+    char(*lbs)[32] = n ? calloc(n, sizeof *lbs) : NULL;
+    const char **labels = n ? calloc(n, sizeof *labels) : NULL;
+    char id[16];
+    if (n > 0 && (ws == NULL || lbs == NULL || labels == NULL))
+        goto out; /* out of memory: /metrics goes on without them */
+    for (size_t i = 0; i < n; i++) {
+        ws[i] = snap[i].win;
+        snprintf(id, sizeof id, "%" PRId32, snap[i].id);
+        prom_label(lbs[i], sizeof lbs[i], "partition", id);
+        labels[i] = lbs[i];
+    }
+    window_stats_prom(p, ws, labels, n, now);
+out:
+    free(ws);
+    free(lbs);
+    free(labels);
 }
 
 char *cluster_worker_metrics(cluster_worker_t *w)
@@ -204,6 +247,7 @@ char *cluster_worker_metrics(cluster_worker_t *w)
             prom_sample_i64(p, gauges[g][0], lb, part_gauge(&w->snap[i], g, now));
         }
     }
+    window_prom(p, w->snap, w->nsnap, now);
     pthread_mutex_unlock(&w->snap_mu);
     worker_sources_prom(w->sources, p, now);
     worker_lost_prom(w->lost, p);
