@@ -14,6 +14,7 @@
 #include "cluster/worker_lost.h"
 #include "cluster/worker_sources.h"
 #include "common/prom.h"
+#include "storage/window/engine.h"
 #include "storage/window/genset.h"
 #include "storage/window/keyhash.h"
 #include "storage/window/merger.h"
@@ -65,10 +66,9 @@ void cluster_prom_outcomes(prom_t *p, const char *name, const char *const *outco
 /* One assigned raw partition and its store. */
 typedef struct part {
     int32_t id;
-    store_t *st;        /* the young store */
-    genset_t *gs;       /* the sealed generations (DIR/gens) */
-    genset_view_t *gv;  /* their view, taken again after every change */
-    int64_t maintained; /* when the generations were last kept to the rule (now_ms) */
+    /* its window: the young store, the generations, the merger's handle, the per-source
+     * counts and the window's stats (storage/window/engine.h) */
+    window_engine_t *win;
     uint8_t secret[KEYHASH_SECRET_LEN];
     int64_t repair_until; /* records below this offset only insert their keys */
     int64_t committed;    /* the group's committed offset as last known; -1 unknown */
@@ -77,17 +77,9 @@ typedef struct part {
     int64_t batch_last;   /* last offset of the current batch in this partition; -1 none */
     bool needs_kafka;     /* the batch has records past repair_until here */
     uint64_t epoch;       /* which assignment opened it (cluster_worker.epochs) */
-    /* its handle with the merger, which rewrites gs off this thread (storage/window/merger.h) */
-    merger_set_t *mp;
-    srcmap_t *sources;  /* the young store's keys by source: --max-keys is per source */
-    int64_t move_to;    /* where to read on after an out-of-range position (-1: nowhere), done
-                           before the next batch (worker_part_move_pending) */
-    int64_t move_retry; /* after a failed move, not again before this (clk_mono_ms) */
-    /* the window's counters (storage/window/stats.h): evictions of the open batch, added when
-     * it commits; since the partition was opened: evictions, seals, and what opening it finished
-     * after a crash */
-    uint64_t batch_evicted_age, batch_evicted_size;
-    uint64_t evicted_age, evicted_size, seals, seals_finished, seals_rebased, files_cleaned;
+    int64_t move_to;      /* where to read on after an out-of-range position (-1: nowhere), done
+                             before the next batch (worker_part_move_pending) */
+    int64_t move_retry;   /* after a failed move, not again before this (clk_mono_ms) */
 } part_t;
 
 /* What /stats shows of one partition (copied under snap_mu). */
@@ -202,9 +194,6 @@ void worker_part_on_merge_fail(void *arg, int32_t partition, int rc, size_t n);
 void worker_part_maintain(cluster_worker_t *w, part_t *p, int64_t now);
 /* worker_part_maintain for every partition due while no batch comes. */
 void worker_part_maintain_idle(cluster_worker_t *w);
-/* Whether a sealed generation of p holds key: *found, *owner its offset. A store status. */
-int worker_part_find_sealed(const part_t *p, const uint8_t key[KEYHASH_LEN], bool *found,
-                            uint64_t *owner);
 /* Partition moves out_of_range decided, done before a batch is gathered. */
 void worker_part_move_pending(cluster_worker_t *w);
 /* The consumer found p's position out of range: report, count, stop or move it. */

@@ -183,14 +183,10 @@ static void abort_stores(cluster_worker_t *w)
     for (int32_t i = 0; i < w->nparts_cap; i++) {
         part_t *p = w->parts[i];
         if (p != NULL && p->txn_open) {
-            store_abort(p->st);
+            window_engine_abort(p->win); /* the batch's keys and evictions go with it */
             p->txn_open = false;
-            /* The batch's keys went with it: count the store again (a failure leaves the old
-             * counts, which only bend the budget until the next seal). */
-            store_count_sources(p->st, p->sources);
         }
         if (p != NULL) {
-            p->batch_evicted_age = p->batch_evicted_size = 0;
             p->batch_last = -1;
             p->needs_kafka = false;
         }
@@ -203,12 +199,11 @@ enum step { STEP_OK, STEP_GROW, STEP_FAIL };
  * out of the window is forgotten. A store status. */
 static int part_begin(part_t *p, const window_policy_t *wp, int64_t now, size_t n)
 {
-    int src = store_begin(p->st);
+    int src = store_begin(window_engine_store(p->win));
     if (src != STORE_OK)
         return src;
     p->txn_open = true;
-    return store_evict_sources(p->st, window_before_batch(wp, now, n), p->sources,
-                               &p->batch_evicted_age, &p->batch_evicted_size);
+    return window_engine_evict(p->win, window_before_batch(wp, now, n));
 }
 
 /* Whether m is a seed record (cluster.h): a single node's event, its key to remember only. */
@@ -249,12 +244,13 @@ static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m
     if (ts <= 0)
         ts = now;
     /* A sealed key is in the window: the young store must not take it again. */
-    if ((src = worker_part_find_sealed(p, key, &present, &owner)) != STORE_OK)
+    if ((src = window_engine_find_sealed(p->win, key, &present, &owner)) != STORE_OK)
         return src;
-    if (!present && (src = store_insert(p->st, key, ts, (uint64_t)m->offset, &dup)) != STORE_OK)
+    if (!present && (src = store_insert(window_engine_store(p->win), key, ts, (uint64_t)m->offset,
+                                        &dup)) != STORE_OK)
         return src;
-    if (!present && !dup && srcmap_add(p->sources, key) != 0)
-        return STORE_NOMEM;
+    if (!present && !dup && (src = window_engine_added(p->win, key)) != STORE_OK)
+        return src;
     if (m->offset < p->repair_until) {
         c->repaired++;
         return STORE_OK;
@@ -270,7 +266,8 @@ static int stage_one(cluster_worker_t *w, part_t *p, const rd_kafka_message_t *m
         *produce = true;
         return STORE_OK;
     }
-    if (!present && (src = store_lookup(p->st, key, &present, &owner)) != STORE_OK)
+    if (!present &&
+        (src = store_lookup(window_engine_store(p->win), key, &present, &owner)) != STORE_OK)
         return src;
     if (present && owner == (uint64_t)m->offset) {
         *produce = true; /* the record that inserted the key, re-processed */
@@ -292,10 +289,10 @@ static int stage_close(cluster_worker_t *w, const window_policy_t *wp, size_t n,
             continue;
         *failed = p;
         if (w->o.max_keys > 0 &&
-            (src = store_evict_sources(p->st, window_after_batch(wp, n), p->sources,
-                                       &p->batch_evicted_age, &p->batch_evicted_size)) != STORE_OK)
+            (src = window_engine_evict(p->win, window_after_batch(wp, n))) != STORE_OK)
             return src;
-        if ((src = store_set_applied(p->st, (uint64_t)p->batch_last + 1)) != STORE_OK)
+        if ((src = store_set_applied(window_engine_store(p->win), (uint64_t)p->batch_last + 1)) !=
+            STORE_OK)
             return src;
     }
     return STORE_OK;
@@ -337,7 +334,7 @@ fail:
         return STEP_GROW;
     }
     worker_log(w, 0, "partition %" PRId32 ": store: %s (%s)", p ? p->id : -1, store_strerror(src),
-               p ? store_detail(p->st) : "");
+               p ? store_detail(window_engine_store(p->win)) : "");
     return STEP_FAIL;
 }
 
@@ -355,7 +352,7 @@ static int stage_all(cluster_worker_t *w, rd_kafka_message_t **msgs, size_t n, b
         abort_stores(w);
         part_t *p = worker_part_get(w, gp);
         if (s == STEP_GROW && p != NULL && grows++ < MAX_GROW_RETRIES &&
-            store_grow(p->st) == STORE_OK)
+            store_grow(window_engine_store(p->win)) == STORE_OK)
             continue;
         w->c.store_errors++;
         errbuf_printf(err, errlen, "partition store failed; stopping (the batch is not committed)");
@@ -391,7 +388,7 @@ static bool stores_commit(cluster_worker_t *w)
         if (p == NULL || !p->txn_open)
             continue;
         p->txn_open = false;
-        int src = store_commit(p->st);
+        int src = window_engine_commit(p->win);
         if (src != STORE_OK) {
             worker_log(w, 0, "partition %" PRId32 ": store commit: %s", p->id, store_strerror(src));
             w->c.store_errors++;
@@ -399,9 +396,6 @@ static bool stores_commit(cluster_worker_t *w)
             continue;
         }
         p->applied = (uint64_t)p->batch_last + 1;
-        p->evicted_age += p->batch_evicted_age;
-        p->evicted_size += p->batch_evicted_size;
-        p->batch_evicted_age = p->batch_evicted_size = 0;
         if (p->needs_kafka && (int64_t)p->applied > p->committed)
             p->committed = (int64_t)p->applied;
         if (p->repair_until >= 0 && (int64_t)p->applied >= p->repair_until)

@@ -39,32 +39,8 @@ static int lookup_part(const part_t *p, const lookup_q_t *q, bool *found, store_
                        int64_t *oldest_ms)
 {
     uint8_t key[KEYHASH_LEN];
-    store_reader_t *r = NULL;
-    store_info_t info;
-    genset_totals_t gt;
     keyhash(p->secret, q->source, q->source_len, q->mid, q->mid_len, key);
-    *found = false;
-    int rc = store_reader_open(p->st, &r);
-    if (rc == STORE_OK)
-        rc = store_reader_info(r, &info);
-    if (rc == STORE_OK)
-        rc = store_reader_entry(r, key, found, e);
-    store_reader_close(r);
-    if (rc != STORE_OK)
-        return rc;
-    genset_view_totals(p->gv, &gt);
-    *oldest_ms = gt.keys ? gt.oldest_received_ms : (info.keys ? info.oldest_received_ms : 0);
-    if (*found)
-        return STORE_OK;
-    gen_entry_t ge;
-    int grc = genset_view_find(p->gv, key, found, &ge);
-    if (grc != GEN_OK)
-        return grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
-    if (*found) {
-        e->offset = ge.offset;
-        e->received_ms = ge.received_ms;
-    }
-    return STORE_OK;
+    return window_engine_lookup(p->win, key, found, e, oldest_ms);
 }
 
 /* The raw topic's partition count from the consumer's metadata; -1 when unknown. */

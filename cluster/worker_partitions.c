@@ -30,43 +30,25 @@
 
 /* ---- partitions ---- */
 
-/*
- * Opens the partition's generations (DIR/gens) and finishes a seal a crash
- * cut short between its file and its LMDB transaction. A store status.
- */
-static int part_open_gens(cluster_worker_t *w, part_t *p, const char *dir)
+/* Logs what opening partition p's window found and repaired (engine.h). */
+static void log_opened(cluster_worker_t *w, const part_t *p, const char *dir,
+                       const window_engine_opened_t *o)
 {
-    char *gdir = fsutil_join(dir, "gens");
-    int grc = gdir ? genset_open(gdir, 0, &p->gs) : GEN_NOMEM;
-    if (grc == GEN_OK)
-        grc = genset_set_budget(p->gs, w->o.max_keys);
-    if (grc != GEN_OK)
+    if (o->gen_rc != GEN_OK)
         worker_log(w, 0, "partition %" PRId32 ": generations in %s/gens: %s", p->id, dir,
-                   gen_strerror(grc));
-    free(gdir);
-    if (grc != GEN_OK)
-        return grc == GEN_NOMEM ? STORE_NOMEM : STORE_CORRUPT;
-    seal_recovery_t sr;
-    int src = seal_recover(p->st, p->gs, &sr);
-    if (genset_cleaned(p->gs) > 0)
+                   gen_strerror(o->gen_rc));
+    if (o->files_cleaned > 0)
         worker_log(w, 1,
                    "partition %" PRId32 ": removed %" PRIu64 " generation file(s) a crash left",
-                   p->id, genset_cleaned(p->gs));
-    p->files_cleaned = genset_cleaned(p->gs);
-    p->seals_finished = src == STORE_OK && sr.finished;
-    p->seals_rebased = src == STORE_OK && sr.finished && sr.rebased;
-    if (src == STORE_OK && sr.finished)
-        worker_log(w, sr.rebased ? 1 : 2,
+                   p->id, o->files_cleaned);
+    if (o->recovery.finished)
+        worker_log(w, o->recovery.rebased ? 1 : 2,
                    "partition %" PRId32
                    ": finished a seal a crash cut short (generations end at %" PRIu64 "%s)",
-                   p->id, sr.end_seq,
-                   sr.rebased ? "; the store had lost its last commits to a power loss, moved on"
-                              : "");
-    if (src == STORE_OK && merger_add(w->merger, p->id, p->gs, &p->mp) != 0)
-        src = STORE_NOMEM;
-    if (src == STORE_OK)
-        p->gv = genset_view(p->gs);
-    return src;
+                   p->id, o->recovery.end_seq,
+                   o->recovery.rebased
+                       ? "; the store had lost its last commits to a power loss, moved on"
+                       : "");
 }
 
 uint64_t worker_part_young_keys(const cluster_worker_t *w)
@@ -85,38 +67,14 @@ void worker_part_on_merge_fail(void *arg, int32_t partition, int rc, size_t n)
 }
 
 /*
- * Between batches (no LMDB transaction open): seals a full young store, then
- * drops generations as the window's rule says, at most once a second unless a
- * seal was done, and after either asks the merger to merge (storage/window/merger.h):
- * a merge takes seconds at 100M keys, which this thread must not stop
- * consuming for. A failure is logged and left for the next time: the window
- * stays whole either way (seal.h).
+ * Between batches (no LMDB transaction open): seals a full young store, drops generations,
+ * asks the merger to merge (window_engine_maintain): a merge takes seconds at 100M keys,
+ * which this thread must not stop consuming for. A failure is logged and left for the next
+ * time: the window stays whole either way (seal.h).
  */
 void worker_part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
 {
-    store_info_t info;
-    uint64_t sealed = 0, young = worker_part_young_keys(w);
-    int src = store_get_info(p->st, &info);
-    if (src == STORE_OK && genset_seals(w->o.max_keys, young) && info.keys >= young) {
-        src = seal_young(p->st, p->gs, 0, &sealed);
-        if (src == STORE_BUSY)
-            src = STORE_OK; /* the young store is being made whole: seal later */
-        p->seals += sealed > 0;
-        if (src == STORE_OK && sealed > 0)
-            src = store_get_info(p->st, &info);
-        if (src == STORE_OK && sealed > 0)
-            src = store_count_sources(p->st, p->sources); /* the young store is emptied */
-    }
-    if (src == STORE_OK && (sealed > 0 || now - p->maintained >= MAINTAIN_EVERY_MS)) {
-        genset_policy_t gp = genset_policy_for(w->o.window_ms, w->o.max_keys, young);
-        seal_result_t sr; /* seal_maintain drops only: rewrites are the merger's */
-        p->maintained = now;
-        src = seal_maintain(p->gs, &gp, now, info.keys, &sr);
-        if (src == STORE_OK && (sealed > 0 || sr.dropped_age + sr.dropped_size > 0))
-            merger_kick(p->mp);
-    }
-    genset_view_release(p->gv);
-    p->gv = genset_view(p->gs);
+    int src = window_engine_maintain(p->win, now, MAINTAIN_EVERY_MS);
     if (src != STORE_OK) {
         worker_log(w, 1, "partition %" PRId32 ": sealing or keeping the generations: %s", p->id,
                    store_strerror(src));
@@ -130,21 +88,10 @@ void worker_part_maintain_idle(cluster_worker_t *w)
     int64_t now = clk_wall_ms();
     for (int32_t i = 0; i < w->nparts_cap; i++) {
         part_t *p = w->parts[i];
-        if (p != NULL && !p->txn_open && now - p->maintained >= MAINTAIN_EVERY_MS)
+        if (p != NULL && !p->txn_open &&
+            now - window_engine_maintained(p->win) >= MAINTAIN_EVERY_MS)
             worker_part_maintain(w, p, now);
     }
-}
-
-/* Whether a generation holds `key`: *found, and its owner's offset. A store status. */
-int worker_part_find_sealed(const part_t *p, const uint8_t key[KEYHASH_LEN], bool *found,
-                            uint64_t *owner)
-{
-    gen_entry_t e;
-    int grc = genset_view_find(p->gv, key, found, &e);
-    if (grc != GEN_OK)
-        return grc == GEN_NOMEM ? STORE_NOMEM : STORE_EIO;
-    *owner = *found ? e.offset : 0;
-    return STORE_OK;
 }
 
 /*
@@ -217,23 +164,32 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     snprintf(dir, sizeof dir, "%s/partitions/%s-%" PRId32, w->o.data_dir, w->o.raw_topic, id);
     int rc = CLUSTER_STORE;
     store_info_t info;
+    store_t *st = NULL;
+    window_engine_opened_t opened;
+    window_engine_options_t wo = {.window_ms = w->o.window_ms,
+                                  .max_keys = w->o.max_keys,
+                                  .young_keys = w->o.young_keys,
+                                  .merger = w->merger,
+                                  .merger_id = id};
     if (fsutil_mkdirs(dir) != 0) {
         worker_log(w, 0, "partition %" PRId32 ": cannot create %s: %s", id, dir, strerror(errno));
         goto fail;
     }
-    int src = store_open(dir, &so, &p->st);
+    int src = store_open(dir, &so, &st);
     if (src == STORE_VERSION)
-        src = part_migrate(w, id, dir, &so, &p->st);
+        src = part_migrate(w, id, dir, &so, &st);
     /* LMDB never syncs its directory: the name of a new data.mdb is durable from here. */
     if (src == STORE_OK && fsutil_sync_dir(dir) != 0)
         src = STORE_EIO;
     if (src == STORE_OK)
-        src = store_secret(p->st, NULL, p->secret);
-    if (src == STORE_OK && (src = part_open_gens(w, p, dir)) == STORE_OK)
-        src = store_get_info(p->st, &info);
+        src = store_secret(st, NULL, p->secret);
+    if (src == STORE_OK) {
+        src = window_engine_open(st, dir, &wo, &p->win, &opened); /* takes st */
+        st = NULL;
+        log_opened(w, p, dir, &opened);
+    }
     if (src == STORE_OK)
-        src = (p->sources = srcmap_new(w->o.max_keys)) ? store_count_sources(p->st, p->sources)
-                                                       : STORE_NOMEM;
+        src = store_get_info(window_engine_store(p->win), &info);
     if (src != STORE_OK) {
         worker_log(w, 0, "partition %" PRId32 ": store %s: %s", id, dir, store_strerror(src));
         goto fail;
@@ -243,11 +199,8 @@ static int part_open(cluster_worker_t *w, int32_t id, part_t **out)
     *out = p;
     return CLUSTER_OK;
 fail:
-    merger_remove(p->mp);
-    genset_view_release(p->gv);
-    genset_close(p->gs);
-    store_close(p->st);
-    srcmap_free(p->sources);
+    store_close(st);
+    window_engine_close(p->win);
     free(p);
     return rc;
 }
@@ -257,11 +210,7 @@ void worker_part_close(cluster_worker_t *w, int32_t id)
     part_t *p = worker_part_get(w, id);
     if (p == NULL)
         return;
-    merger_remove(p->mp); /* cancels its merge: a revoke must not wait seconds for it */
-    store_close(p->st);   /* aborts an open txn, if any */
-    genset_view_release(p->gv);
-    genset_close(p->gs);
-    srcmap_free(p->sources);
+    window_engine_close(p->win); /* cancels its merge, aborts an open txn, if any */
     free(p);
     w->parts[id] = NULL;
     /* Its new owner meets the same out-of-range position and stops it there, if still so. */

@@ -43,43 +43,23 @@ void worker_views_snapshot(cluster_worker_t *w)
         part_t *p = w->parts[i];
         if (p == NULL)
             continue;
-        worker_sources_add_young(w->sources, p->sources);
-        worker_sources_add_gens(w->sources, p->gv);
-        store_info_t info;
-        memset(&info, 0, sizeof info);
-        if (!p->txn_open)
-            store_get_info(p->st, &info);
-        genset_totals_t gt;
-        genset_view_totals(p->gv, &gt);
-        int64_t oldest =
-            gt.keys ? gt.oldest_received_ms : (info.keys ? info.oldest_received_ms : 0);
+        worker_sources_add_young(w->sources, window_engine_sources(p->win));
+        worker_sources_add_gens(w->sources, window_engine_view(p->win));
+        window_stats_t win;
+        window_engine_stats(p->win, p->txn_open, &win);
         int64_t lo = -1, hi = -1;
         rd_kafka_get_watermark_offsets(w->consumer, w->o.raw_topic, p->id, &lo, &hi);
         s[k++] = (part_snap_t){.id = p->id,
-                               .keys = info.keys + gt.keys,
-                               .generations = genset_view_count(p->gv),
-                               .generation_keys = gt.keys,
-                               .merges = merger_merges(p->mp),
+                               .keys = win.keys,
+                               .generations = win.generations,
+                               .generation_keys = win.generation_keys,
+                               .merges = win.merges,
                                .applied = p->applied,
-                               .oldest_ms = oldest,
+                               .oldest_ms = win.oldest_received_ms,
                                .committed = p->committed,
                                .high = hi,
                                .position = (int64_t)p->applied,
-                               .win = {.window_ms = w->o.window_ms,
-                                       .max_keys = w->o.max_keys,
-                                       .keys = info.keys + gt.keys,
-                                       .oldest_received_ms = oldest,
-                                       .evicted_age = p->evicted_age,
-                                       .evicted_size = p->evicted_size,
-                                       .generations = genset_view_count(p->gv),
-                                       .generation_keys = gt.keys,
-                                       .generation_bytes = gt.file_bytes,
-                                       .generation_memory_bytes = gt.memory_bytes,
-                                       .seals = p->seals,
-                                       .merges = merger_merges(p->mp),
-                                       .seals_finished = p->seals_finished,
-                                       .seals_rebased = p->seals_rebased,
-                                       .generation_files_cleaned = p->files_cleaned}};
+                               .win = win};
     }
     worker_sources_publish(w->sources);
     pthread_mutex_lock(&w->snap_mu);
