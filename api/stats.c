@@ -5,6 +5,7 @@
 #include "api/auth.h"
 #include "common/clock.h"
 #include "storage/log/groups.h"
+#include "storage/window/stats.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,12 +17,26 @@ static uint64_t load(atomic_uint_fast64_t *a)
     return (uint64_t)atomic_load_explicit(a, memory_order_relaxed);
 }
 
-/* Age in seconds of the oldest retained key: how far back dedupe really reaches now. */
-static int64_t effective_window_s(const commit_stats_t *s, int64_t now_ms)
+/* The single node's window as both roles report it (storage/window/stats.h). */
+static void window_of(const api_t *api, const commit_stats_t *s, window_stats_t *w)
 {
-    if (s->keys == 0 || s->oldest_received_ms <= 0 || now_ms <= s->oldest_received_ms)
-        return 0;
-    return (now_ms - s->oldest_received_ms) / 1000;
+    *w = (window_stats_t){.window_ms = api->window_ms,
+                          .max_keys = api->max_keys,
+                          .floor_ms = api->window_floor_ms,
+                          .below_floor = s->window_below_floor,
+                          .keys = s->keys,
+                          .oldest_received_ms = s->oldest_received_ms,
+                          .evicted_age = s->evicted_age,
+                          .evicted_size = s->evicted_size,
+                          .generations = s->generations,
+                          .generation_keys = s->generation_keys,
+                          .generation_bytes = s->generation_bytes,
+                          .generation_memory_bytes = s->generation_memory_bytes,
+                          .seals = s->seals,
+                          .merges = s->merges,
+                          .seals_finished = s->seals_finished,
+                          .seals_rebased = s->seals_rebased,
+                          .generation_files_cleaned = s->generation_files_cleaned};
 }
 
 /*
@@ -119,38 +134,24 @@ static json_t *by_status_json(api_t *api, uint64_t *total)
 /* /stats `dedupe`: the window, its bounds and evictions, its store, and how late retries come. */
 static json_t *dedupe_json(const api_t *api, const commit_stats_t *s, int64_t now_ms)
 {
-    // clang-format off
-    json_t *dd = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
-        "window_seconds", (json_int_t)(api->window_ms / 1000),
-        "effective_window_seconds", (json_int_t)effective_window_s(s, now_ms),
-        "keys", (json_int_t)s->keys,
-        "max_keys", (json_int_t)api->max_keys,
-        "evicted_age", (json_int_t)s->evicted_age,
-        "evicted_size", (json_int_t)s->evicted_size,
-        "store_map_bytes", (json_int_t)s->store_map_size,
-        "store_used_bytes", (json_int_t)s->store_used_bytes);
-    // clang-format on
+    window_stats_t w;
+    window_of(api, s, &w);
+    json_t *dd = window_stats_json(&w, now_ms);
     if (!dd)
         return NULL;
+    json_object_set_new(dd, "store_map_bytes", json_integer((json_int_t)s->store_map_size));
+    json_object_set_new(dd, "store_used_bytes", json_integer((json_int_t)s->store_used_bytes));
     /* Which store holds the window; a filter states its error rate, which operators must know. */
     json_object_set_new(dd, "store", json_string(s->memory_store ? "memory" : "lmdb"));
-    /* How long the window must be, and whether it is too short (docs/operations.md). */
+    /* How late retries come: how long the window must be (docs/operations.md). */
     json_object_set_new(dd, "duplicate_age_seconds", duplicate_ages_json(api, s));
-    json_object_set_new(dd, "window_floor_seconds", json_integer(api->window_floor_ms / 1000));
-    json_object_set_new(dd, "window_below_floor", json_boolean(s->window_below_floor));
-    /* The window's sealed part (docs/window.md): its keys are part of `keys` above. */
-    if (!s->memory_store)
-        json_object_set_new(
-            dd, "generations",
-            json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}", "count", (json_int_t)s->generations, "keys",
-                      (json_int_t)s->generation_keys, "bytes", (json_int_t)s->generation_bytes,
-                      "memory_bytes", (json_int_t)s->generation_memory_bytes, "seals",
-                      (json_int_t)s->seals, "merges", (json_int_t)s->merges));
-    else
+    /* A memory filter has no sealed part: its error rate instead. */
+    if (s->memory_store) {
+        json_object_del(dd, "generations");
         json_object_set_new(dd, "filter",
                             json_pack("{s:s, s:I, s:f}", "spec", s->filter_spec, "memory_bits",
                                       (json_int_t)s->filter_bits, "asymptotic_fpr", s->filter_fpr));
+    }
     return dd;
 }
 
@@ -408,24 +409,13 @@ static void metrics_finish(const api_t *api, prom_t *p, api_resp_t *resp)
     resp->body_len = len;
 }
 
-/* The window: its keys, bounds, evictions and floor. */
+/* The window: its keys, bounds, evictions, floor and generations, named as the worker's. */
 static void metrics_dedupe(prom_t *p, const api_t *api, const commit_stats_t *s, int64_t now_ms)
 {
-    prom_gauge(p, "dedupe_keys", "Keys in the dedupe window.", (double)s->keys);
-    prom_gauge(p, "dedupe_window_seconds", "Configured dedupe window.",
-               (double)api->window_ms / 1000.0);
-    prom_gauge(p, "dedupe_effective_window_seconds", "Age of the oldest retained key.",
-               (double)effective_window_s(s, now_ms));
-    prom_gauge(p, "dedupe_max_keys", "Configured size bound of the window (0: none).",
-               (double)api->max_keys);
-    prom_gauge(p, "dedupe_window_floor_seconds", "Configured --window-floor (0: off).",
-               (double)api->window_floor_ms / 1000.0);
-    prom_gauge(p, "dedupe_window_below_floor",
-               "1 while the size bound evicts keys younger than --window-floor.",
-               s->window_below_floor ? 1.0 : 0.0);
-    prom_head(p, "dedupe_evicted_total", PROM_COUNTER, "Keys evicted from the window, by reason.");
-    prom_sample_u64(p, "dedupe_evicted_total", "reason=\"age\"", s->evicted_age);
-    prom_sample_u64(p, "dedupe_evicted_total", "reason=\"size\"", s->evicted_size);
+    static const char *const none[] = {""};
+    window_stats_t w;
+    window_of(api, s, &w);
+    window_stats_prom(p, &w, none, 1, now_ms);
 }
 
 /* The per-write-key rate limit and the requests it refused (both roles). */
@@ -536,36 +526,17 @@ static void metrics_groups(prom_t *p, const api_t *api, uint64_t committed)
     free(gs);
 }
 
-/* The store: LMDB, the sealed generations, health, and a memory filter's error rate. */
+/* The store: LMDB, health, and a memory filter's error rate (the generations: metrics_dedupe). */
 static void metrics_store(prom_t *p, const commit_stats_t *s)
 {
     prom_gauge(p, "store_map_bytes", "LMDB map size.", (double)s->store_map_size);
     prom_gauge(p, "store_used_bytes", "LMDB bytes in use.", (double)s->store_used_bytes);
-    prom_gauge(p, "generations", "Sealed generation files of the window.", (double)s->generations);
-    prom_gauge(p, "generation_keys", "Keys in sealed generations (part of dedupe_keys).",
-               (double)s->generation_keys);
-    prom_gauge(p, "generation_bytes", "Bytes of the sealed generation files on disk.",
-               (double)s->generation_bytes);
-    prom_gauge(p, "generation_memory_bytes",
-               "Bytes of the generations' filters and fences in memory.",
-               (double)s->generation_memory_bytes);
-    prom_counter(p, "seals_total", "Young stores sealed into generation files.", (double)s->seals);
-    prom_counter(p, "generation_merges_total", "Merges of small generations.", (double)s->merges);
     prom_gauge(p, "storage_failed",
                "1 while storage is failed and being re-established (every write gets 503).",
                s->storage_failed ? 1.0 : 0.0);
     prom_counter(p, "storage_recoveries_total",
                  "Times storage was re-established from disk after a failure.",
                  (double)s->recoveries);
-    prom_counter(p, "recovery_seals_finished_total",
-                 "Seals a crash cut short, finished when storage was opened.",
-                 (double)s->seals_finished);
-    prom_counter(p, "recovery_seals_rebased_total",
-                 "Of those, seals whose store had lost its last commits to a power loss.",
-                 (double)s->seals_rebased);
-    prom_counter(p, "recovery_generation_files_cleaned_total",
-                 "Generation files a crash left (unfinished, or merge inputs) removed at open.",
-                 (double)s->generation_files_cleaned);
     if (s->memory_store)
         prom_gauge(
             p, "dedupe_filter_asymptotic_fpr",

@@ -1,0 +1,199 @@
+/* test_engine.c: one window behind the engine: a batch's keys counted, evictions counted only
+ * when the batch commits, a full young store sealed and its keys then found sealed, lookups
+ * across both parts, and the stats; real LMDB and files in a temporary directory. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "storage/window/engine.h"
+#include "testutil.h"
+
+#define YOUNG 8
+
+typedef struct {
+    tu_fixture_t fx;
+    merger_t *m;
+    window_engine_t *e;
+} engine_fx_t;
+
+static void mkkey(uint64_t i, uint8_t key[KEYHASH_LEN])
+{
+    static const uint8_t secret[KEYHASH_SECRET_LEN] = "engine-test-sec";
+    char id[32];
+    int n = snprintf(id, sizeof(id), "m-%llu", (unsigned long long)i);
+    keyhash(secret, "web", 3, id, (size_t)n, key);
+}
+
+static window_engine_options_t options(engine_fx_t *f)
+{
+    return (window_engine_options_t){.window_ms = 3600000,
+                                     .max_keys = 1000,
+                                     .young_keys = YOUNG,
+                                     .merger = f->m,
+                                     .merger_id = 7};
+}
+
+static void open_engine(engine_fx_t *f)
+{
+    store_options_t so = {0};
+    store_t *st = NULL;
+    window_engine_opened_t opened;
+    window_engine_options_t o = options(f);
+    assert_int_equal(store_open(f->fx.dir, &so, &st), STORE_OK);
+    assert_int_equal(window_engine_open(st, f->fx.dir, &o, &f->e, &opened), STORE_OK);
+    assert_false(opened.recovery.finished);
+}
+
+static void on_fail(void *arg, int32_t id, int rc, size_t n)
+{
+    (void)arg, (void)id, (void)rc, (void)n;
+}
+
+static int setup(void **state)
+{
+    if (tu_fixture_setup(state, "engine", NULL) != 0)
+        return -1;
+    engine_fx_t *f = realloc(*state, sizeof(*f));
+    if (f == NULL)
+        return -1;
+    *state = f;
+    f->e = NULL;
+    genset_policy_t gp = genset_policy_for(3600000, 1000, YOUNG);
+    return merger_new(&gp, on_fail, NULL, &f->m) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    engine_fx_t *f = *state;
+    window_engine_close(f->e);
+    merger_free(f->m);
+    return tu_fixture_teardown(state);
+}
+
+/* One batch of keys [from, to) received at ts, committed or aborted. */
+static void batch(engine_fx_t *f, uint64_t from, uint64_t to, int64_t ts, bool commit)
+{
+    store_t *st = window_engine_store(f->e);
+    uint8_t key[KEYHASH_LEN];
+    assert_int_equal(store_begin(st), STORE_OK);
+    for (uint64_t i = from; i < to; i++) {
+        bool dup = false;
+        mkkey(i, key);
+        assert_int_equal(store_insert(st, key, ts, i, &dup), STORE_OK);
+        assert_false(dup);
+        assert_int_equal(window_engine_added(f->e, key), STORE_OK);
+    }
+    assert_int_equal(store_set_applied(st, to), STORE_OK);
+    if (commit)
+        assert_int_equal(window_engine_commit(f->e), STORE_OK);
+    else
+        window_engine_abort(f->e);
+}
+
+static void test_batch_seal_and_find(void **state)
+{
+    engine_fx_t *f = *state;
+    int64_t now = tu_now_ms();
+    window_stats_t s;
+    uint8_t key[KEYHASH_LEN];
+    bool found = false;
+    uint64_t owner = 1;
+    open_engine(f);
+    batch(f, 0, 5, now, true);
+    window_engine_stats(f->e, false, &s);
+    assert_int_equal(s.keys, 5);
+    assert_int_equal(s.generations, 0);
+    assert_int_equal(window_engine_maintain(f->e, now, 1000), STORE_OK);
+    window_engine_stats(f->e, false, &s);
+    assert_int_equal(s.seals, 0); /* under YOUNG keys: nothing to seal */
+
+    batch(f, 5, 20, now, true);
+    assert_int_equal(window_engine_maintain(f->e, now, 1000), STORE_OK);
+    window_engine_stats(f->e, false, &s);
+    assert_int_equal(s.seals, 1);
+    assert_int_equal(s.generations, 1);
+    assert_int_equal(s.generation_keys, 20);
+    assert_int_equal(s.keys, 20);
+    assert_true(s.generation_bytes > 0);
+    assert_int_equal(window_engine_maintained(f->e), now);
+
+    mkkey(13, key);
+    assert_int_equal(window_engine_find_sealed(f->e, key, &found, &owner), STORE_OK);
+    assert_true(found);
+    assert_int_equal(owner, 13);
+    store_entry_t e;
+    int64_t oldest = 0;
+    assert_int_equal(window_engine_lookup(f->e, key, &found, &e, &oldest), STORE_OK);
+    assert_true(found);
+    assert_int_equal(e.offset, 13);
+    assert_int_equal(oldest, now);
+    mkkey(99, key);
+    assert_int_equal(window_engine_find_sealed(f->e, key, &found, &owner), STORE_OK);
+    assert_false(found);
+    assert_int_equal(owner, 0);
+}
+
+static void test_evictions_count_when_committed(void **state)
+{
+    engine_fx_t *f = *state;
+    int64_t now = tu_now_ms(), old = now - 7200000; /* past the hour's window */
+    window_policy_t wp = {.window_ms = 3600000, .max_keys = 1000};
+    window_stats_t s;
+    open_engine(f);
+    batch(f, 0, 3, old, true);
+    const srcmap_t *sm = window_engine_sources(f->e);
+    assert_int_equal(srcmap_count(sm), 1);
+    assert_int_equal(srcmap_entries(sm)[0].keys, 3);
+
+    /* aborted: its evictions and its key are not counted */
+    assert_int_equal(store_begin(window_engine_store(f->e)), STORE_OK);
+    assert_int_equal(window_engine_evict(f->e, window_before_batch(&wp, now, 1)), STORE_OK);
+    window_engine_abort(f->e);
+    window_engine_stats(f->e, false, &s);
+    assert_int_equal(s.evicted_age, 0);
+    assert_int_equal(s.keys, 3);
+    assert_int_equal(srcmap_entries(window_engine_sources(f->e))[0].keys, 3);
+
+    assert_int_equal(store_begin(window_engine_store(f->e)), STORE_OK);
+    assert_int_equal(window_engine_evict(f->e, window_before_batch(&wp, now, 1)), STORE_OK);
+    assert_int_equal(window_engine_commit(f->e), STORE_OK);
+    window_engine_stats(f->e, false, &s);
+    assert_int_equal(s.evicted_age, 3);
+    assert_int_equal(s.keys, 0);
+    assert_int_equal(srcmap_entries(window_engine_sources(f->e))[0].keys, 0);
+}
+
+static void test_reopen_keeps_the_window(void **state)
+{
+    engine_fx_t *f = *state;
+    int64_t now = tu_now_ms();
+    window_stats_t s;
+    open_engine(f);
+    batch(f, 0, 12, now, true);
+    assert_int_equal(window_engine_maintain(f->e, now, 1000), STORE_OK);
+    batch(f, 12, 15, now, true);
+    window_engine_close(f->e);
+    f->e = NULL;
+    open_engine(f);
+    window_engine_stats(f->e, false, &s);
+    assert_int_equal(s.keys, 15);
+    assert_int_equal(s.generations, 1);
+    assert_int_equal(s.seals, 0); /* counted since this open */
+    assert_int_equal(srcmap_entries(window_engine_sources(f->e))[0].keys, 3); /* young part */
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_batch_seal_and_find, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_evictions_count_when_committed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reopen_keeps_the_window, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
