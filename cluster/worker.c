@@ -203,7 +203,7 @@ enum step { STEP_OK, STEP_GROW, STEP_FAIL };
  * out of the window is forgotten. A store status. */
 static int part_begin(part_t *p, const window_policy_t *wp, int64_t now, size_t n)
 {
-    int src = store_begin(window_engine_store(p->win));
+    int src = store_txn_begin(window_engine_store(p->win));
     if (src != STORE_OK)
         return src;
     p->txn_open = true;

@@ -230,13 +230,13 @@ static int preload_sealed(const uint8_t *secret, uint64_t n)
         }
         progress_update(p, "fill (sealed)", end, n, "keys", NULL);
     }
-    if (store_begin(st) != STORE_OK)
+    if (store_txn_begin(st) != STORE_OK)
         goto out;
     if (store_advance_seq(st, n) != STORE_OK || store_seal(st, n) != STORE_OK) {
-        store_abort(st);
+        store_txn_abort(st);
         goto out;
     }
-    rc = store_commit(st) == STORE_OK ? 0 : -1;
+    rc = store_txn_commit(st) == STORE_OK ? 0 : -1;
 out:
     progress_free(p);
     genset_close(gs);

@@ -63,9 +63,9 @@ static bool ckpt_cancelled(commit_t *c)
 static int ckpt_commit(commit_t *c, int rc)
 {
     if (rc == STORE_OK)
-        rc = store_commit(c->store);
+        rc = store_txn_commit(c->store);
     else
-        store_abort(c->store);
+        store_txn_abort(c->store);
     if (rc == STORE_OK) {
         pthread_mutex_lock(&c->mu);
         c->job.commits++; /* the writer may move its snapshot on */
@@ -182,7 +182,7 @@ static int ckpt_run(commit_t *c, const ckpt_job_t *j)
             else
                 mg++;
         }
-        rc = store_begin(c->store);
+        rc = store_txn_begin(c->store);
         if (rc == STORE_OK && ig == 0 && mg > 0)
             rc = store_mark_evicting(c->store, cut_below);
         if (rc == STORE_OK)
@@ -206,7 +206,7 @@ static int ckpt_run(commit_t *c, const ckpt_job_t *j)
         if (c->ckpt_store_bytes > DIRTY_MAX_BYTES && chunk > CHUNK_BIG_WINDOW)
             chunk = CHUNK_BIG_WINDOW;
         uint64_t evicted = 0, cut = 0;
-        rc = store_begin(c->store);
+        rc = store_txn_begin(c->store);
         if (rc == STORE_OK && first && nc > 0)
             rc = store_put_keys(c->store, items, corder, nc);
         if (rc == STORE_OK && first)

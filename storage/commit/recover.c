@@ -49,7 +49,7 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
 {
     window_policy_t wp = {.window_ms = c->opts.window_ms, .max_keys = c->opts.max_keys};
     uint64_t age = 0, size = 0;
-    int rc = store_begin(c->store);
+    int rc = store_txn_begin(c->store);
     *lrc = LOG_OK;
     if (rc != STORE_OK)
         return rc;
@@ -57,7 +57,7 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
         log_record_t rec;
         *lrc = log_reader_next(r, end, &rec);
         if (*lrc != LOG_OK) {
-            store_abort(c->store);
+            store_txn_abort(c->store);
             return STORE_ERROR;
         }
         commit_files_retag(c, &rec); /* a key from before tags: as a new event's would be */
@@ -73,8 +73,8 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
     if (rc == STORE_OK)
         rc = store_set_applied(c->store, *pos);
     if (rc == STORE_OK)
-        return store_commit(c->store);
-    store_abort(c->store);
+        return store_txn_commit(c->store);
+    store_txn_abort(c->store);
     return rc;
 }
 
@@ -120,13 +120,13 @@ static int recover_finish_evictions(commit_t *c, uint64_t below, uint64_t *grows
     int rc = STORE_OK, tries = 0;
     while (rc == STORE_OK && done == CHUNK_BIG_WINDOW) {
         uint64_t k = 0;
-        if ((rc = store_begin(c->store)) != STORE_OK)
+        if ((rc = store_txn_begin(c->store)) != STORE_OK)
             break;
         rc = store_settle_evictions(c->store, below, CHUNK_BIG_WINDOW, &done, &k);
         if (rc == STORE_OK)
-            rc = store_commit(c->store);
+            rc = store_txn_commit(c->store);
         else
-            store_abort(c->store);
+            store_txn_abort(c->store);
         kept += rc == STORE_OK ? k : 0;
         if (rc == STORE_FULL && tries++ < MAX_GROW_RETRIES && store_grow(c->store) == STORE_OK) {
             (*grows)++;
@@ -165,13 +165,13 @@ static int recover_gap(commit_t *c, store_info_t *si, const log_info_t *li, char
             (unsigned long long)si->applied, (unsigned long long)li->first_offset - 1);
         return -1;
     }
-    int rc = store_begin(c->store);
+    int rc = store_txn_begin(c->store);
     if (rc == STORE_OK)
         rc = store_set_applied(c->store, li->first_offset);
     if (rc == STORE_OK)
-        rc = store_commit(c->store);
+        rc = store_txn_commit(c->store);
     else
-        store_abort(c->store);
+        store_txn_abort(c->store);
     if (rc != STORE_OK) {
         errbuf_printf(errbuf, errlen, "starting a new store at log offset %llu: %s (%s)",
                       (unsigned long long)li->first_offset, store_strerror(rc),
@@ -303,11 +303,11 @@ static int recover_reset_store(commit_t *c, const char *path, const char *logdir
         return -1;
     int src = store_open(path, &so, &c->store);
     if (src == STORE_OK)
-        src = store_begin(c->store);
+        src = store_txn_begin(c->store);
     if (src == STORE_OK)
         src = store_set_applied(c->store, li.first_offset);
     if (src == STORE_OK)
-        src = store_commit(c->store);
+        src = store_txn_commit(c->store);
     if (src != STORE_OK) {
         errbuf_printf(errbuf, errlen, "creating a fresh store: %s", store_strerror(src));
         return -1;

@@ -75,8 +75,8 @@ static int rebuild_new_store(const char *data_dir, const char *storedir,
         return -1;
     }
     if (store_open(storedir, &so, &st) != STORE_OK || store_secret(st, secret, got) != STORE_OK ||
-        store_begin(st) != STORE_OK || store_set_applied(st, first) != STORE_OK ||
-        store_commit(st) != STORE_OK) {
+        store_txn_begin(st) != STORE_OK || store_set_applied(st, first) != STORE_OK ||
+        store_txn_commit(st) != STORE_OK) {
         tools_say(report, arg, 1, "creating the new store: %s", store_detail(st));
         store_close(st);
         return -1;
@@ -316,7 +316,7 @@ static int rebuild_seed(const survey_t *sv, const char *data_dir, const char *st
                   strerror(errno));
         return -1;
     }
-    if (store_open(storedir, &so, &st) != STORE_OK || store_begin(st) != STORE_OK)
+    if (store_open(storedir, &so, &st) != STORE_OK || store_txn_begin(st) != STORE_OK)
         goto fail;
     if (sv->end_seq > 0 &&
         (store_advance_seq(st, sv->end_seq) != STORE_OK || store_seal(st, sv->end_seq) != STORE_OK))
@@ -337,7 +337,7 @@ static int rebuild_seed(const survey_t *sv, const char *data_dir, const char *st
         if (store_upsert(st, rec.key, rec.received_ms, rec.offset, NULL) != STORE_OK)
             goto abort;
     }
-    if (store_set_applied(st, sv->from) != STORE_OK || store_commit(st) != STORE_OK)
+    if (store_set_applied(st, sv->from) != STORE_OK || store_txn_commit(st) != STORE_OK)
         goto fail;
     if (sv->ncarry > 0)
         tools_say(report, arg, 0,
@@ -351,7 +351,7 @@ static int rebuild_seed(const survey_t *sv, const char *data_dir, const char *st
     rc = 0;
     goto out;
 abort:
-    store_abort(st);
+    store_txn_abort(st);
 fail:
     tools_say(report, arg, 1, "seeding the new store: %s", store_detail(st));
 out:

@@ -121,7 +121,7 @@ int window_engine_evict(window_engine_t *e, window_pass_t pass)
 
 int window_engine_commit(window_engine_t *e)
 {
-    int src = store_commit(e->st);
+    int src = store_txn_commit(e->st);
     if (src == STORE_OK) {
         e->evicted_age += e->batch_age;
         e->evicted_size += e->batch_size;
@@ -132,7 +132,7 @@ int window_engine_commit(window_engine_t *e)
 
 void window_engine_abort(window_engine_t *e)
 {
-    store_abort(e->st);
+    store_txn_abort(e->st);
     /* The batch's keys went with it: count the store again (a failure leaves the old counts,
      * which only bend the budget until the next seal). */
     store_count_sources(e->st, e->sources);

@@ -77,11 +77,11 @@ int window_engine_added(window_engine_t *e, const uint8_t key[KEYHASH_LEN]);
 /* One eviction pass of the open batch (store_evict_sources), counted when it commits. */
 int window_engine_evict(window_engine_t *e, window_pass_t pass);
 
-/* Commits the open batch's write txn (store_commit) and counts its evictions. On failure the
+/* Commits the open batch's write txn (store_txn_commit) and counts its evictions. On failure the
  * batch is gone; the per-source counts keep its keys until the next seal or abort recounts. */
 int window_engine_commit(window_engine_t *e);
 
-/* The open batch aborted, if any (store_abort): its keys and evictions uncounted. */
+/* The open batch aborted, if any (store_txn_abort): its keys and evictions uncounted. */
 void window_engine_abort(window_engine_t *e);
 
 /*

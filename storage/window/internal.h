@@ -92,7 +92,7 @@ int store_meta_get_u64(store_t *st, MDB_txn *txn, const char *name, uint64_t *ou
 int store_meta_put(store_t *st, MDB_txn *txn, const char *name, const void *data, size_t n);
 
 /* A read transaction (the caller aborts it); adopts a map size another process grew. */
-int store_begin_read(store_t *st, MDB_txn **txn);
+int store_txn_begin_read(store_t *st, MDB_txn **txn);
 
 /* The counters of store_info_t as `txn` sees them. */
 int store_read_info(store_t *st, MDB_txn *txn, store_info_t *info);

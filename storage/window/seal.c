@@ -108,11 +108,11 @@ int seal_young(store_t *st, genset_t *gs, unsigned bits_per_key, uint64_t *seale
         rc = write_gen(gs, id, e, n, bits_per_key);
     free(e);
     if (rc == STORE_OK)
-        rc = store_begin(st);
+        rc = store_txn_begin(st);
     if (rc == STORE_OK && (rc = store_seal(st, id.end)) != STORE_OK)
-        store_abort(st);
+        store_txn_abort(st);
     if (rc == STORE_OK)
-        rc = store_commit(st);
+        rc = store_txn_commit(st);
     if (rc == STORE_OK)
         *sealed = n;
     return rc;
@@ -131,7 +131,7 @@ int seal_recover(store_t *st, genset_t *gs, seal_recovery_t *out)
     genset_view_release(v);
     if (t.end_seq <= si.sealed_below)
         return STORE_OK;
-    if ((rc = store_begin(st)) != STORE_OK)
+    if ((rc = store_txn_begin(st)) != STORE_OK)
         return rc;
     /* Past the next sequence: the store's last commits were undone by a power loss after a
      * seal that wrote its file first (ingestd before the seal made the store durable first).
@@ -145,10 +145,10 @@ int seal_recover(store_t *st, genset_t *gs, seal_recovery_t *out)
     if (rc == STORE_OK)
         rc = store_seal(st, t.end_seq);
     if (rc != STORE_OK) {
-        store_abort(st);
+        store_txn_abort(st);
         return rc;
     }
-    rc = store_commit(st);
+    rc = store_txn_commit(st);
     if (rc == STORE_OK)
         rc = store_flush(st); /* the young store's keys are about to be counted on as sealed */
     out->finished = rc == STORE_OK;

@@ -107,7 +107,7 @@ int store_meta_put(store_t *st, MDB_txn *txn, const char *name, const void *data
 }
 
 /* A read transaction; adopts a map size another process grew in the meantime. */
-int store_begin_read(store_t *st, MDB_txn **txn)
+int store_txn_begin_read(store_t *st, MDB_txn **txn)
 {
     int rc = mdb_txn_begin(st->env, NULL, MDB_RDONLY, txn);
     if (rc == MDB_MAP_RESIZED) {
@@ -241,7 +241,7 @@ int store_secret(store_t *st, const uint8_t *secret_in, uint8_t secret_out[KEYHA
 {
     MDB_txn *txn = NULL;
     MDB_val k = store_val("secret", 6), v;
-    int rc = store_begin_read(st, &txn);
+    int rc = store_txn_begin_read(st, &txn);
     if (rc)
         return rc;
     int mrc = mdb_get(txn, st->meta, &k, &v);
@@ -320,7 +320,7 @@ int store_get_info(store_t *st, store_info_t *info)
     MDB_txn *txn = st->txn;
     int rc;
 
-    if (!txn && (rc = store_begin_read(st, &txn))) {
+    if (!txn && (rc = store_txn_begin_read(st, &txn))) {
         memset(info, 0, sizeof(*info));
         return rc;
     }
@@ -332,7 +332,7 @@ int store_get_info(store_t *st, store_info_t *info)
     return rc;
 }
 
-int store_begin(store_t *st)
+int store_txn_begin(store_t *st)
 {
     if (st->txn || st->read_only)
         return STORE_ERROR;
@@ -369,11 +369,11 @@ int store_set_applied(store_t *st, uint64_t next_offset)
     return store_meta_put(st, st->txn, "applied", &next_offset, sizeof(next_offset));
 }
 
-int store_commit(store_t *st)
+int store_txn_commit(store_t *st)
 {
     int rc = store_meta_put(st, st->txn, "next_seq", &st->txn_seq, sizeof(st->txn_seq));
     if (rc) {
-        store_abort(st);
+        store_txn_abort(st);
         return rc;
     }
     rc = mdb_txn_commit(st->txn);
@@ -386,7 +386,7 @@ int store_commit(store_t *st)
     return STORE_OK;
 }
 
-void store_abort(store_t *st)
+void store_txn_abort(store_t *st)
 {
     if (st->txn)
         mdb_txn_abort(st->txn); /* closes kcur and acur too */

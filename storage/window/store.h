@@ -111,16 +111,16 @@ int store_get_info(store_t *st, store_info_t *info);
 
 /*
  * Write transactions: one at a time, from one thread (the commit writer).
- * store_begin() .. store_insert()* store_evict() store_set_applied() ..
- * store_commit() or store_abort(). After any error the caller must
- * store_abort(); after STORE_FULL it may store_grow() and start over.
+ * store_txn_begin() .. store_insert()* store_evict() store_set_applied() ..
+ * store_txn_commit() or store_txn_abort(). After any error the caller must
+ * store_txn_abort(); after STORE_FULL it may store_grow() and start over.
  *
  * Every call below that writes returns STORE_OK or: STORE_ERROR (no write
- * transaction open, or store_begin on a read-only store or inside one),
+ * transaction open, or store_txn_begin on a read-only store or inside one),
  * STORE_FULL (map full), STORE_TXN_FULL (too many dirty pages), STORE_EIO,
  * STORE_NOMEM, STORE_CORRUPT (LMDB found, or a decode saw, a broken page).
  */
-int store_begin(store_t *st);
+int store_txn_begin(store_t *st);
 
 /*
  * Inserts `key` unless present. *duplicate is set to true (and nothing
@@ -188,8 +188,8 @@ int store_advance_seq(store_t *st, uint64_t next_seq);
 /* Records that the log up to (not including) `next_offset` is applied. */
 int store_set_applied(store_t *st, uint64_t next_offset);
 
-int store_commit(store_t *st);
-void store_abort(store_t *st);
+int store_txn_commit(store_t *st);
+void store_txn_abort(store_t *st);
 
 /* Flushes everything committed to disk (mdb_env_sync, forced). STORE_OK or STORE_EIO. */
 int store_flush(store_t *st);

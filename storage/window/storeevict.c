@@ -172,7 +172,7 @@ int store_count_sources(store_t *st, srcmap_t *sources)
     int rc;
 
     srcmap_zero_keys(sources);
-    if (!txn && (rc = store_begin_read(st, &txn)))
+    if (!txn && (rc = store_txn_begin_read(st, &txn)))
         return rc;
     /* The `keys` entries, as the size bound counts keys (a checkpoint cut short leaves keys
      * whose sequence entries are not written yet: the replay puts those again). */
@@ -220,7 +220,7 @@ int store_read_front(store_t *st, uint64_t below_seq, store_entry_t *out, size_t
     int rc;
 
     *n = 0;
-    if (!txn && (rc = store_begin_read(st, &txn)))
+    if (!txn && (rc = store_txn_begin_read(st, &txn)))
         return rc;
     if ((rc = store_xlate(st, mdb_cursor_open(txn, st->seq, &cur))) == STORE_OK) {
         int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);

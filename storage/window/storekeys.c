@@ -271,7 +271,7 @@ int store_contains(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present)
     int rc;
 
     *present = false;
-    if (!txn && (rc = store_begin_read(st, &txn)))
+    if (!txn && (rc = store_txn_begin_read(st, &txn)))
         return rc;
     rc = store_xlate(st, mdb_cursor_open(txn, st->keys, &cur));
     if (rc == STORE_OK)
@@ -292,7 +292,7 @@ int store_lookup(store_t *st, const uint8_t key[KEYHASH_LEN], bool *present, uin
 
     *present = false;
     *log_offset = 0;
-    if (!txn && (rc = store_begin_read(st, &txn)))
+    if (!txn && (rc = store_txn_begin_read(st, &txn)))
         return rc;
     rc = store_xlate(st, mdb_cursor_open(txn, st->keys, &cur));
     if (rc == STORE_OK)

@@ -79,7 +79,7 @@ int store_scan(store_t *st, store_info_t *info, store_seq_fn on_seq, store_key_f
 
     if (st->txn)
         return STORE_ERROR;
-    if ((rc = store_begin_read(st, &txn)))
+    if ((rc = store_txn_begin_read(st, &txn)))
         return rc;
     scan_t s = {.st = st, .txn = txn, .on_seq = on_seq, .on_key = on_key, .arg = arg};
     rc = store_read_info(st, txn, info);
@@ -124,7 +124,7 @@ int store_reader_open(store_t *st, store_reader_t **out)
     if (!r)
         return STORE_NOMEM;
     r->st = st;
-    if ((rc = store_begin_read(st, &r->txn)) ||
+    if ((rc = store_txn_begin_read(st, &r->txn)) ||
         (rc = store_xlate(st, mdb_cursor_open(r->txn, st->keys, &r->kcur))) ||
         (rc = store_xlate(st, mdb_cursor_open(r->txn, st->seq, &r->scur)))) {
         store_reader_close(r);

@@ -81,7 +81,7 @@ static void batch(engine_fx_t *f, uint64_t from, uint64_t to, int64_t ts, bool c
 {
     store_t *st = window_engine_store(f->e);
     uint8_t key[KEYHASH_LEN];
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     for (uint64_t i = from; i < to; i++) {
         bool dup = false;
         mkkey(i, key);
@@ -152,7 +152,7 @@ static void test_evictions_count_when_committed(void **state)
     assert_int_equal(srcmap_entries(sm)[0].keys, 3);
 
     /* aborted: its evictions and its key are not counted */
-    assert_int_equal(store_begin(window_engine_store(f->e)), STORE_OK);
+    assert_int_equal(store_txn_begin(window_engine_store(f->e)), STORE_OK);
     assert_int_equal(window_engine_evict(f->e, window_before_batch(&wp, now, 1)), STORE_OK);
     window_engine_abort(f->e);
     window_engine_stats(f->e, false, &s);
@@ -160,7 +160,7 @@ static void test_evictions_count_when_committed(void **state)
     assert_int_equal(s.keys, 3);
     assert_int_equal(srcmap_entries(window_engine_sources(f->e))[0].keys, 3);
 
-    assert_int_equal(store_begin(window_engine_store(f->e)), STORE_OK);
+    assert_int_equal(store_txn_begin(window_engine_store(f->e)), STORE_OK);
     assert_int_equal(window_engine_evict(f->e, window_before_batch(&wp, now, 1)), STORE_OK);
     assert_int_equal(window_engine_commit(f->e), STORE_OK);
     window_engine_stats(f->e, false, &s);

@@ -67,7 +67,7 @@ static int teardown(void **state)
 /* Ids [from, from + n) into the young store, received at rx + id, log offset = id. */
 static void insert(store_t *st, uint64_t from, uint64_t n, int64_t rx)
 {
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     for (uint64_t i = from; i < from + n; i++) {
         uint8_t key[KEYHASH_LEN];
         bool dup = true;
@@ -75,7 +75,7 @@ static void insert(store_t *st, uint64_t from, uint64_t n, int64_t rx)
         assert_int_equal(store_insert(st, key, rx + (int64_t)i, i, &dup), STORE_OK);
         assert_false(dup);
     }
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 }
 
 /* Where id is: 1 in the young store, 2 in a generation (then *rx), 0 nowhere. */
@@ -204,18 +204,18 @@ static void test_no_seal_while_not_whole(void **state)
         e[i].received_ms = 5;
         e[i].offset = 1000 + i;
     }
-    assert_int_equal(store_begin(f->st), STORE_OK);
+    assert_int_equal(store_txn_begin(f->st), STORE_OK);
     assert_int_equal(store_put_keys(f->st, e, NULL, 10), STORE_OK);
-    assert_int_equal(store_commit(f->st), STORE_OK);
+    assert_int_equal(store_txn_commit(f->st), STORE_OK);
     uint64_t sealed = 9;
     assert_int_equal(seal_young(f->st, f->gs, 0, &sealed), STORE_BUSY);
     assert_int_equal(sealed, 0);
     assert_int_equal(gen_count(f), 0);
     assert_int_equal(where(f, 5, NULL), 1);
     /* The replay makes the checkpoint whole; then it seals. */
-    assert_int_equal(store_begin(f->st), STORE_OK);
+    assert_int_equal(store_txn_begin(f->st), STORE_OK);
     assert_int_equal(store_append_seq(f->st, e, 10), STORE_OK);
-    assert_int_equal(store_commit(f->st), STORE_OK);
+    assert_int_equal(store_txn_commit(f->st), STORE_OK);
     assert_int_equal(seal_young(f->st, f->gs, 0, &sealed), STORE_OK);
     assert_int_equal(sealed, 110);
 }

@@ -68,10 +68,10 @@ static bool contains(store_t *st, uint64_t i)
 /* Commits keys first..first+n-1 with receivedAt base + 100 * i, in one transaction. */
 static void insert_committed(store_t *st, uint64_t first, uint64_t n, int64_t base)
 {
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     for (uint64_t i = first; i < first + n; i++)
         insert(st, i, base + 100 * (int64_t)i, false);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 }
 
 static void test_insert_and_duplicate(void **state)
@@ -80,7 +80,7 @@ static void test_insert_and_duplicate(void **state)
     store_t *st = open_store(fx, 0);
     store_info_t si;
 
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 1, 1000, false);
     /* The same key again inside the same transaction. */
     insert(st, 1, 1001, true);
@@ -88,15 +88,15 @@ static void test_insert_and_duplicate(void **state)
     assert_true(contains(st, 1));
     assert_true(contains(st, 2));
     assert_false(contains(st, 3));
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 
     assert_true(contains(st, 1));
     assert_true(contains(st, 2));
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 1, 2000, true);
     insert(st, 2, 2000, true);
     insert(st, 3, 2000, false);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.keys, 3);
@@ -109,9 +109,9 @@ static void test_insert_and_duplicate(void **state)
     st = open_store(fx, 0);
     assert_true(contains(st, 1));
     assert_true(contains(st, 3));
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 3, 3000, true);
-    store_abort(st);
+    store_txn_abort(st);
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.next_seq, 3);
     store_close(st);
@@ -124,11 +124,11 @@ static void test_abort_discards(void **state)
     store_info_t si;
 
     insert_committed(st, 0, 2, 0);
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_set_applied(st, 2), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 10, 5000, false);
     insert(st, 11, 5000, false);
     assert_int_equal(store_set_applied(st, 99), STORE_OK);
@@ -136,7 +136,7 @@ static void test_abort_discards(void **state)
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.next_seq, 4);
     assert_int_equal(si.keys, 4);
-    store_abort(st);
+    store_txn_abort(st);
 
     assert_false(contains(st, 10));
     assert_false(contains(st, 11));
@@ -146,14 +146,14 @@ static void test_abort_discards(void **state)
     assert_int_equal(si.next_seq, 2);
 
     /* The aborted keys are new again and the sequence continues from the committed one. */
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 10, 6000, false);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.next_seq, 3);
     assert_int_equal(si.keys, 3);
     /* abort without a transaction is harmless. */
-    store_abort(st);
+    store_txn_abort(st);
     store_close(st);
 }
 
@@ -172,12 +172,12 @@ static void test_info(void **state)
     assert_true(si.used_bytes > 0);
     assert_true(si.used_bytes <= si.map_size);
 
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 7, 3000, false);
     insert(st, 8, 1000, false); /* later sequence, older receivedAt */
     insert(st, 9, 2000, false);
     assert_int_equal(store_set_applied(st, 42), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.keys, 3);
@@ -200,9 +200,9 @@ static void evict(store_t *st, int64_t older_than, uint64_t max_keys, size_t ste
                   uint64_t want_age, uint64_t want_size)
 {
     uint64_t age = 0, size = 0;
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_evict(st, older_than, max_keys, steps, &age, &size), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(age, want_age);
     assert_int_equal(size, want_size);
 }
@@ -236,9 +236,9 @@ static void test_evict_by_age(void **state)
     evict(st, 600, 0, 100, 0, 0);
 
     /* An evicted key is new again and becomes the youngest. */
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 1, 5000, false);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     evict(st, 1001, 0, 100, 5, 0);
     assert_true(contains(st, 1));
     expect_keys(st, 1, 5000);
@@ -272,9 +272,9 @@ static void test_evict_bounded_steps(void **state)
 
     /* Counters accumulate into the caller's totals. */
     uint64_t age = 10, size = 20;
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_evict(st, INT64_MIN, 2, 100, &age, &size), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(age, 10);
     assert_int_equal(size, 21);
     store_close(st);
@@ -317,14 +317,14 @@ static void test_evict_in_insert_txn(void **state)
     uint64_t age = 0, size = 0;
 
     insert_committed(st, 1, 3, 0);
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 4, 400, false);
     insert(st, 5, 500, false);
     assert_int_equal(store_evict(st, INT64_MIN, 2, 100, &age, &size), STORE_OK);
     assert_int_equal(size, 3);
     /* A key evicted in this transaction is new again. */
     insert(st, 1, 600, false);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.keys, 3);
     assert_int_equal(si.next_seq, 6);
@@ -392,7 +392,7 @@ static void test_map_growth(void **state)
     /* Batches of 2,000: the first few fit, then the map fills and has to grow. */
     while (committed < total) {
         uint64_t n = 2000;
-        int rc = store_begin(st);
+        int rc = store_txn_begin(st);
         assert_int_equal(rc, STORE_OK);
         for (uint64_t i = committed; i < committed + n && rc == STORE_OK; i++) {
             uint8_t key[KEYHASH_LEN];
@@ -405,9 +405,9 @@ static void test_map_growth(void **state)
         if (rc == STORE_OK)
             rc = store_set_applied(st, committed + n);
         if (rc == STORE_OK)
-            rc = store_commit(st);
+            rc = store_txn_commit(st);
         else
-            store_abort(st);
+            store_txn_abort(st);
         if (rc == STORE_FULL) {
             fulls++;
             /* Nothing of the failed transaction is visible. */
@@ -474,10 +474,10 @@ static void test_read_only_sees_committed(void **state)
 
     assert_int_equal(store_secret(st, NULL, secret), STORE_OK);
     insert_committed(st, 1, 5, 0);
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_set_applied(st, 5), STORE_OK);
     insert(st, 6, 600, false); /* never committed */
-    store_abort(st);
+    store_txn_abort(st);
     store_close(st);
 
     assert_int_equal(store_open(fx->dir, &ro, &rst), STORE_OK);
@@ -492,7 +492,7 @@ static void test_read_only_sees_committed(void **state)
     assert_int_equal(store_secret(rst, NULL, rsecret), STORE_OK);
     assert_memory_equal(secret, rsecret, sizeof(secret));
     /* No writes through a read-only handle. */
-    assert_int_not_equal(store_begin(rst), STORE_OK);
+    assert_int_not_equal(store_txn_begin(rst), STORE_OK);
     store_close(rst);
 }
 
@@ -543,11 +543,11 @@ static void test_misuse(void **state)
     store_t *st = open_store(fx, 0);
     int cleared = -1;
 
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     /* One transaction at a time; no growing under a transaction. */
-    assert_int_not_equal(store_begin(st), STORE_OK);
+    assert_int_not_equal(store_txn_begin(st), STORE_OK);
     assert_int_not_equal(store_grow(st), STORE_OK);
-    store_abort(st);
+    store_txn_abort(st);
     assert_int_equal(store_reader_check(st, &cleared), STORE_OK);
     assert_int_equal(cleared, 0);
     assert_non_null(store_detail(st));
@@ -572,14 +572,14 @@ static void test_lookup_owner(void **state)
     uint64_t off = 1;
     bool present = true;
 
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     for (uint64_t i = 0; i < 300; i++) /* more than one `seq` bucket */
         insert(st, i, 1000 + (int64_t)i, false);
     mkkey(7, key);
     assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
     assert_true(present);
     assert_int_equal(off, 7);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 
     mkkey(299, key);
     assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
@@ -592,9 +592,9 @@ static void test_lookup_owner(void **state)
 
     /* An aged-out key has no owner any more. */
     uint64_t ea = 0, es = 0;
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_evict(st, 1010, 0, 100, &ea, &es), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     mkkey(3, key);
     assert_int_equal(store_lookup(st, key, &present, &off), STORE_OK);
     assert_false(present);
@@ -675,9 +675,9 @@ static void test_reader_first_from(void **state)
     store_reader_close(r);
 
     insert_committed(st, 0, 400, 5000);
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_evict_below(st, 130, 1000, &evicted), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(evicted, 130);
 
     assert_int_equal(store_reader_open(st, &r), STORE_OK);
@@ -714,19 +714,19 @@ static void test_put_seq_and_evict_below(void **state)
     uint64_t evicted = 0;
 
     insert_committed(st, 0, 10, 0); /* sequences 0..9 */
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     mkkey(100, key);
     assert_int_equal(store_put_seq(st, key, 11, 1, 1), STORE_ERROR); /* skips 10 */
-    store_abort(st);
+    store_txn_abort(st);
 
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_put_seq(st, key, 10, 1, 100), STORE_OK);
     mkkey(3, key); /* present at sequence 3: replaced by sequence 11 */
     assert_int_equal(store_put_seq(st, key, 11, 2, 103), STORE_OK);
     assert_int_equal(store_evict_below(st, 5, 1000, &evicted), STORE_OK);
     assert_int_equal(evicted, 4); /* 0, 1, 2, 4: sequence 3 is gone already */
     assert_int_equal(store_set_applied(st, 104), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 
     assert_true(contains(st, 3));
     assert_false(contains(st, 2));
@@ -745,13 +745,13 @@ static void test_put_seq_and_evict_below(void **state)
     assert_int_equal(si.oldest_offset, 5);
 
     /* Bounded steps, then the rest. */
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     evicted = 0;
     assert_int_equal(store_evict_below(st, 12, 2, &evicted), STORE_OK);
     assert_int_equal(evicted, 2);
     assert_int_equal(store_evict_below(st, 12, 100, &evicted), STORE_OK);
     assert_int_equal(evicted, 7);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.keys, 0);
     store_close(st);
@@ -810,12 +810,12 @@ static void test_put_entries_in_key_order(void **state)
         e[j].offset = 1000 + j;
     }
 
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_put_entries(st, e + 1, N - 1), STORE_ERROR); /* starts at 11 */
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.next_seq, 10); /* nothing written */
     assert_int_equal(store_put_entries(st, e, N), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 
     assert_int_equal(store_get_info(st, &si), STORE_OK);
     assert_int_equal(si.next_seq, 10 + N);
@@ -852,12 +852,12 @@ static void test_evict_in_rounds(void **state)
     uint64_t evicted = 0, by_age = 0, by_size = 0;
 
     insert_committed(st, 0, 150000, 0);
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_evict_below(st, 70000, 66000, &evicted), STORE_OK);
     assert_int_equal(evicted, 66000);
     assert_int_equal(store_evict_below(st, 70000, 1000000, &evicted), STORE_OK);
     assert_int_equal(evicted, 70000);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_false(contains(st, 0));
     assert_false(contains(st, 65536));
     assert_false(contains(st, 69999));
@@ -867,9 +867,9 @@ static void test_evict_in_rounds(void **state)
     assert_int_equal(si.oldest_offset, 70000);
 
     /* By size: nothing is old enough, 1,000 keys may stay. */
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_evict(st, 0, 1000, 1000000, &by_age, &by_size), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(by_age, 0);
     assert_int_equal(by_size, 79000);
     assert_int_equal(store_get_info(st, &si), STORE_OK);
@@ -910,9 +910,9 @@ static void test_checkpoint_in_parts_cut_short(void **state)
     for (size_t i = 1; i < N; i++) /* key order: the first 32 bits never go down */
         assert_true(memcmp(e[order[i - 1]].key, e[order[i]].key, 4) <= 0);
     for (size_t i = 0; i < N; i += SLICE) {
-        assert_int_equal(store_begin(st), STORE_OK);
+        assert_int_equal(store_txn_begin(st), STORE_OK);
         assert_int_equal(store_put_keys(st, e, order + i, SLICE), STORE_OK);
-        assert_int_equal(store_commit(st), STORE_OK);
+        assert_int_equal(store_txn_commit(st), STORE_OK);
     }
     /* Cut short: the last transaction (sequence entries, applied offset) never ran. */
     store_close(st);
@@ -927,10 +927,10 @@ static void test_checkpoint_in_parts_cut_short(void **state)
     assert_int_equal(n.past_next, N);
 
     /* The replay: the same records, in log order, numbered from next_seq. */
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     for (uint64_t j = 0; j < N; j++)
         assert_int_equal(store_upsert(st, e[j].key, e[j].received_ms, e[j].offset, NULL), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     n = (scan_tally_t){.info = &si};
     assert_int_equal(store_scan(st, &si, tally_seq, tally_key, &n), STORE_OK);
     assert_int_equal(si.next_seq, 10 + N);
@@ -979,10 +979,10 @@ static void test_evictions_in_parts(void **state)
     assert_int_equal(store_key_order(gone, ng, order), STORE_OK);
 
     /* The first slice, with the mark; then a "crash". */
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_mark_evicting(st, BELOW), STORE_OK);
     assert_int_equal(store_delete_keys(st, gone, order, HALF, &deleted), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(deleted, HALF);
     store_close(st);
     st = open_store(fx, 0);
@@ -997,7 +997,7 @@ static void test_evictions_in_parts(void **state)
     store_entry_t again = gone[order[HALF]];
     again.seq = N;
     again.received_ms = 999999;
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_put_keys(st, &again, NULL, 1), STORE_OK);
     deleted = 0;
     assert_int_equal(store_delete_keys(st, gone, order + HALF, BELOW - HALF, &deleted), STORE_OK);
@@ -1005,7 +1005,7 @@ static void test_evictions_in_parts(void **state)
     assert_int_equal(store_append_seq(st, &again, 1), STORE_OK);
     assert_int_equal(store_cut_front(st, BELOW, &cut), STORE_OK);
     assert_int_equal(cut, BELOW - 1);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     n = (scan_tally_t){.info = &si};
     assert_int_equal(store_scan(st, &si, tally_seq, tally_key, &n), STORE_OK);
     assert_int_equal(n.seqs, N - BELOW + 1);
@@ -1031,14 +1031,14 @@ static void test_seal(void **state)
 {
     fx_t *fx = *state;
     store_t *st = open_store(fx, 0);
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     for (uint64_t i = 0; i < 10; i++)
         insert(st, i, 1000, false);
-    assert_int_equal(store_commit(st), STORE_OK);
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_seal(st, 11), STORE_ERROR); /* past the next sequence */
     assert_int_equal(store_seal(st, 10), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     store_close(st);
     st = open_store(fx, 0);
     store_info_t info;
@@ -1047,9 +1047,9 @@ static void test_seal(void **state)
     assert_int_equal(info.sealed_below, 10);
     assert_int_equal(info.next_seq, 10);
     assert_false(contains(st, 3)); /* the generation files answer for it now */
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     insert(st, 3, 2000, false);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(store_get_info(st, &info), STORE_OK);
     assert_int_equal(info.keys, 1);
     assert_int_equal(info.next_seq, 11);
@@ -1074,17 +1074,17 @@ static void test_settle_evictions_keeps_unlanded(void **state)
     assert_int_equal(store_read_front(st, 3, front, 16, &n), STORE_OK);
     assert_int_equal(n, 3);
     uint64_t deleted = 0;
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_mark_evicting(st, 6), STORE_OK);
     assert_int_equal(store_delete_keys(st, front, NULL, n, &deleted), STORE_OK);
     assert_int_equal(deleted, 3);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
 
     size_t done = 0;
     uint64_t kept = 0;
-    assert_int_equal(store_begin(st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
     assert_int_equal(store_settle_evictions(st, 6, 100, &done, &kept), STORE_OK);
-    assert_int_equal(store_commit(st), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
     assert_int_equal(done, 6);
     assert_int_equal(kept, 3);
     for (uint64_t i = 0; i < 10; i++)
