@@ -359,6 +359,7 @@ void commit_close(commit_t *c)
     if (c->mode->stop)
         c->mode->stop(c);
     commit_recover_close_storage(c);
+    commit_merge_stop(c); /* after the engine, which hands its set back to it */
     if (c->lockfd >= 0)
         close(c->lockfd); /* releases the flock */
     pthread_mutex_destroy(&c->mu);

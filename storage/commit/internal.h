@@ -17,6 +17,7 @@
 #include "common/errbuf.h"
 #include "storage/commit/commit.h"
 #include "storage/memfilter/filter.h"
+#include "storage/window/engine.h"
 #include "storage/window/genset.h"
 #include "storage/window/merger.h"
 #include "storage/log/log.h"
@@ -77,8 +78,13 @@ struct commit {
     bool sibling_store; /* opts.store_dir was given: a rebuild's, no leftovers to remove */
     int lockfd;
     const struct commit_mode *mode; /* LMDB or memory, chosen once at open */
-    store_t *store;                 /* LMDB, or NULL in memory mode */
-    filter_t *filter;               /* memory mode: the bounded-memory filter, while open */
+    /* LMDB mode: the window (storage/window/engine.h: the young store, its generations and
+     * their merger hand-off), set under mu, NULL while closed; `store` and `gens` are its
+     * young store and set (borrowed, as long as it is open). `store` is open a little longer
+     * on its own: from its open until the engine takes it (commit/recover.c). */
+    window_engine_t *engine;
+    store_t *store;   /* LMDB, or NULL in memory mode */
+    filter_t *filter; /* memory mode: the bounded-memory filter, while open */
     filter_spec_t fspec;
     log_t *log;
     uint8_t secret[KEYHASH_SECRET_LEN];
@@ -140,8 +146,9 @@ struct commit {
      * that exists names a key in the window, `live` of them.
      */
     store_reader_t *reader;
-    genset_t *gens;       /* the sealed generations (LMDB mode), opened with the store */
-    genset_view_t *gview; /* writer-only: taken after every move of `reader`, never before */
+    genset_t *gens; /* the sealed generations (the engine's) */
+    /* writer-only: the engine's view, taken after every move of `reader`, never before */
+    const genset_view_t *gview;
     pending_t *cur, *flight, *spare;
     int64_t cur_since_ms; /* monotonic time of the last hand-over (or open) */
     uint64_t snap_end, next_seq, floor, live;
@@ -175,10 +182,9 @@ struct commit {
     genset_t *probe_gens;
     unsigned probing;
     pthread_cond_t probe_cv;
-    /* The merger (LMDB mode, commit/merge.c): its thread, the handle of the set it is given
-     * (under mu; NULL while storage is being re-established), and the rewrites of sets it had. */
+    /* The merger (LMDB mode, commit/merge.c): its thread, which the engine gives its set to
+     * while open, and the rewrites of the engines closed since the start (under mu). */
     merger_t *merger;
-    merger_set_t *merge_set;
     uint64_t merges_before;
     uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
 };
@@ -353,16 +359,12 @@ int commit_view_apply(commit_t *c, commit_req_t *batch, size_t nevents, batch_ou
 
 /* ---- commit/merge.c: the merger (LMDB mode), which rewrites generations ---- */
 
+/* Starts the merger thread, once, before the first engine is opened (which gives it its set). */
 int commit_merge_start(commit_t *c, char *errbuf, size_t errlen);
-/* Ends the merger, cancelling a rewrite under way. Safe when never started. */
+/* Ends the merger, after the last engine closed. Safe when never started. */
 void commit_merge_stop(commit_t *c);
 /* Under mu: the set changed (a seal, a drop); the merger plans again. */
 void commit_merge_kick(commit_t *c);
-/* Before the set is closed (re-establishing storage): takes it back from the merger, cancelling
- * a rewrite under way and waiting for it to end. Not under mu. */
-void commit_merge_settle(commit_t *c);
-/* After the set is open again: gives it to the merger. Not under mu. */
-void commit_merge_resume(commit_t *c);
 /* Under mu: rewrites published since the start. */
 uint64_t commit_merge_count(const commit_t *c);
 

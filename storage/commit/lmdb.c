@@ -13,31 +13,34 @@ static void lmdb_close(commit_t *c)
 {
     store_reader_close(c->reader);
     c->reader = NULL;
-    genset_view_release(c->gview);
-    c->gview = NULL;
+    c->gview = NULL; /* the engine's */
     commit_view_share_gens(c, false);
-    genset_close(c->gens);
-    c->gens = NULL;
     pending_free(c->cur);
     pending_free(c->flight);
     pending_free(c->spare);
     c->cur = c->flight = c->spare = NULL;
     commit_files_close_acked(c);
-    store_close(c->store);
+    pthread_mutex_lock(&c->mu);
+    window_engine_t *e = c->engine;
+    c->engine = NULL;
+    c->merges_before += e ? window_engine_merges(e) : 0;
+    pthread_mutex_unlock(&c->mu);
+    if (e)
+        window_engine_close(e); /* the store with it; not under mu: it waits for a merge */
+    else
+        store_close(c->store); /* opened, and the engine not yet */
     c->store = NULL;
+    c->gens = NULL;
 }
 
-/* The checkpointer, and the merger beside it. */
+/* The checkpointer (the merger started with the first open, commit/recover.c). */
 static int lmdb_start(commit_t *c, char *errbuf, size_t errlen)
 {
-    if (commit_ckpt_start(c, errbuf, errlen) != 0)
-        return -1;
-    return commit_merge_start(c, errbuf, errlen);
+    return commit_ckpt_start(c, errbuf, errlen);
 }
 
 static void lmdb_stop(commit_t *c)
 {
-    commit_merge_stop(c);
     commit_ckpt_stop(c);
     /* Lazy mode: a synced store needs no rebuild, whatever happens to the machine next. */
     if (c->opts.store_sync == STORE_SYNC_NONE && c->store && !c->failed)

@@ -17,7 +17,7 @@
  * Functions, in order: the replay (recover_replay_chunk,
  * recover_finish_evictions, recover_gap, recover_replay); the open, in its steps
  * (recover_reset_store, recover_open_store, recover_rebuild_leftovers,
- * recover_report_gens, recover_open_gens, recover_open_log, recover_catch_up,
+ * recover_report_gens, recover_open_engine, recover_open_log, recover_catch_up,
  * then commit_recover_open_lmdb, LMDB mode's open);
  * commit_recover_open_storage / _close_storage for either mode;
  * commit_recover_probe_write; commit_recover (re-establish after a failure).
@@ -388,9 +388,10 @@ static void recover_rebuild_leftovers(commit_t *c)
 }
 
 /* Says what opening the generations repaired, and counts it (commit.h). */
-static void recover_report_gens(commit_t *c, const seal_recovery_t *sr)
+static void recover_report_gens(commit_t *c, const window_engine_opened_t *o)
 {
-    uint64_t cleaned = genset_cleaned(c->gens);
+    const seal_recovery_t *sr = &o->recovery;
+    uint64_t cleaned = o->files_cleaned;
     if (cleaned > 0)
         commit_notify(c, 1,
                       "removed %llu generation file(s) a crash left unfinished or covered by a "
@@ -413,35 +414,45 @@ static void recover_report_gens(commit_t *c, const seal_recovery_t *sr)
 }
 
 /*
- * Opens the sealed generations (DIR/store/gens), cleaning up after a crash
- * mid-merge, and finishes a seal cut short between its file and its LMDB
- * transaction: before the replay, so the young store it fills holds no key a
- * generation has.
+ * Opens the window on the young store (storage/window/engine.h, which takes c->store): the
+ * sealed generations (DIR/store/gens), cleaned up after a crash mid-merge, a seal cut short
+ * between its file and its LMDB transaction finished (before the replay, so the young store
+ * it fills holds no key a generation has), the set handed to the merger (started here, the
+ * first time) and the store's keys counted into c->sources.
  */
-static int recover_open_gens(commit_t *c, const char *storedir, char *errbuf, size_t errlen)
+static int recover_open_engine(commit_t *c, const char *storedir, char *errbuf, size_t errlen)
 {
-    char *dir = datadir_in(storedir, DATADIR_GENS);
-    int grc = dir ? genset_open(dir, 0, &c->gens) : GEN_NOMEM;
-    free(dir);
-    if (grc == GEN_OK)
-        grc = genset_set_budget(c->gens, c->opts.max_keys); /* --max-keys is per source */
-    if (grc != GEN_OK) {
-        errbuf_printf(errbuf, errlen,
-                      "opening the sealed generations in %s/gens: %s (run `ingestd "
-                      "rebuild`)",
-                      storedir, gen_strerror(grc));
+    window_engine_options_t wo = {
+        .window_ms = c->opts.window_ms,
+        .max_keys = c->opts.max_keys, /* --max-keys is per source */
+        .young_keys = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS,
+        .sources = c->sources,
+    };
+    window_engine_opened_t opened;
+    window_engine_t *e = NULL;
+    if (commit_merge_start(c, errbuf, errlen) != 0)
         return -1;
-    }
-    seal_recovery_t sr;
-    int rc = seal_recover(c->store, c->gens, &sr);
+    wo.merger = c->merger;
+    int rc = window_engine_open(c->store, storedir, &wo, &e, &opened);
     if (rc != STORE_OK) {
-        errbuf_printf(errbuf, errlen,
-                      "finishing a seal: %s (%s); the store and its generations are kept as "
-                      "they are: free the cause and start again (`ingestd check` says more)",
-                      store_strerror(rc), store_detail(c->store));
+        c->store = NULL; /* the engine closed it */
+        if (opened.gen_rc != GEN_OK)
+            errbuf_printf(errbuf, errlen,
+                          "opening the sealed generations in %s/gens: %s (run `ingestd "
+                          "rebuild`)",
+                          storedir, gen_strerror(opened.gen_rc));
+        else
+            errbuf_printf(errbuf, errlen,
+                          "finishing a seal: %s; the store and its generations are kept as "
+                          "they are: free the cause and start again (`ingestd check` says more)",
+                          store_strerror(rc));
         return -1;
     }
-    recover_report_gens(c, &sr);
+    pthread_mutex_lock(&c->mu);
+    c->engine = e;
+    pthread_mutex_unlock(&c->mu);
+    c->gens = window_engine_gens(e);
+    recover_report_gens(c, &opened);
     return 0;
 }
 
@@ -516,7 +527,7 @@ int commit_recover_open_lmdb(commit_t *c, char *errbuf, size_t errlen)
         goto out;
     recover_rebuild_leftovers(c);
     if (recover_open_store(c, path, logdir, marker, &crashed, &aside, errbuf, errlen) != 0 ||
-        recover_open_gens(c, path, errbuf, errlen) != 0 ||
+        recover_open_engine(c, path, errbuf, errlen) != 0 ||
         recover_open_log(c, logdir, errbuf, errlen) != 0 ||
         commit_files_load_secret(c, c->store, errbuf, errlen) != 0)
         goto out;
@@ -596,7 +607,6 @@ bool commit_recover(commit_t *c, bool grow_map)
     bool was_failed = c->failed;
 
     commit_ckpt_settle(c); /* the view goes with the store (nothing to do without a checkpointer) */
-    commit_merge_settle(c); /* the set is closed and opened again */
     c->last_recover_ms = clk_mono_ms();
     pthread_mutex_lock(&c->mu);
     uint64_t map = c->stats.store_map_size;
@@ -621,7 +631,6 @@ bool commit_recover(commit_t *c, bool grow_map)
         return false;
     }
     c->failed = false;
-    commit_merge_resume(c);
     pthread_mutex_lock(&c->mu);
     c->stats.recoveries++;
     if (grow_map)

@@ -257,10 +257,10 @@ int commit_view_refresh(commit_t *c)
 
 void commit_view_take_gens(commit_t *c)
 {
-    if (!c->gens)
+    if (!c->engine)
         return;
-    genset_view_release(c->gview);
-    c->gview = genset_view(c->gens);
+    window_engine_take_view(c->engine);
+    c->gview = window_engine_view(c->engine);
 }
 
 void commit_view_share_gens(commit_t *c, bool share)

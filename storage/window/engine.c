@@ -14,6 +14,7 @@ struct window_engine {
     genset_view_t *gv;  /* their view, taken again after every change */
     merger_set_t *mp;   /* its handle with the merger, which rewrites gs off this thread */
     srcmap_t *sources;  /* the young store's keys by source: --max-keys is per source */
+    bool own_sources;   /* sources is the engine's, not the caller's (o.sources) */
     int64_t maintained; /* when the generations were last kept to the rule */
     /* evictions of the open batch, counted when it commits */
     uint64_t batch_age, batch_size;
@@ -70,9 +71,10 @@ int window_engine_open(store_t *st, const char *dir, const window_engine_options
     e->o = *o;
     e->st = st;
     int src = open_gens(e, dir, opened);
+    e->own_sources = o->sources == NULL;
+    e->sources = o->sources ? o->sources : srcmap_new(o->max_keys);
     if (src == STORE_OK)
-        src = (e->sources = srcmap_new(o->max_keys)) ? store_count_sources(st, e->sources)
-                                                     : STORE_NOMEM;
+        src = e->sources ? store_count_sources(st, e->sources) : STORE_NOMEM;
     if (src != STORE_OK) {
         window_engine_close(e);
         return src;
@@ -89,7 +91,8 @@ void window_engine_close(window_engine_t *e)
     store_close(e->st);   /* aborts an open txn, if any */
     genset_view_release(e->gv);
     genset_close(e->gs);
-    srcmap_free(e->sources);
+    if (e->own_sources)
+        srcmap_free(e->sources);
     free(e);
 }
 
@@ -162,8 +165,7 @@ int window_engine_maintain(window_engine_t *e, int64_t now_ms, int64_t every_ms)
         if (src == STORE_OK && (sealed > 0 || sr.dropped_age + sr.dropped_size > 0))
             merger_kick(e->mp);
     }
-    genset_view_release(e->gv);
-    e->gv = genset_view(e->gs);
+    window_engine_take_view(e);
     return src;
 }
 
@@ -210,6 +212,27 @@ const srcmap_t *window_engine_sources(const window_engine_t *e)
 const genset_view_t *window_engine_view(const window_engine_t *e)
 {
     return e->gv;
+}
+
+genset_t *window_engine_gens(window_engine_t *e)
+{
+    return e->gs;
+}
+
+void window_engine_take_view(window_engine_t *e)
+{
+    genset_view_release(e->gv);
+    e->gv = genset_view(e->gs);
+}
+
+void window_engine_kick(window_engine_t *e)
+{
+    merger_kick(e->mp);
+}
+
+uint64_t window_engine_merges(const window_engine_t *e)
+{
+    return merger_merges(e->mp);
 }
 
 void window_engine_stats(const window_engine_t *e, bool txn_open, window_stats_t *out)

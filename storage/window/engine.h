@@ -42,6 +42,10 @@ typedef struct window_engine_options {
     uint64_t young_keys; /* keys of the young store before it is sealed; 0: GENSET_YOUNG_KEYS */
     merger_t *merger;    /* merges the generations (borrowed; outlives the engine) */
     int32_t merger_id;   /* the engine's name with the merger (its failure callback's) */
+    /* The per-source counts to keep (borrowed; outlives the engine), or NULL: the engine's own.
+     * The single node re-opens its window after a failure and its sources' eviction counts
+     * must outlast that, so they live with it, not with one engine. */
+    srcmap_t *sources;
 } window_engine_options_t;
 
 /* What opening found and repaired, for the caller to log. */
@@ -103,6 +107,25 @@ int window_engine_lookup(const window_engine_t *e, const uint8_t key[KEYHASH_LEN
  * next call on the engine (for tallies across windows). */
 const srcmap_t *window_engine_sources(const window_engine_t *e);
 const genset_view_t *window_engine_view(const window_engine_t *e);
+
+/*
+ * For the single node, whose window is read and written by more than its owner thread: its
+ * writer keeps its own LMDB snapshot and must take the generations' view only after each move
+ * of it (a seal publishes its generation before it empties the young store), its submitter
+ * threads probe the set, and its checkpointer thread seals and drops between the writer's
+ * batches. The worker needs none of these: window_engine_maintain does all on one thread.
+ *
+ * window_engine_gens: the set, borrowed until window_engine_close (seal.h, genset.h).
+ * window_engine_take_view: window_engine_view becomes the set's current view (the one it
+ * returned before is released).
+ * window_engine_kick: asks the merger to look again, after a seal or a drop made outside
+ * window_engine_maintain.
+ * window_engine_merges: rewrites the merger published for this window; any thread.
+ */
+genset_t *window_engine_gens(window_engine_t *e);
+void window_engine_take_view(window_engine_t *e);
+void window_engine_kick(window_engine_t *e);
+uint64_t window_engine_merges(const window_engine_t *e);
 
 /* What the window holds and did (stats.h). `txn_open`: the store's info is not read while a
  * batch's txn is open (keys then count the generations only). */
