@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/bytes.h"
 #include "storage/commit/internal.h"
 #include "storage/window/seal.h"
 
@@ -77,8 +78,7 @@ static int ckpt_commit(commit_t *c, int rc)
 /* The first 32 bits of a key: the order store_key_order sorts by. */
 static uint32_t ckpt_key_bits(const store_entry_t *e)
 {
-    return (uint32_t)e->key[0] << 24 | (uint32_t)e->key[1] << 16 | (uint32_t)e->key[2] << 8 |
-           e->key[3];
+    return bytes_get_be32(e->key);
 }
 
 /*

@@ -17,12 +17,6 @@ typedef struct {
 
 #define ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 
-static void store64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 static void round2(sip_t *s, int rounds)
 {
     for (int i = 0; i < rounds; i++) {
@@ -87,10 +81,10 @@ static void sip_final(sip_t *s, uint8_t out[16])
     sip_block(s, b);
     s->v2 ^= 0xee;
     round2(s, 4);
-    store64(out, s->v0 ^ s->v1 ^ s->v2 ^ s->v3);
+    bytes_put_le64(out, s->v0 ^ s->v1 ^ s->v2 ^ s->v3);
     s->v1 ^= 0xdd;
     round2(s, 4);
-    store64(out + 8, s->v0 ^ s->v1 ^ s->v2 ^ s->v3);
+    bytes_put_le64(out + 8, s->v0 ^ s->v1 ^ s->v2 ^ s->v3);
 }
 
 void keyhash_siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16])
