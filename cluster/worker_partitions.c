@@ -75,7 +75,8 @@ void worker_part_on_merge_fail(void *arg, int32_t partition, int rc, size_t n)
  */
 void worker_part_maintain(cluster_worker_t *w, part_t *p, int64_t now)
 {
-    int src = window_engine_maintain(p->win, now, MAINTAIN_EVERY_MS);
+    window_maintain_t m = {.now_ms = now, .every_ms = MAINTAIN_EVERY_MS};
+    int src = window_engine_maintain(p->win, &m, NULL);
     if (src != STORE_OK) {
         worker_log(w, 1, "partition %" PRId32 ": sealing or keeping the generations: %s", p->id,
                    store_strerror(src));

@@ -110,31 +110,17 @@ static tally_t *build_entry(worker_sources_t *s, uint32_t tag)
     return t;
 }
 
-void worker_sources_add_young(worker_sources_t *s, const srcmap_t *young)
+void worker_sources_add(worker_sources_t *s, const window_source_t *src, size_t n)
 {
-    const srcmap_entry_t *e = srcmap_entries(young);
-    for (size_t i = 0, n = srcmap_count(young); i < n; i++) {
-        tally_t *t = build_entry(s, e[i].tag);
+    for (size_t i = 0; i < n; i++) {
+        tally_t *t = build_entry(s, src[i].tag);
         if (!t)
             return;
-        t->keys += e[i].keys;
-        t->evicted_age += e[i].evicted_age;
-        t->evicted_size += e[i].evicted_size;
-        if (e[i].forgot_ms > t->forgot_ms)
-            t->forgot_ms = e[i].forgot_ms;
-    }
-}
-
-void worker_sources_add_gens(worker_sources_t *s, const genset_view_t *v)
-{
-    const genset_source_t *g;
-    for (size_t i = 0, n = genset_view_sources(v, &g); i < n; i++) {
-        tally_t *t = build_entry(s, g[i].tag);
-        if (!t)
-            return;
-        t->keys += g[i].keys;
-        if (g[i].forgot_ms > t->forgot_ms)
-            t->forgot_ms = g[i].forgot_ms;
+        t->keys += src[i].keys;
+        t->evicted_age += src[i].evicted_age;
+        t->evicted_size += src[i].evicted_size;
+        if (src[i].forgot_ms > t->forgot_ms)
+            t->forgot_ms = src[i].forgot_ms;
     }
 }
 

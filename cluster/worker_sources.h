@@ -7,8 +7,7 @@
 #include <stdio.h>
 
 #include "common/prom.h"
-#include "storage/window/genset.h"
-#include "storage/window/srcmap.h"
+#include "storage/window/stats.h"
 
 /*
  * --max-keys is a budget per source in each partition (docs/window.md,
@@ -19,7 +18,7 @@
  * tags differ), and adds a source up by name.
  *
  * Threading: the consuming thread names sources and builds a tally
- * (worker_sources_begin, _add_*, _publish); the operator server's thread
+ * (worker_sources_begin, _add, _publish); the operator server's thread
  * reads the last published tally (worker_sources_json, _prom) at any time.
  */
 typedef struct worker_sources worker_sources_t;
@@ -31,11 +30,11 @@ void worker_sources_free(worker_sources_t *s);
 /* The name of the source whose keys carry `tag`; the first seen is kept. Consuming thread. */
 void worker_sources_name(worker_sources_t *s, uint32_t tag, const char *name, size_t len);
 
-/* A new tally, each partition's young part and generations added to it, then made the one the
- * readers see. Consuming thread. A source the tally has no room for is left out of it. */
+/* A new tally, each partition's sources (window_engine_tally_sources) added to it by name,
+ * then made the one the readers see. Consuming thread. A source the tally has no room for is
+ * left out of it. */
 void worker_sources_begin(worker_sources_t *s);
-void worker_sources_add_young(worker_sources_t *s, const srcmap_t *young);
-void worker_sources_add_gens(worker_sources_t *s, const genset_view_t *v);
+void worker_sources_add(worker_sources_t *s, const window_source_t *src, size_t n);
 void worker_sources_publish(worker_sources_t *s);
 
 /* The published tally: a JSON array of {source, keys, evicted_age, evicted_size,

@@ -43,8 +43,11 @@ void worker_views_snapshot(cluster_worker_t *w)
         part_t *p = w->parts[i];
         if (p == NULL)
             continue;
-        worker_sources_add_young(w->sources, window_engine_sources(p->win));
-        worker_sources_add_gens(w->sources, window_engine_view(p->win));
+        size_t room = window_engine_sources_room(p->win);
+        window_source_t *src = room ? malloc(room * sizeof *src) : NULL;
+        if (src)
+            worker_sources_add(w->sources, src, window_engine_tally_sources(p->win, src));
+        free(src); /* out of memory: the source is left out of this tally */
         window_stats_t win;
         window_engine_stats(p->win, p->txn_open, &win);
         int64_t lo = -1, hi = -1;

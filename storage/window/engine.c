@@ -9,18 +9,30 @@
 
 struct window_engine {
     window_engine_options_t o;
-    store_t *st;        /* the young store */
-    genset_t *gs;       /* the sealed generations (DIR/gens) */
-    genset_view_t *gv;  /* their view, taken again after every change */
-    merger_set_t *mp;   /* its handle with the merger, which rewrites gs off this thread */
-    srcmap_t *sources;  /* the young store's keys by source: --max-keys is per source */
-    bool own_sources;   /* sources is the engine's, not the caller's (o.sources) */
+    store_t *st;             /* the young store */
+    genset_t *gs;            /* the sealed generations (DIR/gens) */
+    genset_view_t *gv;       /* their view, taken again after every change */
+    merger_set_t *mp;        /* its handle with the merger, which rewrites gs off this thread */
+    srcmap_t *sources;       /* the young store's keys by source: --max-keys is per source */
+    bool own_sources;        /* sources is the engine's, not the caller's (o.sources) */
+    window_counts_t *counts; /* o.counts, or own_counts */
+    window_counts_t own_counts;
     int64_t maintained; /* when the generations were last kept to the rule */
     /* evictions of the open batch, counted when it commits */
     uint64_t batch_age, batch_size;
-    /* since it was opened */
-    uint64_t evicted_age, evicted_size, seals, seals_finished, seals_rebased, files_cleaned;
 };
+
+/* The counts are read by the stats on another thread than the one that seals (engine.h). */
+static void count(uint64_t *n, uint64_t by)
+{
+    if (by > 0)
+        __atomic_fetch_add(n, by, __ATOMIC_RELAXED);
+}
+
+static uint64_t counted(const uint64_t *n)
+{
+    return __atomic_load_n(n, __ATOMIC_RELAXED);
+}
 
 static uint64_t young_keys(const window_engine_t *e)
 {
@@ -46,10 +58,11 @@ static int open_gens(window_engine_t *e, const char *dir, window_engine_opened_t
         return grc == GEN_NOMEM ? STORE_NOMEM : STORE_CORRUPT;
     }
     int src = seal_recover(e->st, e->gs, &opened->recovery);
-    e->files_cleaned = opened->files_cleaned = genset_cleaned(e->gs);
+    opened->files_cleaned = genset_cleaned(e->gs);
+    count(&e->counts->files_cleaned, opened->files_cleaned);
     if (src == STORE_OK && opened->recovery.finished) {
-        e->seals_finished = 1;
-        e->seals_rebased = opened->recovery.rebased;
+        count(&e->counts->seals_finished, 1);
+        count(&e->counts->seals_rebased, opened->recovery.rebased ? 1 : 0);
     }
     if (src == STORE_OK && merger_add(e->o.merger, e->o.merger_id, e->gs, &e->mp) != 0)
         src = STORE_NOMEM;
@@ -70,6 +83,7 @@ int window_engine_open(store_t *st, const char *dir, const window_engine_options
     }
     e->o = *o;
     e->st = st;
+    e->counts = o->counts ? o->counts : &e->own_counts;
     int src = open_gens(e, dir, opened);
     e->own_sources = o->sources == NULL;
     e->sources = o->sources ? o->sources : srcmap_new(o->max_keys);
@@ -87,6 +101,7 @@ void window_engine_close(window_engine_t *e)
 {
     if (e == NULL)
         return;
+    count(&e->counts->merges, merger_merges(e->mp)); /* the counts outlive the set */
     merger_remove(e->mp); /* cancels its merge: a close must not wait seconds for it */
     store_close(e->st);   /* aborts an open txn, if any */
     genset_view_release(e->gv);
@@ -126,8 +141,8 @@ int window_engine_commit(window_engine_t *e)
 {
     int src = store_txn_commit(e->st);
     if (src == STORE_OK) {
-        e->evicted_age += e->batch_age;
-        e->evicted_size += e->batch_size;
+        count(&e->counts->evicted_age, e->batch_age);
+        count(&e->counts->evicted_size, e->batch_size);
     }
     e->batch_age = e->batch_size = 0;
     return src;
@@ -142,30 +157,40 @@ void window_engine_abort(window_engine_t *e)
     e->batch_age = e->batch_size = 0;
 }
 
-int window_engine_maintain(window_engine_t *e, int64_t now_ms, int64_t every_ms)
+int window_engine_maintain(window_engine_t *e, const window_maintain_t *m, window_maintained_t *out)
 {
+    window_maintained_t none;
     store_info_t info;
-    uint64_t sealed = 0, young = young_keys(e);
+    uint64_t young = young_keys(e), seal_at = m->seal_at ? m->seal_at : young;
+    out = out ? out : &none;
+    memset(out, 0, sizeof *out);
     int src = store_get_info(e->st, &info);
-    if (src == STORE_OK && genset_seals(e->o.max_keys, young) && info.keys >= young) {
-        src = seal_young(e->st, e->gs, 0, &sealed);
+    if (src == STORE_OK && genset_seals(e->o.max_keys, young) && info.keys >= seal_at) {
+        src = seal_young(e->st, e->gs, 0, &out->sealed);
         if (src == STORE_BUSY)
             src = STORE_OK; /* the young store is being made whole: seal later */
-        e->seals += sealed > 0;
-        if (src == STORE_OK && sealed > 0)
-            src = store_get_info(e->st, &info);
-        if (src == STORE_OK && sealed > 0)
-            src = store_count_sources(e->st, e->sources); /* the young store is emptied */
+        else if (src == STORE_OK && out->sealed > 0)
+            info.keys = 0; /* the seal emptied it */
+        count(&e->counts->seals, out->sealed > 0);
+        if (src == STORE_OK && out->sealed > 0 && !m->caller_keeps_view)
+            src = store_count_sources(e->st, e->sources);
     }
-    if (src == STORE_OK && (sealed > 0 || now_ms - e->maintained >= every_ms)) {
+    if (src == STORE_OK && (out->sealed > 0 || m->now_ms - e->maintained >= m->every_ms)) {
         genset_policy_t gp = genset_policy_for(e->o.window_ms, e->o.max_keys, young);
         seal_result_t sr; /* seal_maintain drops only: rewrites are the merger's */
-        e->maintained = now_ms;
-        src = seal_maintain(e->gs, &gp, now_ms, info.keys, &sr);
-        if (src == STORE_OK && (sealed > 0 || sr.dropped_age + sr.dropped_size > 0))
-            merger_kick(e->mp);
+        e->maintained = m->now_ms;
+        src = seal_maintain(e->gs, &gp, m->now_ms, info.keys, &sr);
+        if (src == STORE_OK) {
+            out->dropped_age = sr.dropped_age;
+            out->dropped_size = sr.dropped_size;
+            count(&e->counts->evicted_age, sr.dropped_age);
+            count(&e->counts->evicted_size, sr.dropped_size);
+        }
     }
-    window_engine_take_view(e);
+    if (out->sealed + out->dropped_age + out->dropped_size > 0)
+        merger_kick(e->mp);
+    if (!m->caller_keeps_view)
+        window_engine_take_view(e);
     return src;
 }
 
@@ -214,6 +239,46 @@ const genset_view_t *window_engine_view(const window_engine_t *e)
     return e->gv;
 }
 
+size_t window_engine_sources_room(const window_engine_t *e)
+{
+    const genset_source_t *g;
+    return srcmap_count(e->sources) + genset_view_sources(e->gv, &g);
+}
+
+/* out[0..*n)'s entry of `tag`, added when new (the caller made room). */
+static window_source_t *tally_entry(window_source_t *out, size_t *n, uint32_t tag)
+{
+    for (size_t i = 0; i < *n; i++)
+        if (out[i].tag == tag)
+            return &out[i];
+    out[*n] = (window_source_t){.tag = tag};
+    return &out[(*n)++];
+}
+
+size_t window_engine_tally_sources(window_engine_t *e, window_source_t *out)
+{
+    const genset_source_t *g;
+    const srcmap_entry_t *y = srcmap_entries(e->sources);
+    size_t ny = srcmap_count(e->sources), ng = genset_view_sources(e->gv, &g), n = 0;
+    for (size_t i = 0; i < ny; i++)
+        out[n++] = (window_source_t){.tag = y[i].tag,
+                                     .keys = y[i].keys,
+                                     .evicted_age = y[i].evicted_age,
+                                     .evicted_size = y[i].evicted_size,
+                                     .forgot_ms = y[i].forgot_ms};
+    for (size_t i = 0; i < ng; i++) {
+        window_source_t *s = tally_entry(out, &n, g[i].tag);
+        s->keys += g[i].keys;
+        if (g[i].forgot_ms > s->forgot_ms)
+            s->forgot_ms = g[i].forgot_ms;
+        /* Kept in the young part's map too: it outlives the set (a re-open of the window). */
+        srcmap_entry_t *m = g[i].forgot_ms ? srcmap_get(e->sources, g[i].tag) : NULL;
+        if (m && g[i].forgot_ms > m->forgot_ms)
+            m->forgot_ms = g[i].forgot_ms;
+    }
+    return n;
+}
+
 genset_t *window_engine_gens(window_engine_t *e)
 {
     return e->gs;
@@ -232,15 +297,16 @@ void window_engine_kick(window_engine_t *e)
 
 uint64_t window_engine_merges(const window_engine_t *e)
 {
-    return merger_merges(e->mp);
+    return counted(&e->counts->merges) + merger_merges(e->mp);
 }
 
-void window_engine_stats(const window_engine_t *e, bool txn_open, window_stats_t *out)
+void window_engine_stats(const window_engine_t *e, bool skip_young, window_stats_t *out)
 {
     store_info_t info;
     genset_totals_t gt;
+    const window_counts_t *n = e->counts;
     memset(&info, 0, sizeof info);
-    if (!txn_open)
+    if (!skip_young)
         store_get_info(e->st, &info);
     genset_view_totals(e->gv, &gt);
     *out =
@@ -249,15 +315,15 @@ void window_engine_stats(const window_engine_t *e, bool txn_open, window_stats_t
                          .keys = info.keys + gt.keys,
                          .oldest_received_ms = gt.keys ? gt.oldest_received_ms
                                                        : (info.keys ? info.oldest_received_ms : 0),
-                         .evicted_age = e->evicted_age,
-                         .evicted_size = e->evicted_size,
+                         .evicted_age = counted(&n->evicted_age),
+                         .evicted_size = counted(&n->evicted_size),
                          .generations = genset_view_count(e->gv),
                          .generation_keys = gt.keys,
                          .generation_bytes = gt.file_bytes,
                          .generation_memory_bytes = gt.memory_bytes,
-                         .seals = e->seals,
-                         .merges = merger_merges(e->mp),
-                         .seals_finished = e->seals_finished,
-                         .seals_rebased = e->seals_rebased,
-                         .generation_files_cleaned = e->files_cleaned};
+                         .seals = counted(&n->seals),
+                         .merges = window_engine_merges(e),
+                         .seals_finished = counted(&n->seals_finished),
+                         .seals_rebased = counted(&n->seals_rebased),
+                         .generation_files_cleaned = counted(&n->files_cleaned)};
 }

@@ -33,6 +33,21 @@ typedef struct window_stats {
     uint64_t seals_finished, seals_rebased, generation_files_cleaned;
 } window_stats_t;
 
+/*
+ * One source's part of one window. Every key carries its source's tag (keyhash_source), and
+ * --max-keys is each source's budget: one source's new keys age out only its own
+ * (docs/window.md, "Per-source budgets"). Both roles tally these (window_engine_tally_sources).
+ */
+typedef struct window_source {
+    uint32_t tag;                       /* keyhash_source_tag of its name */
+    uint64_t keys;                      /* its keys in the window (young part and generations) */
+    uint64_t evicted_age, evicted_size; /* its keys that left the young part, key by key, since
+                                           the start (generations go whole, uncounted here) */
+    int64_t forgot_ms;                  /* the newest receivedAt among the keys it left, young or
+                                           cut in a generation (0: none): every key of it
+                                           received later is still in the window */
+} window_source_t;
+
 /* Age in seconds of the oldest retained key at now_ms: how far back the window reaches. */
 int64_t window_stats_effective_s(const window_stats_t *s, int64_t now_ms);
 

@@ -1,6 +1,8 @@
 /* test_engine.c: one window behind the engine: a batch's keys counted, evictions counted only
- * when the batch commits, a full young store sealed and its keys then found sealed, lookups
- * across both parts, and the stats; real LMDB and files in a temporary directory. */
+ * when the batch commits, a full young store sealed and its keys then found sealed, dropped
+ * generations counted as evictions, counts an owner keeps across re-opens, a caller that keeps
+ * its own view (the single node's checkpointer), lookups across both parts, and the stats;
+ * real LMDB and files in a temporary directory. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,6 +22,7 @@ typedef struct {
     tu_fixture_t fx;
     merger_t *m;
     window_engine_t *e;
+    window_counts_t *counts; /* NULL: the engine's own */
 } engine_fx_t;
 
 static void mkkey(uint64_t i, uint8_t key[KEYHASH_LEN])
@@ -36,7 +39,8 @@ static window_engine_options_t options(engine_fx_t *f)
                                      .max_keys = 1000,
                                      .young_keys = YOUNG,
                                      .merger = f->m,
-                                     .merger_id = 7};
+                                     .merger_id = 7,
+                                     .counts = f->counts};
 }
 
 static void open_engine(engine_fx_t *f)
@@ -64,6 +68,7 @@ static int setup(void **state)
         return -1;
     *state = f;
     f->e = NULL;
+    f->counts = NULL;
     genset_policy_t gp = genset_policy_for(3600000, 1000, YOUNG);
     return merger_new(&gp, on_fail, NULL, &f->m) == 0 ? 0 : -1;
 }
@@ -74,6 +79,15 @@ static int teardown(void **state)
     window_engine_close(f->e);
     merger_free(f->m);
     return tu_fixture_teardown(state);
+}
+
+/* Seals and drops as the worker does (its owner's view and counts kept by the engine). */
+static window_maintained_t maintain(engine_fx_t *f, int64_t now, int64_t every_ms)
+{
+    window_maintain_t m = {.now_ms = now, .every_ms = every_ms};
+    window_maintained_t done;
+    assert_int_equal(window_engine_maintain(f->e, &m, &done), STORE_OK);
+    return done;
 }
 
 /* One batch of keys [from, to) received at ts, committed or aborted. */
@@ -109,12 +123,12 @@ static void test_batch_seal_and_find(void **state)
     window_engine_stats(f->e, false, &s);
     assert_int_equal(s.keys, 5);
     assert_int_equal(s.generations, 0);
-    assert_int_equal(window_engine_maintain(f->e, now, 1000), STORE_OK);
+    maintain(f, now, 1000);
     window_engine_stats(f->e, false, &s);
     assert_int_equal(s.seals, 0); /* under YOUNG keys: nothing to seal */
 
     batch(f, 5, 20, now, true);
-    assert_int_equal(window_engine_maintain(f->e, now, 1000), STORE_OK);
+    assert_int_equal(maintain(f, now, 1000).sealed, 20);
     window_engine_stats(f->e, false, &s);
     assert_int_equal(s.seals, 1);
     assert_int_equal(s.generations, 1);
@@ -176,7 +190,7 @@ static void test_reopen_keeps_the_window(void **state)
     window_stats_t s;
     open_engine(f);
     batch(f, 0, 12, now, true);
-    assert_int_equal(window_engine_maintain(f->e, now, 1000), STORE_OK);
+    maintain(f, now, 1000);
     batch(f, 12, 15, now, true);
     window_engine_close(f->e);
     f->e = NULL;
@@ -188,12 +202,89 @@ static void test_reopen_keeps_the_window(void **state)
     assert_int_equal(srcmap_entries(window_engine_sources(f->e))[0].keys, 3); /* young part */
 }
 
+/* A generation past the window is dropped, and its keys count as evictions by age. */
+static void test_dropped_generation_counts_as_evicted(void **state)
+{
+    engine_fx_t *f = *state;
+    int64_t now = tu_now_ms(), old = now - 7200000; /* past the hour's window */
+    window_stats_t s;
+    open_engine(f);
+    batch(f, 0, 10, old, true);
+    window_maintained_t done = maintain(f, old, 1000); /* sealed while still young */
+    assert_int_equal(done.sealed, 10);
+    assert_int_equal(done.dropped_age, 0);
+    done = maintain(f, now, 1000);
+    assert_int_equal(done.sealed, 0);
+    assert_int_equal(done.dropped_age, 10);
+    window_engine_stats(f->e, false, &s);
+    assert_int_equal(s.generations, 0);
+    assert_int_equal(s.keys, 0);
+    assert_int_equal(s.evicted_age, 10);
+    assert_int_equal(s.evicted_size, 0);
+    /* not due yet, and nothing sealed: no drop pass at all */
+    done = maintain(f, now + 10, 1000);
+    assert_int_equal(done.sealed + done.dropped_age + done.dropped_size, 0);
+}
+
+/* Counts the owner keeps outlive the engine: the single node re-opens its window. */
+static void test_kept_counts_outlive_the_engine(void **state)
+{
+    engine_fx_t *f = *state;
+    int64_t now = tu_now_ms();
+    window_counts_t counts = {0};
+    window_stats_t s;
+    f->counts = &counts;
+    open_engine(f);
+    batch(f, 0, 12, now, true);
+    maintain(f, now, 1000);
+    window_engine_close(f->e);
+    f->e = NULL;
+    assert_int_equal(counts.seals, 1);
+    open_engine(f);
+    window_engine_stats(f->e, false, &s);
+    assert_int_equal(s.seals, 1);
+    assert_int_equal(s.keys, 12);
+    window_engine_close(f->e);
+    f->e = NULL;
+}
+
+/*
+ * The single node's checkpointer: it seals at a threshold of its own and leaves the view and
+ * the per-source counts to the caller, whose writer takes them on its thread.
+ */
+static void test_caller_keeps_view(void **state)
+{
+    engine_fx_t *f = *state;
+    int64_t now = tu_now_ms();
+    window_stats_t s;
+    window_maintained_t done;
+    open_engine(f);
+    batch(f, 0, 12, now, true);
+    window_maintain_t m = {.now_ms = now, .seal_at = 2 * YOUNG, .caller_keeps_view = true};
+    assert_int_equal(window_engine_maintain(f->e, &m, &done), STORE_OK);
+    assert_int_equal(done.sealed, 0); /* 12 < 16 */
+    batch(f, 12, 16, now, true);
+    assert_int_equal(window_engine_maintain(f->e, &m, &done), STORE_OK);
+    assert_int_equal(done.sealed, 16);
+    window_engine_stats(f->e, true, &s);
+    assert_int_equal(s.generations, 0); /* the caller's view is the one before the seal */
+    assert_int_equal(s.seals, 1);
+    assert_int_equal(srcmap_entries(window_engine_sources(f->e))[0].keys, 16); /* not recounted */
+    window_engine_take_view(f->e);
+    window_engine_stats(f->e, true, &s);
+    assert_int_equal(s.generations, 1);
+    assert_int_equal(s.keys, 16); /* the generations only: the young store is skipped */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_batch_seal_and_find, setup, teardown),
         cmocka_unit_test_setup_teardown(test_evictions_count_when_committed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_the_window, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dropped_generation_counts_as_evicted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kept_counts_outlive_the_engine, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_caller_keeps_view, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
