@@ -68,15 +68,12 @@ int api_new(const api_options_t *opts, api_t **out)
     api->fsync_seconds = opts->fsync_seconds;
     api->batch_events = opts->batch_events;
     api->duplicate_ages = opts->duplicate_age_seconds;
-    api->window_floor_ms = opts->window_floor_ms;
     api->commit = opts->commit;
     if (opts->sink) {
         api->has_sink = true;
         api->sink = *opts->sink;
     }
     atomic_init(&api->sink_accepted, 0);
-    api->window_ms = opts->window_ms;
-    api->max_keys = opts->max_keys;
     api->started_ms = clk_mono_ms();
     atomic_init(&api->rejected, 0);
     for (size_t i = 0; i < API_STATUS_SLOTS; i++)

@@ -77,8 +77,6 @@ typedef struct api_options {
     /* NULL: events go to the local group commit (single-node). Else copied by api_new; its ctx
      * must outlive the api. */
     const api_sink_t *sink;
-    int64_t window_ms; /* configured window, reported in /stats */
-    uint64_t max_keys; /* configured size bound, reported in /stats */
     /* Bearer token for GET /v1/log, copied by api_new; NULL or "": the route is off (404). */
     const char *admin_token;
     /* Data directory, for the consumer groups in /stats and /metrics (storage/log/groups.h); copied
@@ -101,7 +99,6 @@ typedef struct api_options {
     /* The same for ingestd_duplicate_age_seconds, also read for /stats dedupe.duplicate_age_seconds
      * (commit_options_t.duplicate_age_seconds); may be NULL. */
     const histogram_t *duplicate_age_seconds;
-    int64_t window_floor_ms; /* --window-floor, reported in /stats (0: off) */
     /* The oldest TLS version the transport serves ("1.2", "1.3"; static string), reported with
      * the handshakes in /stats `tls` and /metrics ingestd_tls_handshakes_total; NULL: plain
      * HTTP (neither is reported). */

@@ -37,8 +37,6 @@ struct api {
     atomic_uint_fast64_t rate_limited_requests, rate_limited_events;
     atomic_uint_fast64_t queue_full_requests, queue_full_events;
     commit_t *commit;
-    int64_t window_ms;
-    uint64_t max_keys;
     int64_t started_ms; /* CLOCK_MONOTONIC at api_new, for uptime */
     atomic_uint_fast64_t rejected;
     atomic_uint_fast64_t by_status[API_STATUS_SLOTS];
@@ -58,8 +56,7 @@ struct api {
     atomic_uint_fast64_t by_reason[API_REASONS];     /* rejections by reason (reject.c) */
     atomic_uint_fast64_t unattributed; /* refusals not quarantined: no known key (reject.c) */
     const histogram_t *duplicate_ages; /* api_options_t's, may be NULL */
-    int64_t window_floor_ms;
-    const char *tls_min_version;                           /* api_options_t's; NULL: no TLS */
+    const char *tls_min_version;       /* api_options_t's; NULL: no TLS */
     atomic_uint_fast64_t tls_handshakes[API_TLS_VERSIONS]; /* by enum api_tls_version */
     struct adminhost *admin_hosts; /* who may read the operator routes without a token */
 };

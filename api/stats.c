@@ -17,28 +17,6 @@ static uint64_t load(atomic_uint_fast64_t *a)
     return (uint64_t)atomic_load_explicit(a, memory_order_relaxed);
 }
 
-/* The single node's window as both roles report it (storage/window/stats.h). */
-static void window_of(const api_t *api, const commit_stats_t *s, window_stats_t *w)
-{
-    *w = (window_stats_t){.window_ms = api->window_ms,
-                          .max_keys = api->max_keys,
-                          .floor_ms = api->window_floor_ms,
-                          .below_floor = s->window_below_floor,
-                          .keys = s->keys,
-                          .oldest_received_ms = s->oldest_received_ms,
-                          .evicted_age = s->evicted_age,
-                          .evicted_size = s->evicted_size,
-                          .generations = s->generations,
-                          .generation_keys = s->generation_keys,
-                          .generation_bytes = s->generation_bytes,
-                          .generation_memory_bytes = s->generation_memory_bytes,
-                          .seals = s->seals,
-                          .merges = s->merges,
-                          .seals_finished = s->seals_finished,
-                          .seals_rebased = s->seals_rebased,
-                          .generation_files_cleaned = s->generation_files_cleaned};
-}
-
 /*
  * dedupe.duplicate_age_seconds: how late retries come. The quantiles are estimated from the
  * histogram's buckets (histogram_quantile), never above the exact max; all 0 while count is 0.
@@ -134,9 +112,7 @@ static json_t *by_status_json(api_t *api, uint64_t *total)
 /* /stats `dedupe`: the window, its bounds and evictions, its store, and how late retries come. */
 static json_t *dedupe_json(const api_t *api, const commit_stats_t *s, int64_t now_ms)
 {
-    window_stats_t w;
-    window_of(api, s, &w);
-    json_t *dd = window_stats_json(&w, now_ms);
+    json_t *dd = window_stats_json(&s->window, now_ms);
     if (!dd)
         return NULL;
     json_object_set_new(dd, "store_map_bytes", json_integer((json_int_t)s->store_map_size));
@@ -157,7 +133,7 @@ static json_t *dedupe_json(const api_t *api, const commit_stats_t *s, int64_t no
 
 /* One source of the window, named. */
 typedef struct {
-    commit_source_t s;
+    window_source_t s;
     char name[64]; /* its source name, or "tag:XXXXXXXX" when no write key names it now */
 } named_source_t;
 
@@ -171,7 +147,7 @@ static named_source_t *named_sources(api_t *api, size_t *n)
     *n = 0;
     size_t have = commit_sources(api->commit, NULL, 0);
     named_source_t *out = have ? calloc(have, sizeof(*out)) : NULL;
-    commit_source_t *raw = have ? calloc(have, sizeof(*raw)) : NULL;
+    window_source_t *raw = have ? calloc(have, sizeof(*raw)) : NULL;
     auth_keyset_t *ks = out && raw ? api_keys_get(api) : NULL;
     if (ks) {
         size_t got = commit_sources(api->commit, raw, have); /* fewer only if storage reopened */
@@ -201,7 +177,7 @@ static named_source_t *named_sources(api_t *api, size_t *n)
 }
 
 /* The seconds since a source last forgot a key (its effective window); -1: it never did. */
-static int64_t source_window_s(const commit_source_t *s, int64_t now_ms)
+static int64_t source_window_s(const window_source_t *s, int64_t now_ms)
 {
     return s->forgot_ms > 0 ? (now_ms - s->forgot_ms) / 1000 : -1;
 }
@@ -352,9 +328,9 @@ void api_stats(api_t *api, int64_t now_ms, api_resp_t *resp)
             "replayed_records", (json_int_t)s.replayed_at_open,
             "truncated_bytes", (json_int_t)s.truncated_at_open,
             "store_rebuilt", (int)s.rebuilt_at_open,
-            "seals_finished", (json_int_t)s.seals_finished,
-            "seals_rebased", (json_int_t)s.seals_rebased,
-            "generation_files_cleaned", (json_int_t)s.generation_files_cleaned,
+            "seals_finished", (json_int_t)s.window.seals_finished,
+            "seals_rebased", (json_int_t)s.window.seals_rebased,
+            "generation_files_cleaned", (json_int_t)s.window.generation_files_cleaned,
         "storage",
             "failed", (int)s.storage_failed,
             "recoveries", (json_int_t)s.recoveries);
@@ -410,12 +386,10 @@ static void metrics_finish(const api_t *api, prom_t *p, api_resp_t *resp)
 }
 
 /* The window: its keys, bounds, evictions, floor and generations, named as the worker's. */
-static void metrics_dedupe(prom_t *p, const api_t *api, const commit_stats_t *s, int64_t now_ms)
+static void metrics_dedupe(prom_t *p, const commit_stats_t *s, int64_t now_ms)
 {
     static const char *const none[] = {""};
-    window_stats_t w;
-    window_of(api, s, &w);
-    window_stats_prom(p, &w, none, 1, now_ms);
+    window_stats_prom(p, &s->window, none, 1, now_ms);
 }
 
 /* The per-write-key rate limit and the requests it refused (both roles). */
@@ -559,7 +533,7 @@ void api_metrics(api_t *api, int64_t now_ms, api_resp_t *resp)
                  (double)s.duplicates);
     api_reject_metrics(api, p);
     metric_requests(p, api);
-    metrics_dedupe(p, api, &s, now_ms);
+    metrics_dedupe(p, &s, now_ms);
     if (!s.memory_store)
         metrics_sources(p, api, now_ms);
     metrics_commit(p, api, &s);

@@ -330,8 +330,6 @@ static int start_serving(struct serving *s)
         .nkeys = s->nkeys,
         .commit = s->commit,
         .sink = edge ? &s->sink : NULL,
-        .window_ms = cfg->window_ms,
-        .max_keys = cfg->max_keys,
         .admin_token = cfg->admin_token[0] != '\0' ? cfg->admin_token : NULL,
         .data_dir = edge ? NULL : cfg->data_dir,
         .cors_origin = cfg->cors_origin,
@@ -340,7 +338,6 @@ static int start_serving(struct serving *s)
         .batch_events = edge ? NULL : s->batch_hist,
         .quarantine = s->quarantine,
         .duplicate_age_seconds = edge ? NULL : s->age_hist,
-        .window_floor_ms = cfg->window_floor_ms,
         .tls_min_version = cfg->tls_cert[0] == '\0'         ? NULL
                            : cfg->tls_min == CONFIG_TLS_1_3 ? "1.3"
                                                             : "1.2",

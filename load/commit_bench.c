@@ -398,7 +398,7 @@ int main(int argc, char **argv)
         commit_stats_t s;
         commit_get_stats(commit, &s);
         fprintf(stderr, "reusing the window of %" PRIu64 " keys in %s; ids from %" PRIu64 "\n",
-                s.keys, o.data_dir, id_base);
+                s.window.keys, o.data_dir, id_base);
     } else if (o.preload_sealed && o.preload > 0) {
         uint8_t secret[KEYHASH_SECRET_LEN];
         memcpy(secret, commit_secret(commit), sizeof(secret));

@@ -232,38 +232,21 @@ static int ckpt_run(commit_t *c, const ckpt_job_t *j)
     return rc;
 }
 
-/* What ckpt_seal did. */
-typedef struct {
-    uint64_t sealed;        /* keys sealed into a generation (0: no seal) */
-    seal_result_t maintain; /* generations dropped and merged */
-} ckpt_seal_result_t;
-
 /*
  * After a checkpoint, on the checkpointer thread (the one writer of LMDB):
- * seals the young store once it holds young_keys, then applies the window's
- * rule to the generations (docs/window.md). The job has just put every key
- * it had and deleted every one below its floor, so the young store is
- * whole. A failure is the checkpoint's: storage is re-established from disk.
+ * the engine seals the young store once it holds young_keys, then applies the
+ * window's rule to the generations (docs/window.md), and counts both. The job
+ * has just put every key it had and deleted every one below its floor, so the
+ * young store is whole. The writer recounts its sources after a seal and takes
+ * the new view itself (caller_keeps_view). A failure is the checkpoint's: storage is
+ * re-established from disk.
  */
-static int ckpt_seal(commit_t *c, ckpt_seal_result_t *out)
+static int ckpt_seal(commit_t *c, window_maintained_t *out)
 {
-    if (!c->gens)
+    if (!c->engine)
         return STORE_OK;
-    uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
-    store_info_t si;
-    int rc = store_get_info(c->store, &si);
-    /* Generations sealed under other settings still age out when sealing is off now. */
-    if (rc == STORE_OK && commit_view_seals(c) && si.keys >= young) {
-        rc = seal_young(c->store, c->gens, 0, &out->sealed);
-        if (rc == STORE_BUSY)
-            rc = STORE_OK; /* not whole (cannot happen after a whole job): seal next time */
-        else
-            si.keys = 0;
-    }
-    genset_policy_t p = commit_view_gen_policy(c); /* seal_maintain drops only: no rewrite */
-    if (rc == STORE_OK)
-        rc = seal_maintain(c->gens, &p, clk_wall_ms(), si.keys, &out->maintain);
-    return rc;
+    window_maintain_t m = {.now_ms = clk_wall_ms(), .every_ms = 0, .caller_keeps_view = true};
+    return window_engine_maintain(c->engine, &m, out);
 }
 
 /*
@@ -289,7 +272,7 @@ static void *ckpt_thread(void *arg)
         if (rc == STORE_OK) /* log retention may now delete what the job applied */
             rc = commit_retain_store_durable(c, j.applied);
         double ms = clk_mono_msf() - t0;
-        ckpt_seal_result_t sr = {0};
+        window_maintained_t sr = {0};
         if (rc == STORE_OK)
             rc = ckpt_seal(c, &sr);
         store_info_t si;
@@ -310,11 +293,6 @@ static void *ckpt_thread(void *arg)
             c->stats.store_map_size = si.map_size;
             c->stats.store_used_bytes = si.used_bytes;
         }
-        c->stats.seals += sr.sealed > 0;
-        if (sr.sealed > 0 || sr.maintain.dropped_age + sr.maintain.dropped_size > 0)
-            commit_merge_kick(c);
-        c->stats.evicted_age += sr.maintain.dropped_age;
-        c->stats.evicted_size += sr.maintain.dropped_size;
         c->job.sealed = sr.sealed;
         c->job.status = rc;
         c->job.state = JOB_DONE;

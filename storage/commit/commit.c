@@ -44,7 +44,7 @@ static bool src_copy_room(commit_t *c, size_t n)
 {
     if (n <= c->src_copy_cap)
         return true;
-    commit_source_t *p = realloc(c->src_copy, n * sizeof(*p));
+    window_source_t *p = realloc(c->src_copy, n * sizeof(*p));
     if (!p)
         return false;
     c->src_copy = p;
@@ -52,48 +52,11 @@ static bool src_copy_room(commit_t *c, size_t n)
     return true;
 }
 
-/* The copy's entry of `tag`, added when new (room is there). Under mu. */
-static commit_source_t *src_copy_get(commit_t *c, uint32_t tag)
-{
-    for (size_t i = 0; i < c->src_copy_n; i++)
-        if (c->src_copy[i].tag == tag)
-            return &c->src_copy[i];
-    commit_source_t *s = &c->src_copy[c->src_copy_n++];
-    *s = (commit_source_t){.tag = tag};
-    return s;
-}
-
-/*
- * Under mu: each source's part of the window into src_copy: its young part
- * (c->sources), plus what the sealed generations keep of it and the newest
- * key they cut (genset_set_budget).
- */
+/* Under mu: each source's part of the window (window_engine_tally_sources) into src_copy. */
 static void copy_sources(commit_t *c)
 {
-    const genset_source_t *g = NULL;
-    size_t ny = srcmap_count(c->sources), ng = c->gview ? genset_view_sources(c->gview, &g) : 0;
-    if (!src_copy_room(c, ny + ng))
-        return;
-    const srcmap_entry_t *e = srcmap_entries(c->sources);
-    c->src_copy_n = 0;
-    for (size_t i = 0; i < ny; i++)
-        c->src_copy[c->src_copy_n++] = (commit_source_t){.tag = e[i].tag,
-                                                         .keys = e[i].keys,
-                                                         .evicted_age = e[i].evicted_age,
-                                                         .evicted_size = e[i].evicted_size,
-                                                         .forgot_ms = e[i].forgot_ms};
-    for (size_t i = 0; i < ng; i++) {
-        commit_source_t *s = src_copy_get(c, g[i].tag);
-        s->keys += g[i].keys;
-        if (g[i].forgot_ms > s->forgot_ms)
-            s->forgot_ms = g[i].forgot_ms;
-    }
-    /* Kept in the young part's map too: it outlives the set (a re-establishing of storage). */
-    for (size_t i = 0; i < ng; i++) {
-        srcmap_entry_t *m = g[i].forgot_ms ? srcmap_get(c->sources, g[i].tag) : NULL;
-        if (m && g[i].forgot_ms > m->forgot_ms)
-            m->forgot_ms = g[i].forgot_ms;
-    }
+    if (c->engine && src_copy_room(c, window_engine_sources_room(c->engine)))
+        c->src_copy_n = window_engine_tally_sources(c->engine, c->src_copy);
 }
 
 void commit_refresh_stats(commit_t *c)
@@ -104,15 +67,28 @@ void commit_refresh_stats(commit_t *c)
         log_get_info(c->log, &li);
         c->mode->window(c, &li, &w);
     }
+    /* The engine's part (its generations, seals, merges, repairs, dropped keys; the young
+     * store is the checkpointer's to write meanwhile, so it is skipped), then the writer's:
+     * the keys it holds in memory and evicted itself. While storage is re-established (no
+     * engine), the window as last seen. */
     pthread_mutex_lock(&c->mu);
-    if (w.have_keys) {
-        c->stats.keys = w.keys;
-        c->stats.oldest_received_ms = w.oldest_received_ms;
-        c->stats.generations = w.generations;
-        c->stats.generation_keys = w.generation_keys;
-        c->stats.generation_bytes = w.generation_bytes;
-        c->stats.generation_memory_bytes = w.generation_memory_bytes;
+    window_stats_t ws = c->stats.window;
+    pthread_mutex_unlock(&c->mu);
+    if (c->engine) {
+        window_engine_stats(c->engine, true, &ws);
+        ws.evicted_age += c->view_evicted_age;
+        ws.evicted_size += c->view_evicted_size;
     }
+    ws.window_ms = c->opts.window_ms;
+    ws.max_keys = c->opts.max_keys;
+    ws.floor_ms = c->opts.window_floor_ms;
+    if (w.have_keys) {
+        ws.keys = w.keys;
+        ws.oldest_received_ms = w.oldest_received_ms;
+    }
+    pthread_mutex_lock(&c->mu);
+    ws.below_floor = c->stats.window.below_floor; /* commit_reach_judge's, under mu */
+    c->stats.window = ws;
     if (w.have_offsets) {
         c->stats.committed_offset = w.committed_offset;
         c->stats.window_first_offset = w.window_first_offset;
@@ -131,7 +107,7 @@ void commit_refresh_stats(commit_t *c)
     pthread_mutex_unlock(&c->mu);
 }
 
-size_t commit_sources(commit_t *c, commit_source_t *out, size_t max)
+size_t commit_sources(commit_t *c, window_source_t *out, size_t max)
 {
     pthread_mutex_lock(&c->mu);
     size_t n = c->src_copy_n;
@@ -330,7 +306,7 @@ void commit_get_stats(commit_t *c, commit_stats_t *out)
 {
     pthread_mutex_lock(&c->mu);
     *out = c->stats;
-    out->merges = commit_merge_count(c);
+    out->window.merges = commit_merge_count(c);
     out->queue_events = c->queue_events;
     out->queue_bytes = atomic_load_explicit(&c->queue_bytes, memory_order_relaxed);
     out->queue_max_bytes = c->opts.queue_max_bytes;

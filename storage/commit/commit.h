@@ -10,6 +10,7 @@
 #include "storage/window/genset.h"
 #include "common/histogram.h"
 #include "storage/window/keyhash.h"
+#include "storage/window/stats.h"
 
 typedef struct commit commit_t;
 
@@ -133,6 +134,15 @@ typedef struct commit_options {
 #define COMMIT_YOUNG_KEYS GENSET_YOUNG_KEYS
 
 typedef struct commit_stats {
+    /*
+     * The de-duplication window (storage/window/stats.h), as both roles report it: its keys
+     * (exact after every batch, LMDB or not yet), evictions, generations, seals and merges,
+     * and the repairs made by each open of storage (the start and each re-establishment)
+     * after a crash or power loss. Filled by the window engine, with what only the group
+     * commit knows: the keys acknowledged since the last checkpoint and their evictions, and
+     * whether the size bound reaches below --window-floor.
+     */
+    window_stats_t window;
     uint64_t accepted, duplicates;  /* events */
     uint64_t batches, batch_events; /* group commits and their events */
     uint64_t last_batch_events, max_batch_events;
@@ -143,32 +153,21 @@ typedef struct commit_stats {
     uint64_t checkpoints; /* checkpoints: the keys acknowledged since the last one into LMDB */
     uint64_t checkpoint_failures; /* failed ones (storage was then re-established from the log) */
     double checkpoint_ms_last, checkpoint_ms_max, checkpoint_ms_total; /* in the background */
-    uint64_t map_grows;                 /* map doublings: ahead of need, or after MDB_MAP_FULL */
-    uint64_t evicted_age, evicted_size; /* keys aged out, by reason */
-    uint64_t carried; /* keys of a source within its budget moved to the young end while another
-                         source was over its own (docs/window.md) */
-    uint64_t keys;    /* keys in the window */
-    int64_t oldest_received_ms; /* 0 when empty */
+    uint64_t map_grows; /* map doublings: ahead of need, or after MDB_MAP_FULL */
+    uint64_t carried;   /* keys of a source within its budget moved to the young end while another
+                           source was over its own (docs/window.md) */
     uint64_t log_first_offset, log_next_offset, log_bytes, log_segments;
     uint64_t store_map_size, store_used_bytes;
-    /* Sealed generations (docs/window.md): files, their keys (part of `keys`), bytes on disk
-     * and of filters and fences in memory; seals and merges done. */
-    uint64_t generations, generation_keys, generation_bytes, generation_memory_bytes;
-    uint64_t seals, merges;
-    uint64_t replayed_at_open;  /* log records replayed into LMDB at start */
-    uint64_t truncated_at_open; /* torn tail bytes cut off at start */
-    size_t queue_events;        /* waiting for the next group commit */
-    uint64_t queue_bytes;       /* event data bytes submitted and not yet answered */
-    uint64_t queue_max_bytes;   /* the bound on queue_bytes (0: none) */
-    uint64_t busy_requests;     /* submits refused with COMMIT_BUSY */
-    uint64_t busy_events;       /* their events */
-    bool storage_failed;        /* storage failed and is being re-established: commits answer
-                                   COMMIT_UNAVAILABLE meanwhile */
-    uint64_t recoveries;        /* times storage was re-established after a failure */
-    /* Repairs made by opens of storage (the start and each re-establishment) after a crash or
-     * power loss: seals finished (seal_recover), of which with the store's sequence moved on
-     * (rebased), and generation files removed (unfinished, or merge inputs a merge covered). */
-    uint64_t seals_finished, seals_rebased, generation_files_cleaned;
+    uint64_t replayed_at_open;    /* log records replayed into LMDB at start */
+    uint64_t truncated_at_open;   /* torn tail bytes cut off at start */
+    size_t queue_events;          /* waiting for the next group commit */
+    uint64_t queue_bytes;         /* event data bytes submitted and not yet answered */
+    uint64_t queue_max_bytes;     /* the bound on queue_bytes (0: none) */
+    uint64_t busy_requests;       /* submits refused with COMMIT_BUSY */
+    uint64_t busy_events;         /* their events */
+    bool storage_failed;          /* storage failed and is being re-established: commits answer
+                                     COMMIT_UNAVAILABLE meanwhile */
+    uint64_t recoveries;          /* times storage was re-established after a failure */
     bool memory_store;            /* de-duplicating with a filter (memory_filter), not LMDB */
     char filter_spec[96];         /* its canonical spec */
     uint64_t filter_bits;         /* its table size */
@@ -186,7 +185,6 @@ typedef struct commit_stats {
                                           their records yet (0: none) */
     uint64_t retention_waits;          /* retention passes that kept segments so */
     int64_t duplicate_age_max_ms;      /* the oldest first copy a duplicate had (its age) */
-    bool window_below_floor;           /* see commit_options_t.window_floor_ms */
 } commit_stats_t;
 
 /*
@@ -295,26 +293,10 @@ int commit_lookup(commit_t *c, const uint8_t key[KEYHASH_LEN], commit_lookup_t *
 /* Snapshot of the counters; thread-safe and cheap (no LMDB access). */
 void commit_get_stats(commit_t *c, commit_stats_t *out);
 
-/*
- * One source's part of the window. Every key carries its source's tag
- * (keyhash_source), and --max-keys (max_keys) is each source's budget: one
- * source's new keys age out only its own (docs/window.md, "Per-source
- * budgets").
- */
-typedef struct commit_source {
-    uint32_t tag;                       /* keyhash_source_tag of its name */
-    uint64_t keys;                      /* its keys in the window (young part and generations) */
-    uint64_t evicted_age, evicted_size; /* its keys that left the young part, key by key, since
-                                           the start (generations go whole, uncounted here) */
-    int64_t forgot_ms;                  /* the newest receivedAt among the keys it left, young or
-                                           cut in a generation (0: none): every key of it
-                                           received later is still in the window */
-} commit_source_t;
-
 /* Copies up to `max` sources (in the order they were first seen) into `out`, as of the last
  * batch; returns how many there are (call again with more room when that is more than max).
  * 0 in memory-filter mode. Thread-safe. */
-size_t commit_sources(commit_t *c, commit_source_t *out, size_t max);
+size_t commit_sources(commit_t *c, window_source_t *out, size_t max);
 
 /*
  * Stops accepting, commits everything already queued, answers every waiting

@@ -105,7 +105,7 @@ struct commit {
     uint64_t busy_requests, busy_events; /* under mu */
     bool closing;
     commit_stats_t stats;      /* under mu */
-    commit_source_t *src_copy; /* under mu: c->sources as of the last commit_refresh_stats */
+    window_source_t *src_copy; /* under mu: c->sources as of the last commit_refresh_stats */
     size_t src_copy_n, src_copy_cap;
     watch_t *watches; /* under mu */
 
@@ -183,9 +183,14 @@ struct commit {
     unsigned probing;
     pthread_cond_t probe_cv;
     /* The merger (LMDB mode, commit/merge.c): its thread, which the engine gives its set to
-     * while open, and the rewrites of the engines closed since the start (under mu). */
+     * while open. */
     merger_t *merger;
-    uint64_t merges_before;
+    /* What the window did since the start, kept across the engines of each re-establishing of
+     * storage (the engine updates it; read through window_engine_stats). */
+    window_counts_t window_counts;
+    /* Writer-only: keys the writer's view evicted (it judges keys not yet in LMDB, which the
+     * engine never sees), by reason; added to the engine's counts in the stats. */
+    uint64_t view_evicted_age, view_evicted_size;
     uint64_t ckpt_store_bytes; /* checkpointer-only: LMDB's size after its last job */
 };
 
@@ -208,7 +213,6 @@ typedef struct commit_window {
     int64_t oldest_received_ms;
     bool have_offsets; /* committed_offset and window_first_offset are known */
     uint64_t committed_offset, window_first_offset;
-    uint64_t generations, generation_keys, generation_bytes, generation_memory_bytes;
 } commit_window_t;
 
 /*
@@ -366,6 +370,7 @@ void commit_merge_stop(commit_t *c);
 /* Under mu: the set changed (a seal, a drop); the merger plans again. */
 void commit_merge_kick(commit_t *c);
 /* Under mu: rewrites published since the start. */
+/* Rewrites the merger made of this window since the start; under mu. */
 uint64_t commit_merge_count(const commit_t *c);
 
 /* ---- commit/commit.c ---- */

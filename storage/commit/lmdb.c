@@ -23,7 +23,6 @@ static void lmdb_close(commit_t *c)
     pthread_mutex_lock(&c->mu);
     window_engine_t *e = c->engine;
     c->engine = NULL;
-    c->merges_before += e ? window_engine_merges(e) : 0;
     pthread_mutex_unlock(&c->mu);
     if (e)
         window_engine_close(e); /* the store with it; not under mu: it waits for a merge */
@@ -70,10 +69,6 @@ static void lmdb_window(commit_t *c, const log_info_t *li, commit_window_t *w)
         w->window_first_offset = t.oldest_offset;
         w->oldest_received_ms = t.oldest_received_ms;
     }
-    w->generations = c->gview ? genset_view_count(c->gview) : 0;
-    w->generation_keys = t.keys;
-    w->generation_bytes = t.file_bytes;
-    w->generation_memory_bytes = t.memory_bytes;
 }
 
 /* Tells readers in other processes how far the log is acknowledged (DIR/store/ACKED). */

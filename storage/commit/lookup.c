@@ -76,7 +76,7 @@ void commit_lookup_answer(commit_t *c)
         c->lookups = NULL;
         /* /stats' window start is the view's after the last batch: exact, since no batch runs
          * until these are answered. */
-        int64_t start = c->stats.keys > 0 ? c->stats.oldest_received_ms : 0;
+        int64_t start = c->stats.window.keys > 0 ? c->stats.window.oldest_received_ms : 0;
         pthread_mutex_unlock(&c->mu);
         for (lookup_req_t *q = list; q; q = q->next)
             q->status = answer_one(c, q, start);

@@ -55,5 +55,6 @@ void commit_merge_kick(commit_t *c)
 
 uint64_t commit_merge_count(const commit_t *c)
 {
-    return c->merges_before + (c->engine ? window_engine_merges(c->engine) : 0);
+    /* While storage is re-established, the count the stats last had. */
+    return c->engine ? window_engine_merges(c->engine) : c->stats.window.merges;
 }

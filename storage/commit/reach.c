@@ -48,21 +48,21 @@ void commit_reach_judge(commit_t *c)
         return;
     int64_t now = clk_wall_ms();
     pthread_mutex_lock(&c->mu);
-    int64_t oldest = c->stats.keys > 0 ? c->stats.oldest_received_ms : 0;
-    bool evicted = c->stats.evicted_size != c->reach_seen_evicted;
+    int64_t oldest = c->stats.window.keys > 0 ? c->stats.window.oldest_received_ms : 0;
+    bool evicted = c->stats.window.evicted_size != c->reach_seen_evicted;
     if (evicted || c->reach_recheck) {
         /* A generation dropped by the checkpointer is counted before the writer's view of the
          * window moves on: take the mark once more at the next judgement. */
         c->reach_recheck = evicted;
-        c->reach_seen_evicted = c->stats.evicted_size;
+        c->reach_seen_evicted = c->stats.window.evicted_size;
         int64_t mark = oldest > 0 ? oldest : now;
         if (mark > c->reach_forgot_ms)
             c->reach_forgot_ms = mark;
     }
     int64_t effective = oldest > 0 && now > oldest ? now - oldest : 0;
     bool below = c->reach_forgot_ms > 0 && now - c->reach_forgot_ms < floor && effective < floor;
-    bool was = c->stats.window_below_floor;
-    c->stats.window_below_floor = below;
+    bool was = c->stats.window.below_floor;
+    c->stats.window.below_floor = below;
     pthread_mutex_unlock(&c->mu);
     if (below && !was)
         commit_notify(c, 1,
@@ -80,7 +80,7 @@ void commit_reach_judge(commit_t *c)
 
 int64_t commit_reach_wake(const commit_t *c)
 {
-    if (c->opts.window_floor_ms <= 0 || !c->stats.window_below_floor)
+    if (c->opts.window_floor_ms <= 0 || !c->stats.window.below_floor)
         return INT64_MAX;
     /* When the mark is a floor old (realtime), as a CLOCK_MONOTONIC time (the writer's clock). */
     int64_t left = c->reach_forgot_ms + c->opts.window_floor_ms - clk_wall_ms();

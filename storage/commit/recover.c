@@ -85,21 +85,17 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
  */
 static int recover_seal(commit_t *c, bool *sealed_some)
 {
-    uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS, sealed;
-    store_info_t si;
-    if (!c->gens || !commit_view_seals(c))
+    uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
+    /* Drops only after a seal: the replay is not the time to keep the rule otherwise. */
+    window_maintain_t m = {.now_ms = clk_wall_ms(),
+                           .every_ms = INT64_MAX,
+                           .seal_at = 2 * young,
+                           .caller_keeps_view = true}; /* the replay recounts */
+    window_maintained_t done;
+    if (!c->engine)
         return STORE_OK;
-    int rc = store_get_info(c->store, &si);
-    if (rc != STORE_OK || si.keys < 2 * young)
-        return rc;
-    rc = seal_young(c->store, c->gens, 0, &sealed);
-    if (rc == STORE_BUSY)
-        return STORE_OK; /* a checkpoint cut short, not yet whole again: a later chunk seals */
-    *sealed_some = rc == STORE_OK && sealed > 0;
-    genset_policy_t p = commit_view_gen_policy(c);
-    seal_result_t sr;
-    if (rc == STORE_OK)
-        rc = seal_maintain(c->gens, &p, clk_wall_ms(), 0, &sr);
+    int rc = window_engine_maintain(c->engine, &m, &done);
+    *sealed_some = rc == STORE_OK && done.sealed > 0;
     return rc;
 }
 
@@ -387,7 +383,7 @@ static void recover_rebuild_leftovers(commit_t *c)
                       (long long)n, c->data_dir, DATADIR_REBUILD_PREFIX, n == 1 ? "y" : "ies");
 }
 
-/* Says what opening the generations repaired, and counts it (commit.h). */
+/* Says what opening the generations repaired (the engine counts it: window_counts_t). */
 static void recover_report_gens(commit_t *c, const window_engine_opened_t *o)
 {
     const seal_recovery_t *sr = &o->recovery;
@@ -406,11 +402,6 @@ static void recover_report_gens(commit_t *c, const window_engine_opened_t *o)
     else if (sr->finished)
         commit_notify(c, 2, "finished a seal a crash cut short (generations end at %llu)",
                       (unsigned long long)sr->end_seq);
-    pthread_mutex_lock(&c->mu);
-    c->stats.seals_finished += sr->finished;
-    c->stats.seals_rebased += sr->finished && sr->rebased;
-    c->stats.generation_files_cleaned += cleaned;
-    pthread_mutex_unlock(&c->mu);
 }
 
 /*
@@ -427,6 +418,7 @@ static int recover_open_engine(commit_t *c, const char *storedir, char *errbuf, 
         .max_keys = c->opts.max_keys, /* --max-keys is per source */
         .young_keys = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS,
         .sources = c->sources,
+        .counts = &c->window_counts, /* outlive this engine */
     };
     window_engine_opened_t opened;
     window_engine_t *e = NULL;

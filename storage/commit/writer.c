@@ -107,8 +107,6 @@ static void writer_count(commit_t *c, int status, const batch_out_t *bo, size_t 
         if (nevents > c->stats.max_batch_events)
             c->stats.max_batch_events = nevents;
         histogram_observe(c->opts.batch_events, (double)nevents);
-        c->stats.evicted_age += bo->evicted_age;
-        c->stats.evicted_size += bo->evicted_size;
         if (bo->synced) {
             c->stats.fsyncs++;
             c->stats.fsync_ms_last = bo->fsync_ms;
@@ -131,6 +129,8 @@ static void writer_process(commit_t *c, commit_req_t *batch, size_t nevents, siz
         int ar = c->mode->apply(c, batch, nevents, &bo, &store_rc);
         if (ar == APPLY_OK) {
             status = COMMIT_OK;
+            c->view_evicted_age += bo.evicted_age; /* in the stats refreshed below */
+            c->view_evicted_size += bo.evicted_size;
         } else {
             commit_notify(c, 0, "group commit of %zu events failed: %s; re-establishing storage",
                           nevents,
@@ -144,7 +144,7 @@ static void writer_process(commit_t *c, commit_req_t *batch, size_t nevents, siz
         c->mode->acked(c);
     pthread_mutex_lock(&c->mu);
     writer_count(c, status, &bo, nevents, nreqs);
-    int64_t oldest_ms = c->stats.oldest_received_ms;
+    int64_t oldest_ms = c->stats.window.oldest_received_ms;
     pthread_mutex_unlock(&c->mu);
     if (status == COMMIT_OK && bo.evicted_size > 0)
         writer_warn_short_window(c, bo.evicted_size, oldest_ms);

@@ -119,10 +119,10 @@ static int rebuild_replay(const char *data_dir, const char *side, const winsetti
     commit_stats_t s;
     commit_get_stats(c, &s);
     commit_close(c);
-    *keys = s.keys;
+    *keys = s.window.keys;
     tools_say(report, arg, 0,
               "store: rebuilt from %" PRIu64 " log records; %" PRIu64 " keys in the window",
-              s.replayed_at_open, s.keys);
+              s.replayed_at_open, s.window.keys);
     return 0;
 }
 

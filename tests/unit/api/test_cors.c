@@ -285,11 +285,7 @@ static int setup_with(void **state, const char *origins)
     commit_options_t co = {.data_dir = f->dir, .window_ms = 86400000};
     if (commit_open(&co, &f->commit, err, sizeof(err)) != COMMIT_OK)
         fail_msg("commit_open: %s", err);
-    api_options_t ao = {.keys = KEYS,
-                        .nkeys = 1,
-                        .commit = f->commit,
-                        .window_ms = 86400000,
-                        .cors_origin = origins};
+    api_options_t ao = {.keys = KEYS, .nkeys = 1, .commit = f->commit, .cors_origin = origins};
     assert_int_equal(api_new(&ao, &f->api), 0);
     *state = f;
     return 0;

@@ -103,13 +103,8 @@ static void open_all(struct fixture *f, const char *token)
     char err[256] = "";
     if (commit_open(&f->co, &f->commit, err, sizeof(err)) != COMMIT_OK)
         fail_msg("commit_open: %s", err);
-    api_options_t ao = {.keys = KEYS,
-                        .nkeys = 1,
-                        .commit = f->commit,
-                        .window_ms = 86400000,
-                        .max_keys = 0,
-                        .admin_token = token,
-                        .data_dir = f->dir};
+    api_options_t ao = {
+        .keys = KEYS, .nkeys = 1, .commit = f->commit, .admin_token = token, .data_dir = f->dir};
     assert_int_equal(api_new(&ao, &f->api), 0);
 }
 

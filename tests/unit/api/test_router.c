@@ -187,11 +187,10 @@ static int setup(void **state)
     char err[256] = "";
     assert_non_null(f);
     assert_int_equal(tu_tempdir(f->dir, sizeof(f->dir), "api"), 0);
-    commit_options_t co = {.data_dir = f->dir, .window_ms = 86400000, .max_keys = 0};
+    commit_options_t co = {.data_dir = f->dir, .window_ms = 86400000, .max_keys = 1000000};
     if (commit_open(&co, &f->commit, err, sizeof(err)) != COMMIT_OK)
         fail_msg("commit_open: %s", err);
-    api_options_t ao = {
-        .keys = KEYS, .nkeys = 2, .commit = f->commit, .window_ms = 86400000, .max_keys = 1000000};
+    api_options_t ao = {.keys = KEYS, .nkeys = 2, .commit = f->commit};
     assert_int_equal(api_new(&ao, &f->api), 0);
     *state = f;
     return 0;

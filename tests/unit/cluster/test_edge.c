@@ -171,12 +171,8 @@ static api_t *edge_api(struct sink_rec *rec, const char *admin_token)
                        .unhealthy = rec_unhealthy,
                        .role = "edge",
                        .ctx = rec};
-    api_options_t o = {.keys = KEYS,
-                       .nkeys = 1,
-                       .commit = NULL,
-                       .sink = &sink,
-                       .window_ms = 86400000,
-                       .admin_token = admin_token};
+    api_options_t o = {
+        .keys = KEYS, .nkeys = 1, .commit = NULL, .sink = &sink, .admin_token = admin_token};
     api_t *api = NULL;
     assert_int_equal(api_new(&o, &api), 0);
     return api;

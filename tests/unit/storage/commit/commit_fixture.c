@@ -227,9 +227,9 @@ void cf_submit_one_accepted(commit_t *c, unsigned id, int64_t received_ms, uint6
 
 /* ---- reading back ---- */
 
-commit_source_t cf_source_stats(commit_t *c, const char *source)
+window_source_t cf_source_stats(commit_t *c, const char *source)
 {
-    commit_source_t out[8];
+    window_source_t out[8];
     uint32_t tag = keyhash_source_tag(commit_secret(c), source, strlen(source));
     size_t n = commit_sources(c, out, 8);
     for (size_t i = 0; i < n && i < 8; i++)
@@ -371,7 +371,7 @@ void cf_budget_per_source(const fx_t *fx, commit_options_t *o, int64_t now)
     cf_submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);    /* the retry */
     cf_submit_from(c, "flood", 1100, 50, now, COMMIT_DUPLICATE);
     cf_submit_from(c, "flood", 1000, 10, now, COMMIT_ACCEPTED); /* its own oldest went */
-    commit_source_t calm = cf_source_stats(c, "calm"), flood = cf_source_stats(c, "flood");
+    window_source_t calm = cf_source_stats(c, "calm"), flood = cf_source_stats(c, "flood");
     assert_int_equal(calm.keys, 10);
     assert_int_equal(calm.evicted_size, 0);
     assert_int_equal(calm.forgot_ms, 0);
@@ -380,7 +380,7 @@ void cf_budget_per_source(const fx_t *fx, commit_options_t *o, int64_t now)
     assert_int_equal(flood.forgot_ms, now);
     commit_stats_t s;
     commit_get_stats(c, &s);
-    assert_int_equal(s.keys, 110);
+    assert_int_equal(s.window.keys, 110);
     assert_true(s.carried > 0);
     /* Both sources are within budget: the next one in flood's place ages out nothing else. */
     cf_submit_from(c, "calm", 10, 90, now, COMMIT_ACCEPTED);
@@ -421,7 +421,7 @@ void cf_evictions_cut_short(const fx_t *fx, commit_options_t *o)
     cf_inject_commit_failures(EIO, 1, 1);
     cf_await_stat(c, offsetof(commit_stats_t, recoveries), 1, &s);
     assert_int_equal(s.checkpoint_failures, 1);
-    assert_int_equal(s.keys, 5000);
+    assert_int_equal(s.window.keys, 5000);
     cf_submit_range(c, 5000, 5000, now, COMMIT_DUPLICATE);
     cf_submit_range(c, 4900, 100, now, COMMIT_ACCEPTED); /* evicted: new again */
 

@@ -94,7 +94,7 @@ void cf_submit_one_accepted(commit_t *c, unsigned id, int64_t received_ms, uint6
 /* ---- reading back ---- */
 
 /* The entry of `source` in commit_sources (it must be there). */
-commit_source_t cf_source_stats(commit_t *c, const char *source);
+window_source_t cf_source_stats(commit_t *c, const char *source);
 
 /*
  * Polls the writer's counters until `field` (an offsetof into commit_stats_t of a uint64_t)

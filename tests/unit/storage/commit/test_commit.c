@@ -136,7 +136,7 @@ static void test_concurrent_exactly_once(void **state)
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, accepted);
     assert_int_equal(s.duplicates, dups);
-    assert_int_equal(s.keys, distinct);
+    assert_int_equal(s.window.keys, distinct);
     assert_int_equal(s.batch_events, total);
     assert_true(s.batches >= 1);
     assert_true(s.batches <= (uint64_t)NTHREADS * NREQS);
@@ -148,7 +148,7 @@ static void test_concurrent_exactly_once(void **state)
     assert_true(s.log_segments >= 1);
     assert_int_equal(s.replayed_at_open, 0);
     assert_int_equal(s.truncated_at_open, 0);
-    assert_int_equal(s.evicted_age + s.evicted_size, 0);
+    assert_int_equal(s.window.evicted_age + s.window.evicted_size, 0);
     commit_close(c);
 
     /* The log holds exactly the accepted payloads, each at the offset it was given. */
@@ -173,7 +173,7 @@ static void test_concurrent_exactly_once(void **state)
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 0);
-    assert_int_equal(s.keys, distinct);
+    assert_int_equal(s.window.keys, distinct);
     assert_int_equal(s.log_next_offset, accepted);
     unsigned ids[ID_SPACE];
     size_t n = 0;
@@ -215,7 +215,7 @@ static void test_duplicate_within_request(void **state)
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 3);
     assert_int_equal(s.duplicates, 3);
-    assert_int_equal(s.keys, 3);
+    assert_int_equal(s.window.keys, 3);
     assert_int_equal(s.batches, 1);
     assert_int_equal(s.last_batch_events, 6);
     assert_int_equal(s.last_batch_requests, 1);
@@ -253,9 +253,9 @@ static void test_duplicates_across_generations(void **state)
     commit_close(c);
     c = cf_open(&o);
     commit_get_stats(c, &s);
-    assert_true(s.generations > 0);
-    assert_true(s.generation_keys > 0);
-    assert_int_equal(s.keys, 300);
+    assert_true(s.window.generations > 0);
+    assert_true(s.window.generation_keys > 0);
+    assert_int_equal(s.window.keys, 300);
     cf_submit_range(c, 500, 1, now, COMMIT_ACCEPTED); /* pending */
 
     /* Sealed (1, 2), new (1000, 1001), pending (500). */
@@ -270,7 +270,7 @@ static void test_duplicates_across_generations(void **state)
     assert_int_equal(r.ev[6].offset, r.ev[1].offset + 1);
     cf_req_free(&r);
     commit_get_stats(c, &s);
-    assert_int_equal(s.keys, 303);
+    assert_int_equal(s.window.keys, 303);
     assert_int_equal(s.accepted, 3);
     assert_int_equal(s.duplicates, 7);
 
@@ -335,15 +335,15 @@ static void test_budget_per_source_sealed(void **state)
     }
     commit_get_stats(c, &s);
     cf_submit_from(c, "flood", 2800, 200, now, COMMIT_ACCEPTED);
-    cf_await_stat(c, offsetof(commit_stats_t, seals), s.seals + 1, &s);
+    cf_await_stat(c, offsetof(commit_stats_t, window.seals), s.window.seals + 1, &s);
     commit_get_stats(c, &s);
-    assert_true(s.generations > 0);
+    assert_true(s.window.generations > 0);
     cf_submit_from(c, "calm", 0, 10, now, COMMIT_DUPLICATE);
     cf_submit_from(c, "flood", 2700, 300, now, COMMIT_DUPLICATE); /* its newest 300 */
-    commit_source_t flood = cf_source_stats(c, "flood");
+    window_source_t flood = cf_source_stats(c, "flood");
     assert_int_equal(flood.forgot_ms, now); /* the seal cut its older generations */
     cf_submit_from(c, "flood", 1000, 100, now, COMMIT_ACCEPTED); /* its oldest were cut */
-    commit_source_t calm = cf_source_stats(c, "calm");
+    window_source_t calm = cf_source_stats(c, "calm");
     flood = cf_source_stats(c, "flood");
     assert_int_equal(calm.keys, 10);
     assert_int_equal(calm.forgot_ms, 0);
@@ -457,8 +457,8 @@ static void test_window_by_age(void **state)
     assert_int_equal(r.ev[1].result, COMMIT_ACCEPTED);
     cf_req_free(&r);
     commit_get_stats(c, &s);
-    assert_int_equal(s.keys, 2);
-    assert_int_equal(s.oldest_received_ms, long_ago);
+    assert_int_equal(s.window.keys, 2);
+    assert_int_equal(s.window.oldest_received_ms, long_ago);
 
     /* The next commit ages both out first, so the same ids are new again. */
     cf_submit_wait(c, &r, ids, 1, long_ago);
@@ -466,10 +466,10 @@ static void test_window_by_age(void **state)
     assert_int_equal(r.ev[0].offset, 2);
     cf_req_free(&r);
     commit_get_stats(c, &s);
-    assert_int_equal(s.evicted_age, 2);
-    assert_int_equal(s.evicted_size, 0);
+    assert_int_equal(s.window.evicted_age, 2);
+    assert_int_equal(s.window.evicted_size, 0);
     assert_int_equal(s.accepted, 3);
-    assert_int_equal(s.keys, 1);
+    assert_int_equal(s.window.keys, 1);
     commit_close(c);
 
     /* The log holds both acceptances of id 7. */
@@ -494,9 +494,9 @@ static void test_window_kept(void **state)
     cf_submit_range(c, 0, 5, t, COMMIT_ACCEPTED);
     cf_submit_range(c, 0, 5, t, COMMIT_DUPLICATE);
     commit_get_stats(c, &s);
-    assert_int_equal(s.evicted_age, 0);
-    assert_int_equal(s.keys, 5);
-    assert_int_equal(s.oldest_received_ms, t);
+    assert_int_equal(s.window.evicted_age, 0);
+    assert_int_equal(s.window.keys, 5);
+    assert_int_equal(s.window.oldest_received_ms, t);
     commit_close(c);
 }
 
@@ -514,16 +514,16 @@ static void test_window_by_size(void **state)
         cf_submit_range(c, i * 10, 10, now, COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
     assert_int_equal(s.accepted, 100);
-    assert_true(s.keys <= 10);
-    assert_int_equal(s.keys, 10);
-    assert_int_equal(s.evicted_size, 90);
-    assert_int_equal(s.evicted_age, 0);
+    assert_true(s.window.keys <= 10);
+    assert_int_equal(s.window.keys, 10);
+    assert_int_equal(s.window.evicted_size, 90);
+    assert_int_equal(s.window.evicted_age, 0);
     /* Oldest first: the newest ten are kept, the first one is new again. */
     cf_submit_range(c, 90, 10, now, COMMIT_DUPLICATE);
     cf_submit_range(c, 0, 1, now, COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
-    assert_int_equal(s.keys, 10);
-    assert_int_equal(s.evicted_size, 91);
+    assert_int_equal(s.window.keys, 10);
+    assert_int_equal(s.window.evicted_size, 91);
     /* 90 was the oldest retained key and went for 0. */
     cf_submit_range(c, 91, 9, now, COMMIT_DUPLICATE);
     cf_submit_range(c, 90, 1, now, COMMIT_ACCEPTED);
@@ -552,7 +552,7 @@ static void test_replay_lagging_store(void **state)
     c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 7);
-    assert_int_equal(s.keys, 12);
+    assert_int_equal(s.window.keys, 12);
     assert_int_equal(s.log_next_offset, 12);
     assert_int_equal(s.truncated_at_open, 0);
     cf_submit_range(c, 100, 3, now, COMMIT_DUPLICATE);
@@ -566,7 +566,7 @@ static void test_replay_lagging_store(void **state)
     c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 0);
-    assert_int_equal(s.keys, 13);
+    assert_int_equal(s.window.keys, 13);
     commit_close(c);
 
     cf_expect_log_records(fx, 13);
@@ -589,7 +589,7 @@ static void test_rebuild_missing_store(void **state)
     assert_memory_equal(commit_secret(c), secret, sizeof(secret));
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, 6);
-    assert_int_equal(s.keys, 6);
+    assert_int_equal(s.window.keys, 6);
     cf_submit_range(c, 0, 6, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
@@ -724,7 +724,7 @@ static void test_map_grows(void **state)
     /* The checkpoint fills the map; storage is re-opened with a doubled one. */
     cf_await_stat(c, offsetof(commit_stats_t, recoveries), 1, &s);
     assert_int_equal(s.accepted, 16000);
-    assert_int_equal(s.keys, 16000);
+    assert_int_equal(s.window.keys, 16000);
     assert_int_equal(s.failures, 0);
     assert_true(s.map_grows > 0);
     assert_true(s.store_map_size > o.map_size);
@@ -763,7 +763,7 @@ static void test_map_grows_ahead(void **state)
     assert_true(s.store_map_size > o.map_size);
     assert_int_equal(s.recoveries, 0);
     assert_int_equal(s.checkpoint_failures, 0);
-    assert_int_equal(s.keys, round * 1000);
+    assert_int_equal(s.window.keys, round * 1000);
     commit_close(c);
     cf_expect_log_records(fx, round * 1000);
 }
@@ -853,7 +853,7 @@ static void test_checkpoint_evictions_cut_short(void **state)
     cf_evictions_cut_short(fx, &o);
     commit_t *c = cf_open(&o);
     commit_get_stats(c, &s);
-    assert_int_equal(s.keys, 5000);
+    assert_int_equal(s.window.keys, 5000);
     cf_submit_range(c, 10000, 5000, now, COMMIT_DUPLICATE);
     cf_submit_range(c, 9900, 100, now, COMMIT_ACCEPTED);
     commit_close(c);
@@ -946,7 +946,7 @@ static void test_replay_grows_map(void **state)
     c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_int_equal(s.replayed_at_open, n);
-    assert_int_equal(s.keys, n);
+    assert_int_equal(s.window.keys, n);
     assert_true(s.map_grows > 0);
     assert_int_equal(s.log_next_offset, n);
     cf_submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
@@ -1251,7 +1251,7 @@ static void test_lazy_clean_close(void **state)
     c = cf_open(&o);
     commit_get_stats(c, &s);
     assert_false(s.rebuilt_at_open);
-    assert_int_equal(s.keys, 50);
+    assert_int_equal(s.window.keys, 50);
     cf_submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
     commit_close(c);
 }
@@ -1287,7 +1287,7 @@ static void test_lazy_machine_crash_rebuilds(void **state)
     commit_get_stats(c, &s);
     assert_true(s.rebuilt_at_open);
     assert_int_equal(s.replayed_at_open, 50);
-    assert_int_equal(s.keys, 50);
+    assert_int_equal(s.window.keys, 50);
     assert_true(marker_exists(fx)); /* lazy again from here on */
     cf_submit_range(c, 0, 50, tu_now_ms(), COMMIT_DUPLICATE);
     cf_submit_range(c, 50, 5, tu_now_ms(), COMMIT_ACCEPTED);
@@ -1534,7 +1534,7 @@ static void test_duplicate_first_copy(void **state)
     /* The young store: close checkpoints every key into LMDB; nothing is pending after open. */
     c = cf_open(&o);
     commit_get_stats(c, &s);
-    assert_int_equal(s.generations, 0);
+    assert_int_equal(s.window.generations, 0);
     assert_int_equal(s.replayed_at_open, 0);
     submit_one_duplicate(c, 7, t0 + 500 * 1000, 7, t0 + 7000);
     submit_one_duplicate(c, 42, t0 + 31 * 1000, 10, t0 + 30 * 1000);
@@ -1549,8 +1549,8 @@ static void test_duplicate_first_copy(void **state)
     commit_close(c);
     c = cf_open(&o);
     commit_get_stats(c, &s);
-    assert_true(s.seals + s.generations > 0);
-    assert_int_equal(s.generation_keys, 12);
+    assert_true(s.window.seals + s.window.generations > 0);
+    assert_int_equal(s.window.generation_keys, 12);
     for (unsigned i = 0; i < 10; i++)
         submit_one_duplicate(c, i, t0 + 100 * 1000, i, t0 + i * 1000);
     /* One request mixing them: the generations' answers reach their own events. */
@@ -1639,13 +1639,13 @@ static void test_window_floor(void **state)
 
     cf_submit_range(c, 0, 10, tu_now_ms(), COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
-    assert_false(s.window_below_floor); /* young, but nothing was forgotten */
-    assert_int_equal(s.evicted_size, 0);
+    assert_false(s.window.below_floor); /* young, but nothing was forgotten */
+    assert_int_equal(s.window.evicted_size, 0);
     for (unsigned i = 1; i < 4; i++)
         cf_submit_range(c, i * 10, 10, tu_now_ms(), COMMIT_ACCEPTED);
     commit_get_stats(c, &s);
-    assert_int_equal(s.evicted_size, 30);
-    assert_true(s.window_below_floor);
+    assert_int_equal(s.window.evicted_size, 30);
+    assert_true(s.window.below_floor);
     assert_int_equal(notices_get(&n, false), 1);
     assert_int_equal(notices_get(&n, true), 0);
 
@@ -1656,7 +1656,7 @@ static void test_window_floor(void **state)
         assert_true(tu_monotonic_ms() < deadline);
         struct timespec ts = {0, 10 * 1000000};
         nanosleep(&ts, NULL); /* polling a condition, not a stand-in for one */
-    } while (s.window_below_floor);
+    } while (s.window.below_floor);
     assert_int_equal(notices_get(&n, true), 1);
     assert_int_equal(notices_get(&n, false), 1);
     commit_close(c);
@@ -1736,7 +1736,7 @@ static void test_lookup(void **state)
 
     /* Past young_keys the checkpointer seals: the oldest keys live in a generation file. */
     cf_submit_range(c, 10, 190, t1, COMMIT_ACCEPTED);
-    cf_await_stat(c, offsetof(commit_stats_t, seals), 1, &s);
+    cf_await_stat(c, offsetof(commit_stats_t, window.seals), 1, &s);
     expect_found(c, 0, 0, t0);
     expect_found(c, 150, 150, t1);
     assert_int_equal(offline_offset(fx, 0), 0);
