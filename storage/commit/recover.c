@@ -41,14 +41,15 @@
 
 /*
  * Replays records into LMDB up to `end`, REPLAY_CHUNK per transaction, from
- * where `r` stands. Eviction runs as the records go by, on their own
- * receivedAt, so a key that aged out and was accepted again is remembered
- * from its latest record (store_upsert), as it was while serving.
+ * where `r` stands, through the window engine (its young store, its
+ * per-source counts and its eviction counts, as a worker's batch). Eviction
+ * runs as the records go by, on their own receivedAt, so a key that aged out
+ * and was accepted again is remembered from its latest record (store_upsert),
+ * as it was while serving.
  */
 static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint64_t *pos, int *lrc)
 {
     window_policy_t wp = {.window_ms = c->opts.window_ms, .max_keys = c->opts.max_keys};
-    uint64_t age = 0, size = 0;
     int rc = store_txn_begin(c->store);
     *lrc = LOG_OK;
     if (rc != STORE_OK)
@@ -57,24 +58,23 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
         log_record_t rec;
         *lrc = log_reader_next(r, end, &rec);
         if (*lrc != LOG_OK) {
-            store_txn_abort(c->store);
+            window_engine_abort(c->engine);
             return STORE_ERROR;
         }
         commit_files_retag(c, &rec); /* a key from before tags: as a new event's would be */
         bool replaced = false;       /* the key's older entry made way: the source's count stays */
         rc = store_upsert(c->store, rec.key, rec.received_ms, rec.offset, &replaced);
-        if (rc == STORE_OK && !replaced && srcmap_add(c->sources, rec.key) != 0)
-            rc = STORE_NOMEM;
+        if (rc == STORE_OK && !replaced)
+            rc = window_engine_added(c->engine, rec.key);
         if (rc == STORE_OK)
-            rc = store_evict_sources(c->store, window_replay_record(&wp, rec.received_ms),
-                                     c->sources, &age, &size);
+            rc = window_engine_evict(c->engine, window_replay_record(&wp, rec.received_ms));
         (*pos)++;
     }
     if (rc == STORE_OK)
         rc = store_set_applied(c->store, *pos);
     if (rc == STORE_OK)
-        return store_txn_commit(c->store);
-    store_txn_abort(c->store);
+        return window_engine_commit(c->engine);
+    window_engine_abort(c->engine);
     return rc;
 }
 
@@ -83,20 +83,13 @@ static int recover_replay_chunk(commit_t *c, log_reader_t *r, uint64_t end, uint
  * without checkpoints), seals the young store whenever it holds twice its
  * share, so it never grows with the window; then the window's rule.
  */
-static int recover_seal(commit_t *c, bool *sealed_some)
+static int recover_seal(commit_t *c)
 {
     uint64_t young = c->opts.young_keys ? c->opts.young_keys : COMMIT_YOUNG_KEYS;
-    /* Drops only after a seal: the replay is not the time to keep the rule otherwise. */
-    window_maintain_t m = {.now_ms = clk_wall_ms(),
-                           .every_ms = INT64_MAX,
-                           .seal_at = 2 * young,
-                           .caller_keeps_view = true}; /* the replay recounts */
-    window_maintained_t done;
-    if (!c->engine)
-        return STORE_OK;
-    int rc = window_engine_maintain(c->engine, &m, &done);
-    *sealed_some = rc == STORE_OK && done.sealed > 0;
-    return rc;
+    /* Drops only after a seal: the replay is not the time to keep the rule otherwise. The
+     * writer has no view yet, so the engine recounts the sources and takes its view itself. */
+    window_maintain_t m = {.now_ms = clk_wall_ms(), .every_ms = INT64_MAX, .seal_at = 2 * young};
+    return c->engine ? window_engine_maintain(c->engine, &m, NULL) : STORE_OK;
 }
 
 /*
@@ -228,7 +221,7 @@ static int recover_replay(commit_t *c, const char *logdir, uint64_t *replayed, u
             continue;
         }
         if (rc == STORE_OK)
-            rc = recover_seal(c, &recount);
+            rc = recover_seal(c);
         if (rc != STORE_OK)
             break;
         *replayed += pos - start;
@@ -430,9 +423,9 @@ static int recover_open_engine(commit_t *c, const char *storedir, char *errbuf, 
         c->store = NULL; /* the engine closed it */
         if (opened.gen_rc != GEN_OK)
             errbuf_printf(errbuf, errlen,
-                          "opening the sealed generations in %s/gens: %s (run `ingestd "
+                          "opening the sealed generations in %s/%s: %s (run `ingestd "
                           "rebuild`)",
-                          storedir, gen_strerror(opened.gen_rc));
+                          storedir, datadir_name(DATADIR_GENS), gen_strerror(opened.gen_rc));
         else
             errbuf_printf(errbuf, errlen,
                           "finishing a seal: %s; the store and its generations are kept as "

@@ -594,6 +594,35 @@ static void test_rebuild_missing_store(void **state)
     commit_close(c);
 }
 
+/*
+ * The replay evicts as serving did (by size here), and the window's totals count what it
+ * evicted as the per-source counts do: both come from the window engine, which the replay
+ * writes through (they disagreed when the replay wrote the store itself).
+ */
+static void test_replay_evictions_counted(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o = cf_default_opts(fx);
+    o.max_keys = 5;
+    commit_t *c = cf_open(&o);
+    commit_stats_t s;
+
+    cf_submit_range(c, 0, 12, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_close(c);
+    cf_remove_store(fx);
+    c = cf_open(&o);
+    commit_get_stats(c, &s);
+    assert_int_equal(s.replayed_at_open, 12);
+    assert_int_equal(s.window.keys, 5);
+    window_source_t src = cf_source_stats(c, CF_SOURCE);
+    assert_int_equal(src.keys, 5);
+    assert_int_equal(src.evicted_size, 7);
+    assert_int_equal(s.window.evicted_size, src.evicted_size);
+    assert_int_equal(s.window.evicted_age, 0);
+    cf_submit_range(c, 7, 5, tu_now_ms(), COMMIT_DUPLICATE);
+    commit_close(c);
+}
+
 /* The file at path holds exactly the n bytes of want. */
 static void expect_file_bytes(const char *path, const void *want, size_t n)
 {
@@ -1834,6 +1863,7 @@ int main(void)
         T(test_window_by_size),
         T(test_replay_lagging_store),
         T(test_rebuild_missing_store),
+        T(test_replay_evictions_counted),
         T(test_secret_file),
         T(test_torn_tail_at_open),
         T(test_map_grows),
