@@ -319,7 +319,8 @@ int backup_run(const backup_options_t *o)
     if (backup_make_dirs(to_dir, dst_store, dst_log, report, arg) != 0)
         return TOOLS_ERROR;
     if (secret_read(data_dir, secret) != 1) {
-        tools_say(report, arg, 1, "%s/secret is missing or unreadable", data_dir);
+        tools_say(report, arg, 1, "%s/%s is missing or unreadable", data_dir,
+                  datadir_name(DATADIR_SECRET));
         return TOOLS_ERROR;
     }
     /*

@@ -425,10 +425,11 @@ int check_run(const check_options_t *o, check_result_t *out)
         tools_say(
             report, arg, 0,
             "store: the secret is not recorded yet (its commit was lost); the next start records "
-            "%s/secret's",
-            data_dir);
+            "%s/%s's",
+            data_dir, datadir_name(DATADIR_SECRET));
     else if (!store_has_secret) {
-        problem(&ck, "store: cannot read the secret, in the store or in %s/secret", data_dir);
+        problem(&ck, "store: cannot read the secret, in the store or in %s/%s", data_dir,
+                datadir_name(DATADIR_SECRET));
         goto done;
     }
     if (retag_read_from(data_dir, &ck.tagged_from) < 0) {
@@ -496,12 +497,13 @@ int check_run(const check_options_t *o, check_result_t *out)
               " used)",
               si.keys, si.applied, si.map_size, si.used_bytes);
     if (secret_read(data_dir, fsecret) != 1)
-        problem(&ck, "secret: %s/secret is missing or not %d bytes", data_dir, KEYHASH_SECRET_LEN);
+        problem(&ck, "secret: %s/%s is missing or not %d bytes", data_dir,
+                datadir_name(DATADIR_SECRET), KEYHASH_SECRET_LEN);
     else if (store_has_secret && memcmp(fsecret, ssecret, sizeof(fsecret)) != 0)
         problem(&ck,
-                "secret: %s/secret differs from the store's: they belong to different data "
+                "secret: %s/%s differs from the store's: they belong to different data "
                 "dirs",
-                data_dir);
+                data_dir, datadir_name(DATADIR_SECRET));
 done:
     rc = res.problems ? TOOLS_PROBLEMS : TOOLS_OK;
 out:

@@ -38,11 +38,10 @@ static int find_secret(const char *data_dir, const char *old_store, uint8_t secr
         return 0;
     }
     store_close(st);
-    tools_say(
-        report, arg, 1,
-        "secret: %s/secret is missing and no readable store holds it: keys of the log could not "
-        "be matched by new events; restore the secret file first",
-        data_dir);
+    tools_say(report, arg, 1,
+              "secret: %s/%s is missing and no readable store holds it: keys of the log could not "
+              "be matched by new events; restore the secret file first",
+              data_dir, datadir_name(DATADIR_SECRET));
     return -1;
 }
 
@@ -435,10 +434,10 @@ static int rebuild_swap(const char *data_dir, const char *side, tools_report_fn 
     if (exchanged) {
         tools_say(
             report, arg, 1,
-            "%s/store is the rebuilt store, but syncing %s failed: %s. The old store is kept in "
+            "%s/%s is the rebuilt store, but syncing %s failed: %s. The old store is kept in "
             "%s: a power loss could still bring it back as the store. Remove it once `ingestd "
             "check` passes after the next start",
-            data_dir, data_dir, strerror(err), side);
+            data_dir, datadir_name(DATADIR_STORE), data_dir, strerror(err), side);
         return -2;
     }
     if (err == EINVAL || err == ENOSYS)
@@ -451,8 +450,8 @@ static int rebuild_swap(const char *data_dir, const char *side, tools_report_fn 
             "move it back",
             data_dir, strerror(err));
     else
-        tools_say(report, arg, 1, "swapping %s with %s/store: %s; nothing was changed", side,
-                  data_dir, strerror(err));
+        tools_say(report, arg, 1, "swapping %s with %s/%s: %s; nothing was changed", side, data_dir,
+                  datadir_name(DATADIR_STORE), strerror(err));
     return -1;
 }
 
