@@ -10,23 +10,9 @@
 
 #include "storage/commit/commit_fixture.h"
 #include "storage/tools/check.h"
+#include "storage/tools/report_lines.h"
 
 typedef tu_fixture_t fx_t;
-
-/* check_run's report: its lines, one after another, problems marked. */
-typedef struct {
-    char text[8192];
-    size_t len;
-} lines_t;
-
-static void collect_line(void *arg, int problem, const char *line)
-{
-    lines_t *l = arg;
-    int n = snprintf(l->text + l->len, sizeof(l->text) - l->len, "%s%s\n",
-                     problem ? "PROBLEM " : "", line);
-    if (n > 0 && (size_t)n < sizeof(l->text) - l->len)
-        l->len += (size_t)n;
-}
 
 /*
  * A checkpoint's evictions cut short at close (cf_evictions_cut_short): `check` calls that an
@@ -47,8 +33,7 @@ static void test_check_evictions_in_progress(void **state)
     assert_non_null(strstr(lines.text, "evictions still being written"));
 
     commit_close(cf_open(&o));
-    lines.len = 0;
-    lines.text[0] = '\0';
+    lines_clear(&lines);
     assert_int_equal(check_run(&co, &res), TOOLS_OK);
     assert_null(strstr(lines.text, "evictions still being written"));
     assert_int_equal(res.keys, 5000);

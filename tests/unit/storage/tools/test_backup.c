@@ -1,0 +1,453 @@
+/* test_backup.c: backup_run (`ingestd backup`) on data dirs the group commit wrote, closed and
+ * open. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "storage/commit/commit_fixture.h"
+#include "storage/log/log.h"
+#include "storage/secret.h"
+#include "storage/tools/backup.h"
+#include "storage/tools/check.h"
+#include "storage/tools/report_lines.h"
+#include "storage/window/genset.h"
+
+typedef tu_fixture_t fx_t;
+
+/* The backup's target in the fixture's base dir, as a fixture of its own (cf_read_log). */
+static fx_t target_of(const fx_t *fx)
+{
+    fx_t t = *fx;
+    snprintf(t.dir, sizeof(t.dir), "%s/backup", fx->base);
+    return t;
+}
+
+/* backup_run from fx->dir to `to`, its report into *lines. */
+static int run_backup(const fx_t *fx, const char *to, lines_t *lines)
+{
+    backup_options_t bo = {.data_dir = fx->dir, .to_dir = to, .report = collect_line, .arg = lines};
+    lines_clear(lines);
+    return backup_run(&bo);
+}
+
+/* The report has a line with `what` in it, and marks that line a problem. */
+static void expect_problem(const lines_t *l, const char *what)
+{
+    const char *at = strstr(l->text, what), *line = at;
+    assert_non_null(at);
+    while (line > l->text && line[-1] != '\n')
+        line--;
+    assert_int_equal(strncmp(line, "PROBLEM ", 8), 0);
+}
+
+/* check_run on dir must find no problem; its result into *res. */
+static void expect_check_passes(const char *dir, check_result_t *res)
+{
+    lines_t lines = {.len = 0};
+    check_options_t co = {.data_dir = dir, .report = collect_line, .arg = &lines};
+    int rc = check_run(&co, res);
+    if (rc != TOOLS_OK)
+        print_error("check %s:\n%s", dir, lines.text);
+    assert_int_equal(rc, TOOLS_OK);
+    assert_int_equal(res->problems, 0);
+}
+
+/* The first `n` records of b's log are a's first n, payload and key; a holds at least n. */
+static void expect_log_prefix(const fx_t *a, const fx_t *b, uint64_t n)
+{
+    char **va = NULL, **vb = NULL;
+    uint8_t(*ka)[16] = NULL, (*kb)[16] = NULL;
+    uint64_t na = cf_read_log(a, &va, &ka), nb = cf_read_log(b, &vb, &kb);
+    assert_int_equal(nb, n);
+    assert_true(na >= n);
+    for (uint64_t i = 0; i < n; i++) {
+        assert_string_equal(va[i], vb[i]);
+        assert_memory_equal(ka[i], kb[i], 16);
+    }
+    cf_free_log(va, na);
+    cf_free_log(vb, nb);
+    free(ka);
+    free(kb);
+}
+
+static void expect_same_secret(const char *a, const char *b)
+{
+    uint8_t sa[KEYHASH_SECRET_LEN], sb[KEYHASH_SECRET_LEN];
+    assert_int_equal(secret_read(a, sa), 1);
+    assert_int_equal(secret_read(b, sb), 1);
+    assert_memory_equal(sa, sb, KEYHASH_SECRET_LEN);
+}
+
+/* The segments of DIR/log whose base is at most `offset` (all of them: UINT64_MAX). */
+static uint64_t count_segments(const char *dir, uint64_t offset)
+{
+    char path[512];
+    log_info_t li;
+    uint64_t *bases = NULL, n = 0;
+    snprintf(path, sizeof(path), "%s/log", dir);
+    assert_int_equal(log_describe(path, &li, &bases), LOG_OK);
+    while (n < li.segments && bases[n] <= offset)
+        n++;
+    free(bases);
+    return n;
+}
+
+/* The sealed generation files in DIR/store/gens. */
+static size_t count_gens(const char *dir)
+{
+    char path[512];
+    genset_t *gs = NULL;
+    snprintf(path, sizeof(path), "%s/store/gens", dir);
+    assert_int_equal(genset_open_read_only(path, &gs), GEN_OK);
+    genset_view_t *v = genset_view(gs);
+    size_t n = genset_view_count(v);
+    genset_view_release(v);
+    genset_close(gs);
+    return n;
+}
+
+/* The entries of dir but . and ..; -1 when it cannot be opened (errno set). */
+static int count_entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* Submits ids first..first+n-1 in requests of `batch` (each a group commit of its own at most),
+ * each id expected to get `want`. */
+static void submit_batches(commit_t *c, unsigned first, unsigned n, unsigned batch, int64_t now,
+                           int want)
+{
+    for (unsigned i = 0; i < n; i += batch)
+        cf_submit_range(c, first + i, n - i < batch ? n - i : batch, now, want);
+}
+
+/* A closed data dir holding ids 0..n-1 (one request). */
+static void small_data_dir(const fx_t *fx, unsigned n)
+{
+    commit_options_t o = cf_default_opts(fx);
+    commit_t *c = cf_open(&o);
+    if (n > 0)
+        cf_submit_range(c, 0, n, tu_now_ms(), COMMIT_ACCEPTED);
+    commit_close(c);
+}
+
+/*
+ * A server on the backup `dir` (options o but the data dir) whose log holds ids 0..n-1 at their
+ * own offsets: it knows each of them (duplicates) and none of n..upto-1 (at least n, accepted,
+ * the first at offset n).
+ */
+static void expect_serves(commit_options_t o, const char *dir, unsigned n, unsigned upto,
+                          int64_t now)
+{
+    o.data_dir = dir;
+    commit_t *c = cf_open(&o);
+    submit_batches(c, 0, n, 100, now, COMMIT_DUPLICATE);
+    cf_submit_one_accepted(c, n, now, n);
+    if (upto > n + 1)
+        cf_submit_range(c, n + 1, upto - n - 1, now, COMMIT_ACCEPTED);
+    commit_close(c);
+}
+
+/* A closed data dir whose window sealed: 300 events in requests of 20, young_keys 64. */
+static commit_options_t sealed_data_dir(const fx_t *fx, int64_t now)
+{
+    commit_options_t o = cf_default_opts(fx);
+    o.young_keys = 64;
+    commit_t *c = cf_open(&o);
+    commit_stats_t s;
+    submit_batches(c, 0, 300, 20, now, COMMIT_ACCEPTED);
+    cf_await_stat(c, offsetof(commit_stats_t, window.seals), 1, &s);
+    commit_close(c);
+    return o;
+}
+
+/*
+ * A backup of a data dir with sealed generations is a data dir `check` passes, with the same
+ * log records, secret and keys; a server on it knows every id the source knew (duplicates) and
+ * takes new ones at the log's end.
+ */
+static void test_backup_sealed(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    check_result_t src, dst;
+    int64_t now = tu_now_ms();
+    commit_options_t o = sealed_data_dir(fx, now);
+
+    assert_true(count_gens(fx->dir) > 0);
+    expect_check_passes(fx->dir, &src);
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_OK);
+    assert_null(strstr(lines.text, "PROBLEM"));
+    assert_non_null(strstr(lines.text, "generations: "));
+
+    expect_check_passes(to.dir, &dst);
+    assert_int_equal(dst.records, 300);
+    assert_int_equal(dst.next_offset, src.next_offset);
+    assert_int_equal(dst.applied, src.applied);
+    assert_int_equal(dst.keys, src.keys);
+    assert_int_equal(count_gens(to.dir), count_gens(fx->dir));
+    expect_log_prefix(fx, &to, 300);
+    expect_same_secret(fx->dir, to.dir);
+
+    expect_serves(o, to.dir, 300, 301, now);
+}
+
+/*
+ * The log is cut at what was acknowledged: a store applied up to 100 (a checkpoint behind), an
+ * ACKED of 140 and 200 records in 4 KiB segments of 50 records (the last 60 written after that
+ * ACKED, as a server's next batches would be), so that the cut falls inside a segment. The
+ * backup holds exactly the first 140, and an ACKED of 140 for its readers; a server on it
+ * replays 100..139 (duplicates) and takes 140 at offset 140.
+ */
+static void test_backup_cuts_at_acked(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    uint64_t acked = 0;
+    int64_t now = tu_now_ms();
+    commit_options_t o = cf_default_opts(fx);
+    o.segment_bytes = 4096;
+    commit_t *c = cf_open(&o);
+    submit_batches(c, 0, 100, 10, now, COMMIT_ACCEPTED); /* a batch goes whole into a segment */
+    commit_close(c);
+    cf_copy_store(fx, true); /* applied: 100 */
+    c = cf_open(&o);
+    submit_batches(c, 100, 100, 10, now, COMMIT_ACCEPTED);
+    commit_close(c);
+    cf_copy_store(fx, false);
+    assert_int_equal(commit_write_acked_file(fx->dir, 140), 0);
+
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_OK);
+    expect_check_passes(to.dir, &res);
+    assert_int_equal(res.applied, 100);
+    assert_int_equal(res.next_offset, 140);
+    /* Several segments, the cut inside one that is not the last: none past it is copied. */
+    assert_true(count_segments(to.dir, UINT64_MAX) > 1);
+    assert_true(count_segments(fx->dir, UINT64_MAX) > count_segments(fx->dir, 140));
+    assert_int_equal(count_segments(to.dir, UINT64_MAX), count_segments(fx->dir, 140));
+    expect_log_prefix(fx, &to, 140);
+    assert_int_equal(commit_read_acked(to.dir, &acked), 0);
+    assert_int_equal(acked, 140);
+
+    expect_serves(o, to.dir, 140, 200, now);
+}
+
+/* An existing empty directory is a target too (backup.h: "must not exist or be empty"). */
+static void test_backup_into_empty_dir(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    small_data_dir(fx, 10);
+
+    assert_int_equal(mkdir(to.dir, 0755), 0);
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_OK);
+    expect_check_passes(to.dir, &res);
+    expect_log_prefix(fx, &to, 10);
+}
+
+/* A target that exists and is not empty is refused before anything is written to it. */
+static void test_backup_refuses_non_empty_target(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    char path[512], *text = NULL;
+    small_data_dir(fx, 0);
+
+    assert_int_equal(mkdir(to.dir, 0755), 0);
+    snprintf(path, sizeof(path), "%s/precious", to.dir);
+    assert_int_equal(tu_write_file(path, "keep", 4), 0);
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_ERROR);
+    expect_problem(&lines, "exists and is not empty");
+    assert_int_equal(count_entries(to.dir), 1);
+    assert_int_equal(tu_read_file(path, &text, NULL), 0);
+    assert_string_equal(text, "keep");
+    free(text);
+}
+
+/*
+ * A source without a secret, and a source that does not exist, are refused with the reason
+ * reported. No secret is written to the target (a target holding one would look like a data
+ * dir); what else was written stays (backup.h).
+ */
+static void test_backup_refuses_source_without_secret(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    char path[512];
+    small_data_dir(fx, 10);
+
+    snprintf(path, sizeof(path), "%s/secret", fx->dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_ERROR);
+    expect_problem(&lines, "secret is missing or unreadable");
+    snprintf(path, sizeof(path), "%s/secret", to.dir);
+    assert_int_equal(access(path, F_OK), -1);
+    assert_int_equal(errno, ENOENT);
+}
+
+static void test_backup_refuses_missing_source(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    char path[512];
+
+    assert_int_equal(access(fx->dir, F_OK), -1); /* commit_open never ran: no data dir */
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_ERROR);
+    expect_problem(&lines, "secret is missing or unreadable");
+    assert_int_equal(access(fx->dir, F_OK), -1); /* a backup creates nothing in its source */
+    snprintf(path, sizeof(path), "%s/secret", to.dir);
+    assert_int_equal(access(path, F_OK), -1);
+}
+
+/* A target whose parent does not exist cannot be created: refused, the reason reported. */
+static void test_backup_refuses_target_without_parent(void **state)
+{
+    fx_t *fx = *state;
+    lines_t lines = {.len = 0};
+    char to[512];
+    small_data_dir(fx, 0);
+
+    snprintf(to, sizeof(to), "%s/no/such/parent", fx->base);
+    assert_int_equal(run_backup(fx, to, &lines), TOOLS_ERROR);
+    expect_problem(&lines, "creating ");
+    assert_int_equal(access(to, F_OK), -1);
+}
+
+/* ---- while a commit is open ---- */
+
+/* A writer on another thread, as the server's connections: requests of BATCH ids from `next`. */
+#define BATCH      25
+#define WRITER_MAX 6000 /* ids; bounds the writer if the backup is quick */
+
+typedef struct {
+    commit_t *c;
+    atomic_uint next; /* ids below it were acknowledged */
+    atomic_bool stop;
+    atomic_int failed; /* a request or an event not accepted */
+} writer_t;
+
+static void *writer_thread(void *arg)
+{
+    writer_t *w = arg;
+    unsigned ids[BATCH];
+    int64_t now = tu_now_ms();
+    while (!atomic_load(&w->stop) && atomic_load(&w->next) < WRITER_MAX) {
+        unsigned first = atomic_load(&w->next);
+        tu_waiter_t wt;
+        cf_req_t r;
+        for (unsigned i = 0; i < BATCH; i++)
+            ids[i] = first + i;
+        tu_waiter_init(&wt);
+        cf_req_init(&r, commit_secret(w->c), ids, BATCH, now, &wt);
+        tu_waiter_add(&wt, 1);
+        if (commit_submit(w->c, &r.req) != COMMIT_OK) {
+            atomic_store(&w->failed, 1);
+            tu_waiter_done(&wt);
+        }
+        tu_waiter_wait(&wt);
+        tu_waiter_destroy(&wt);
+        for (unsigned i = 0; i < BATCH; i++)
+            if (r.req.status != COMMIT_OK || r.ev[i].result != COMMIT_ACCEPTED)
+                atomic_store(&w->failed, 1);
+        cf_req_free(&r);
+        if (atomic_load(&w->failed))
+            break;
+        atomic_store(&w->next, first + BATCH);
+    }
+    return NULL;
+}
+
+/*
+ * A backup taken while the source's commit is open and a writer submits (the server's case)
+ * is consistent: `check` passes on it; its log is a prefix of the source's that holds at least
+ * every record acknowledged before the backup began (backup.c cuts at what was acknowledged
+ * by then); a server on it knows every id of its log and none past it (those are new, at its
+ * log's end). The source goes on serving and closes as usual.
+ */
+static void test_backup_while_open(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    commit_stats_t s;
+    int64_t now = tu_now_ms();
+    commit_options_t o = cf_default_opts(fx);
+    o.young_keys = 64;
+    commit_t *c = cf_open(&o);
+
+    /* Sealed generations and a checkpoint behind, acknowledged records past it. */
+    submit_batches(c, 0, 300, BATCH, now, COMMIT_ACCEPTED);
+    cf_await_stat(c, offsetof(commit_stats_t, window.seals), 1, &s);
+    writer_t w = {.c = c};
+    atomic_init(&w.next, 300);
+    atomic_init(&w.stop, false);
+    atomic_init(&w.failed, 0);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, writer_thread, &w), 0);
+    while (atomic_load(&w.next) < 400 && !atomic_load(&w.failed)) /* the writer is under way */
+        sched_yield();
+    unsigned acked_before = atomic_load(&w.next);
+
+    int rc = run_backup(fx, to.dir, &lines);
+    atomic_store(&w.stop, true);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    if (rc != TOOLS_OK)
+        print_error("backup:\n%s", lines.text);
+    assert_int_equal(rc, TOOLS_OK);
+    assert_int_equal(atomic_load(&w.failed), 0);
+    unsigned acked_source = atomic_load(&w.next);
+    cf_submit_range(c, acked_source, 10, now, COMMIT_ACCEPTED); /* the source serves on */
+    commit_close(c);
+
+    expect_check_passes(to.dir, &res);
+    uint64_t n = res.next_offset;
+    assert_int_equal(res.first_offset, 0);
+    assert_true(n >= acked_before);
+    assert_true(n <= acked_source);
+    expect_log_prefix(fx, &to, n);
+    expect_same_secret(fx->dir, to.dir);
+
+    /* Every id was logged at its own offset: the backup's log holds ids 0..n-1. */
+    expect_serves(o, to.dir, (unsigned)n, acked_source, now);
+    expect_check_passes(fx->dir, &res);
+}
+
+#define T(f) cmocka_unit_test_setup_teardown(f, cf_setup, cf_teardown)
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        T(test_backup_sealed),
+        T(test_backup_cuts_at_acked),
+        T(test_backup_into_empty_dir),
+        T(test_backup_refuses_non_empty_target),
+        T(test_backup_refuses_source_without_secret),
+        T(test_backup_refuses_missing_source),
+        T(test_backup_refuses_target_without_parent),
+        T(test_backup_while_open),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
