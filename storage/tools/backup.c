@@ -316,13 +316,14 @@ int backup_run(const backup_options_t *o)
     tools_entry(src_log, data_dir, DATADIR_LOG);
     tools_entry(dst_store, to_dir, DATADIR_STORE);
     tools_entry(dst_log, to_dir, DATADIR_LOG);
-    if (backup_make_dirs(to_dir, dst_store, dst_log, report, arg) != 0)
-        return TOOLS_ERROR;
+    /* What can be refused is refused before the target is made: a retry must find it free. */
     if (secret_read(data_dir, secret) != 1) {
         tools_say(report, arg, 1, "%s/%s is missing or unreadable", data_dir,
                   datadir_name(DATADIR_SECRET));
         return TOOLS_ERROR;
     }
+    if (backup_make_dirs(to_dir, dst_store, dst_log, report, arg) != 0)
+        return TOOLS_ERROR;
     /*
      * LMDB first, then the log, cut at what was acknowledged by then: the copy's applied offset
      * (its last checkpoint) or, further, what the server says it acknowledged since (ACKED,

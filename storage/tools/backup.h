@@ -15,11 +15,14 @@ typedef struct backup_options {
 /*
  * Writes a consistent copy of o->data_dir to o->to_dir, also while a server runs: a compacted
  * copy of LMDB first, with the generation files sealed below its bound (from the set as it was
- * before and after the copy), then the log up to that copy's applied offset (later records are
- * cut off), and the secret; everything fsynced. Starting a server on `to_dir` gives the state of
- * the moment the LMDB copy was taken.
- * Returns TOOLS_OK or TOOLS_ERROR (the reason reported; what was written stays, for the operator
- * to look at or remove). Nothing to free.
+ * before and after the copy), then the log cut at what was acknowledged by then (the later of
+ * the copy's applied offset and the server's DIR/store/ACKED, read after the copy; later records
+ * are cut off), ACKED for the copy, TAGGED_FROM and the secret; everything fsynced. Starting a
+ * server on `to_dir` replays the log past the copy's applied offset, so it knows every event
+ * the source acknowledged before the backup began, and none it had not acknowledged.
+ * Returns TOOLS_OK or TOOLS_ERROR, the reason reported. A source without a secret (or no source
+ * at all) is refused before `to_dir` is made; after a later failure what was written stays, for
+ * the operator to look at or remove. Nothing to free.
  */
 int backup_run(const backup_options_t *o);
 
