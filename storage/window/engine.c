@@ -159,7 +159,7 @@ void window_engine_abort(window_engine_t *e)
 
 int window_engine_maintain(window_engine_t *e, const window_maintain_t *m, window_maintained_t *out)
 {
-    window_maintained_t none;
+    window_maintained_t none = {0};
     store_info_t info;
     uint64_t young = young_keys(e), seal_at = m->seal_at ? m->seal_at : young;
     out = out ? out : &none;
