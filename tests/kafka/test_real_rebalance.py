@@ -14,8 +14,8 @@ and the output, read read_committed, holds every probe exactly once.
 - join: the partitions that stay with the first worker are never revoked (cooperative-sticky):
   its log shows exactly one revocation, of the partitions the newcomer now holds. Their output
   can pause while a round completes (a transaction refused with ILLEGAL_GENERATION until the
-  worker has the group's new generation, then redone: docs/scale-out.md), never longer than
-  the partitions that moved (plus the 0.5 s of two polls' jitter);
+  worker has the group's new generation, then redone: docs/scale-out.md), up to as long as the
+  partitions that moved, or a little longer: within BOUND_S too;
 - restart: the restarted worker is the same static member (group.instance.id) and gets back
   exactly the partitions it held, and the other worker's log shows no revocation at all: no
   rebalance happened (a session timeout of 45 s is far longer than the restart).
@@ -57,10 +57,11 @@ class RealRebalanceTest(RealTestCase):
         # The partitions that stayed were never revoked (above), so never repaired or reopened.
         # Their output may still pause while a round completes: the transaction that carries
         # their offsets is refused with ILLEGAL_GENERATION until the worker has the group's new
-        # generation (KIP-447 fencing), is aborted and redone. That pause never exceeds the
-        # stall of the partitions that moved.
-        moved = max(res["stall_by_partition"][p] for p in res["held_by_new"])
-        rebalance.assert_kept_flowing(self, res, moved + 0.5)
+        # generation (KIP-447 fencing), is aborted and redone. That pause is not ordered
+        # against the moved partitions' stall (the newcomer may start first: 2.9 s against
+        # 1.9 s, on this build and on the one before it), so it is held to the issue's bound
+        # only; the revocation above is what proves the assignment cooperative.
+        rebalance.assert_kept_flowing(self, res, BOUND_S)
 
     def test_kill_and_restart(self):
         res = rebalance.measure("restart", cluster=self.cluster, log=print,
