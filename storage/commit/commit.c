@@ -70,12 +70,13 @@ void commit_refresh_stats(commit_t *c)
     /* The engine's part (its generations, seals, merges, repairs, dropped keys; the young
      * store is the checkpointer's to write meanwhile, so it is skipped), then the writer's:
      * the keys it holds in memory and evicted itself. While storage is re-established (no
-     * engine), the window as last seen. */
-    pthread_mutex_lock(&c->mu);
+     * engine), the window as last seen. Only this thread writes c->stats.window (and
+     * commit_reach_judge, on it too), so it reads it without mu. */
     window_stats_t ws = c->stats.window;
-    pthread_mutex_unlock(&c->mu);
     if (c->engine) {
+        bool below_floor = ws.below_floor;
         window_engine_stats(c->engine, true, &ws);
+        ws.below_floor = below_floor;
         ws.evicted_age += c->view_evicted_age;
         ws.evicted_size += c->view_evicted_size;
     }
@@ -87,7 +88,6 @@ void commit_refresh_stats(commit_t *c)
         ws.oldest_received_ms = w.oldest_received_ms;
     }
     pthread_mutex_lock(&c->mu);
-    ws.below_floor = c->stats.window.below_floor; /* commit_reach_judge's, under mu */
     c->stats.window = ws;
     if (w.have_offsets) {
         c->stats.committed_offset = w.committed_offset;
