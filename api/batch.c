@@ -196,6 +196,10 @@ static const char *check_event(const json_t *ev, const char *single_type)
             return "messageId must be a non-empty string";
         if (json_string_length(mid) > API_MAX_MESSAGE_ID)
             return "messageId is longer than 256 bytes";
+        /* A NUL (\u0000) is refused: no path can carry it (%00 is 400 everywhere), so an event
+         * accepted with one could never be looked up. */
+        if (memchr(json_string_value(mid), '\0', json_string_length(mid)))
+            return "messageId must not contain a NUL (\\u0000)";
     }
 
     int64_t ms;

@@ -19,7 +19,7 @@ const char *api_lookup_check_id(const char *id, size_t id_len)
     if (id_len > API_MAX_MESSAGE_ID)
         return "messageId longer than 256 bytes: no event can have it";
     if (memchr(id, '\0', id_len))
-        return "NUL byte in the messageId";
+        return "NUL byte in the messageId: no event can have it";
     json_t *s = json_stringn(id, id_len); /* NULL: not UTF-8, which no logged messageId is */
     if (!s)
         return "messageId is not valid UTF-8";

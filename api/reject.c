@@ -56,6 +56,7 @@ static const struct {
     {"ISO-8601", "bad_value"},
     {"out of range", "bad_value"},
     {"longer than", "bad_value"},
+    {"must not contain", "bad_value"},
 };
 
 void api_reject_init(api_t *api, const api_options_t *opts)

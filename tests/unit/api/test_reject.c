@@ -39,6 +39,7 @@ static const struct {
     {"previousId is required for alias", "missing_field"},
     {"messageId must be a non-empty string", "bad_type"},
     {"messageId is longer than 256 bytes", "bad_value"},
+    {"messageId must not contain a NUL (\\u0000)", "bad_value"},
     {"timestamp must be an ISO-8601 string", "bad_value"},
     {"originalTimestamp must be an ISO-8601 string", "bad_value"},
     {"receivedAt out of range", "bad_value"},
