@@ -18,9 +18,12 @@ static const opts_cmd_t CMD = {
     "backup",
     "Usage: ingestd backup [--data DIR] --to DIR2\n",
     "Writes a consistent copy of a data dir to DIR2, also while a server runs:\n"
-    "a compacted LMDB copy, the log up to that copy's applied offset, and the\n"
-    "secret, all fsynced. A server started on DIR2 has every event\n"
-    "acknowledged before the copy was taken. DIR2 must not exist or be empty.\n",
+    "a compacted LMDB copy and the sealed generations it names, then the log\n"
+    "up to what was acknowledged by then (the copy's applied offset, or the\n"
+    "server's later DIR/store/ACKED), the secret and TAGGED_FROM, all fsynced.\n"
+    "A server started on DIR2 has every event acknowledged before the backup\n"
+    "began, and none that was not acknowledged. DIR2 must not exist or be empty.\n"
+    "If the generations changed too much during the copy, it fails: run it again.\n",
     "Exit 0: done; 1: failed; 2: usage.\n",
     SPECS,
     sizeof SPECS / sizeof SPECS[0],
