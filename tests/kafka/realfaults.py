@@ -15,8 +15,9 @@ the fault, probes that time the recovery, and the exactly-once count at the end.
             self.finish("x", load, out, [a, b])     # 0 lost, 0 duplicated, 0 lineage conflicts
 
 The load: CLIENTS HTTP clients post BATCH-event batches to the edges, one every PACE seconds,
-until stopped (or MAX_BATCHES each); every fourth batch also goes through the other edge (a
-client's retry through another edge). A 503 or a broken connection is retried through the next
+until stopped (or MAX_BATCHES each, or after `seconds`); every fourth batch also goes through the
+other edge (a client's retry through another edge). A case may shape it otherwise (Load's
+arguments: worker_kill posts 100-event batches as fast as they are answered). A 503 or a broken connection is retried through the next
 live edge until answered 200; only a 200 acknowledges. The workers run with the flags
 docs/scale-out.md recommends, plus KAFKA_OPTS: a session timeout of 6 s (the broker's minimum,
 so a lost member's partitions move within the test's time) and a transaction timeout of 10 s
@@ -137,11 +138,17 @@ def probes(tag, source="web"):
 
 
 class Load:
-    """CLIENTS threads posting batches through the edges until stop() (or MAX_BATCHES each)."""
+    """CLIENTS threads posting `batch`-event batches through the edges, one every `pace` seconds
+    each, until stop(), `max_batches` each or `seconds` (None: no bound by time)."""
 
-    def __init__(self, edges, tag):
+    def __init__(self, edges, tag, batch=BATCH, pace=PACE, max_batches=MAX_BATCHES,
+                 seconds=None):
         self.edges = list(edges)  # the live ones: kill_edge() takes one out
         self.tag = tag
+        self.batch, self.pace, self.max_batches = batch, pace, max_batches
+        self.planned = CLIENTS * max_batches * batch
+        self.ok = 0
+        self.ok_seconds = 0.0  # the time of the requests answered 200, summed
         self.lock = threading.Lock()
         self.acked = set()
         self.requests = self.retries = self.both = self.unacked = self.broken = 0
@@ -149,6 +156,7 @@ class Load:
         self.errors = []
         self.stopping = threading.Event()
         self.t0 = time.monotonic()
+        self.until = self.t0 + seconds if seconds is not None else None
         self.seconds = None
         self.threads = [threading.Thread(target=self.client, args=(t,), daemon=True)
                         for t in range(CLIENTS)]
@@ -169,6 +177,7 @@ class Load:
             with self.lock:
                 self.requests += 1
                 self.inflight[id(edge)] = self.inflight.get(id(edge), 0) + 1
+            t0 = time.monotonic()
             try:
                 r = edge.batch(evs, key=key)
             except OSError:
@@ -177,6 +186,9 @@ class Load:
                 with self.lock:
                     self.inflight[id(edge)] -= 1
             if r is not None and r.status == 200:
+                with self.lock:
+                    self.ok += 1
+                    self.ok_seconds += time.monotonic() - t0
                 if r.json["accepted"] != len(evs):
                     self.errors.append("accepted %s of %d" % (r.json, len(evs)))
                 return True
@@ -186,7 +198,7 @@ class Load:
             with self.lock:
                 self.retries += 1
                 self.broken += r is None
-            if self.stopping.is_set() and time.monotonic() > self.stopped_at + 30:
+            if self.past_end() and time.monotonic() > self.ended_at() + 30:
                 return False
             i += 1
             time.sleep(0.2)  # a client's back-off before its retry
@@ -195,12 +207,12 @@ class Load:
         try:
             key = KEYS[t % len(KEYS)]
             source = key.split(":")[1]
-            for i in range(MAX_BATCHES):
-                if self.stopping.is_set():
+            for i in range(self.max_batches):
+                if self.past_end():
                     return
                 evs = [{"type": "track", "event": "Load", "userId": "u%d" % j,
                         "messageId": "%s-c%d-%04d-%02d" % (self.tag, t, i, j),
-                        "properties": {"i": i}} for j in range(BATCH)]
+                        "properties": {"i": i}} for j in range(self.batch)]
                 firsts = [t + i]
                 if i % 4 == 0:  # the same batch again through the other edge
                     firsts.append(t + i + 1)
@@ -211,9 +223,18 @@ class Load:
                     else:
                         self.unacked += len(evs)
                     self.both += len(firsts) == 2
-                self.stopping.wait(PACE)
+                if self.pace:
+                    self.stopping.wait(self.pace)
         except Exception as e:  # reported by stop()
             self.errors.append(repr(e))
+
+    def past_end(self):
+        """Stopped, or past its time bound."""
+        return self.stopping.is_set() or (self.until is not None and
+                                          time.monotonic() > self.until)
+
+    def ended_at(self):
+        return min(t for t in (getattr(self, "stopped_at", None), self.until) if t is not None)
 
     def acked_count(self):
         with self.lock:
@@ -235,6 +256,12 @@ class Load:
     def add_edge(self, edge):
         with self.lock:
             self.edges.append(edge)
+
+    def run_out(self):
+        """Waits for the clients to end by their own bounds (max_batches, seconds)."""
+        assert self.until is not None, "a load without a time bound runs until stop()"
+        for t in self.threads:
+            t.join(timeout=max(0.0, self.until - time.monotonic()) + WAIT)
 
     def stop(self):
         self.stopped_at = time.monotonic()
@@ -268,8 +295,8 @@ class FaultCase(RealTestCase):
     def edge(self, raw):
         return super().edge(raw, KEYS)
 
-    def worker(self, name, raw, out, args=(), env=None):
-        return super().worker(name, raw, out, group="g-" + raw, kafka_opts=KAFKA_OPTS,
+    def worker(self, name, raw, out, args=(), env=None, kafka_opts=KAFKA_OPTS):
+        return super().worker(name, raw, out, group="g-" + raw, kafka_opts=kafka_opts,
                               args=args, extra_env=env)
 
     @staticmethod
