@@ -50,6 +50,13 @@ static void log_opened(cluster_worker_t *w, const part_t *p, const char *dir,
                    o->recovery.rebased
                        ? "; the store had lost its last commits to a power loss, moved on"
                        : "");
+    if (o->gens_missing)
+        worker_log(w, 0,
+                   "partition %" PRId32 ": generations in %s/gens: the one holding sequences "
+                   "%" PRIu64 "..%" PRIu64
+                   " is missing (a lost file: its keys are forgotten, and retries of their "
+                   "records would be produced again)",
+                   p->id, dir, o->missing.first, o->missing.end - 1);
 }
 
 uint64_t worker_part_young_keys(const cluster_worker_t *w)

@@ -395,6 +395,13 @@ static void recover_report_gens(commit_t *c, const window_engine_opened_t *o)
     else if (sr->finished)
         commit_notify(c, 2, "finished a seal a crash cut short (generations end at %llu)",
                       (unsigned long long)sr->end_seq);
+    if (o->gens_missing)
+        commit_notify(c, 0,
+                      "generations: the one holding sequences %llu..%llu is missing (a lost file: "
+                      "its keys are forgotten, and retries of their events would be accepted "
+                      "again); stop the server and run `ingestd rebuild`, which makes the window "
+                      "again from the retained log",
+                      (unsigned long long)o->missing.first, (unsigned long long)o->missing.end - 1);
 }
 
 /*

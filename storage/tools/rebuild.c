@@ -217,17 +217,17 @@ static int on_old_seq(void *arg, uint64_t seq, const uint8_t key[KEYHASH_LEN], i
     return 0;
 }
 
-/* The old young store: its keys, those retention took, those it carried. 0 or -1. */
-static int survey_young(survey_t *sv, const char *storedir)
+/* The old young store: its keys, those retention took, those it carried; its info into *si.
+ * 0 or -1. */
+static int survey_young(survey_t *sv, const char *storedir, store_info_t *si)
 {
     store_options_t so = {.read_only = true};
     store_t *st = NULL;
-    store_info_t si;
     if (store_open(storedir, &so, &st) != STORE_OK) {
         store_close(st);
         return -1;
     }
-    int rc = store_scan(st, &si, on_old_seq, NULL, sv);
+    int rc = store_scan(st, si, on_old_seq, NULL, sv);
     store_close(st);
     /* Keys of evictions a checkpoint left half done were counted: they go at the next start. */
     return rc == STORE_OK ? 0 : -1;
@@ -242,9 +242,22 @@ static int survey(survey_t *sv, const char *storedir, tools_report_fn report, vo
     sv->keep_gens = survey_gens(sv, gensdir, &max_offset, report, arg) == 0;
     have = sv->keep_gens && sv->sealed > 0;
     sv->from = have && max_offset + 1 > sv->first ? max_offset + 1 : sv->first;
-    if (sv->keep_gens && survey_young(sv, storedir) != 0) {
+    store_info_t si = {0};
+    if (sv->keep_gens && survey_young(sv, storedir, &si) != 0) {
         tools_say(report, arg, 0, "store: the old store cannot be read: replaying the whole log");
         sv->keep_gens = false;
+    }
+    gen_id_t missing;
+    if (sv->keep_gens) {
+        genset_view_t *v = genset_view(sv->gs);
+        if (genset_view_missing(v, si.sealed_below, &missing)) {
+            tools_say(report, arg, 0,
+                      "generations: the one holding sequences %" PRIu64 "..%" PRIu64
+                      " is missing: replaying the whole log",
+                      missing.first, missing.end - 1);
+            sv->keep_gens = false;
+        }
+        genset_view_release(v);
     }
     if (!sv->keep_gens) {
         genset_close(sv->gs);

@@ -66,8 +66,11 @@ static int open_gens(window_engine_t *e, const char *dir, window_engine_opened_t
     }
     if (src == STORE_OK && merger_add(e->o.merger, e->o.merger_id, e->gs, &e->mp) != 0)
         src = STORE_NOMEM;
-    if (src == STORE_OK)
+    store_info_t si;
+    if (src == STORE_OK && (src = store_get_info(e->st, &si)) == STORE_OK) {
         e->gv = genset_view(e->gs);
+        opened->gens_missing = genset_view_missing(e->gv, si.sealed_below, &opened->missing);
+    }
     return src;
 }
 

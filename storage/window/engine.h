@@ -69,6 +69,8 @@ typedef struct window_engine_opened {
     int gen_rc;               /* the generations' gen.h status when they failed to open */
     seal_recovery_t recovery; /* a seal a crash cut short, finished (seal_recover) */
     uint64_t files_cleaned;   /* generation files a crash left, removed */
+    bool gens_missing;        /* a generation file is lost (genset_view_missing): its keys */
+    gen_id_t missing;         /* are forgotten; the first such range of sequences */
 } window_engine_opened_t;
 
 /*

@@ -471,6 +471,22 @@ void genset_view_totals(const genset_view_t *v, genset_totals_t *out)
     }
 }
 
+bool genset_view_missing(const genset_view_t *v, uint64_t sealed_below, gen_id_t *missing)
+{
+    for (size_t i = 1; i < v->n; i++) {
+        const gen_id_t *prev = &v->slots[i - 1]->info.id, *id = &v->slots[i]->info.id;
+        if (id->first > prev->end) {
+            *missing = (gen_id_t){prev->end, id->first};
+            return true;
+        }
+    }
+    if (v->n > 0 && v->slots[v->n - 1]->info.id.end < sealed_below) {
+        *missing = (gen_id_t){v->slots[v->n - 1]->info.id.end, sealed_below};
+        return true;
+    }
+    return false;
+}
+
 int genset_view_find(const genset_view_t *v, const uint8_t key[KEYHASH_LEN], bool *found,
                      gen_entry_t *e)
 {

@@ -82,6 +82,16 @@ typedef struct genset_totals {
 void genset_view_totals(const genset_view_t *v, genset_totals_t *out);
 
 /*
+ * Generations are contiguous: a seal starts where the newest one ends (or at the store's sealed
+ * bound when there is none), a merge covers its adjacent inputs' ranges, a rewrite keeps its
+ * range, and drops take the oldest. So a range missing between two generations, or between the
+ * newest and the store's `sealed_below`, is a lost file (its keys are forgotten), never the
+ * window's doing. True, with the first such range in *missing, when there is one. (The oldest
+ * end cannot be judged here: a drop and a loss of the oldest look alike.)
+ */
+bool genset_view_missing(const genset_view_t *v, uint64_t sealed_below, gen_id_t *missing);
+
+/*
  * Per-source budgets (docs/window.md): every key carries its source's tag
  * (keyhash_source). With a budget of N keys per source, each view cuts, per
  * source, the generations older than the one where its newest N keys are
