@@ -23,6 +23,7 @@
 #include "storage/tools/check.h"
 #include "storage/tools/report_lines.h"
 #include "storage/window/genset.h"
+#include "storage/window/retag.h"
 
 typedef tu_fixture_t fx_t;
 
@@ -339,6 +340,48 @@ static void test_backup_refuses_target_without_parent(void **state)
     assert_int_equal(access(to, F_OK), -1);
 }
 
+/*
+ * DIR/TAGGED_FROM as an upgrade from store format 3 leaves it (the offset of the first record
+ * written by a binary that tags) is in the backup with the same value: without it a start on
+ * the backup would write the log's end there, and every reader would take the records below
+ * for untagged ones and scan them (backup.c). 4 is neither what a new data dir gets (0) nor the
+ * log's end (10), so only a copy of the file gives it.
+ */
+static void test_backup_copies_tagged_from(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    uint64_t from = 0;
+    small_data_dir(fx, 10);
+
+    assert_int_equal(retag_write_from(fx->dir, 4), 0);
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_OK);
+    assert_int_equal(retag_read_from(to.dir, &from), 0);
+    assert_int_equal(from, 4);
+    expect_check_passes(to.dir, &res);
+    expect_serves(cf_default_opts(fx), to.dir, 10, 11, tu_now_ms());
+}
+
+/* A source without DIR/TAGGED_FROM (no binary that tags has opened it) gives a backup without
+ * one: the start on the backup decides, as it would have on the source. */
+static void test_backup_without_tagged_from(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    char path[512];
+    uint64_t from = 0;
+    small_data_dir(fx, 10);
+
+    snprintf(path, sizeof(path), "%s/TAGGED_FROM", fx->dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_OK);
+    assert_int_equal(retag_read_from(to.dir, &from), 1);
+    assert_int_equal(retag_read_from(fx->dir, &from), 1); /* nor is one written to the source */
+    expect_check_passes(to.dir, &res);
+}
+
 /* ---- while a commit is open ---- */
 
 /* A writer on another thread, as the server's connections: requests of BATCH ids from `next`. */
@@ -450,6 +493,8 @@ int main(void)
         T(test_backup_refuses_source_without_secret),
         T(test_backup_refuses_missing_source),
         T(test_backup_refuses_target_without_parent),
+        T(test_backup_copies_tagged_from),
+        T(test_backup_without_tagged_from),
         T(test_backup_while_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
