@@ -172,9 +172,11 @@ static int backup_make_dirs(const char *to_dir, const char *dst_store, const cha
  * The store's part: a compacted copy of LMDB (its info into *si), then the generations it
  * sealed, from a view taken before the copy and one after (backup_gens). 0 or -1 (reported).
  */
-static int backup_store(const char *src_store, const char *dst_store, store_info_t *si,
-                        tools_report_fn report, void *arg)
+static int backup_store(const backup_options_t *o, const char *src_store, const char *dst_store,
+                        store_info_t *si)
 {
+    tools_report_fn report = o->report;
+    void *arg = o->arg;
     char src_gens[TOOLS_PATH_LEN], dst_gens[TOOLS_PATH_LEN];
     /* An older format is copied as it is: the start that opens the restored copy migrates it. */
     store_options_t so = {.read_only = true, .older_ok = true};
@@ -188,6 +190,10 @@ static int backup_store(const char *src_store, const char *dst_store, store_info
         tools_say(report, arg, 1, "generations: cannot open %s", src_gens);
         return -1;
     }
+    /* Before the copy (not after it): a seal the hook makes is then in the copy's bound, and
+     * only the second look at the generations has its file, the case that look is for. */
+    if (o->between_views)
+        o->between_views(o->hook_arg);
     int src_rc = store_open(src_store, &so, &st);
     if (src_rc == STORE_OK)
         src_rc = store_copy(st, dst_store);
@@ -329,7 +335,7 @@ int backup_run(const backup_options_t *o)
      * (its last checkpoint) or, further, what the server says it acknowledged since (ACKED,
      * read after the copy). A server started on the backup replays the difference.
      */
-    if (backup_store(src_store, dst_store, &si, report, arg) != 0)
+    if (backup_store(o, src_store, dst_store, &si) != 0)
         return TOOLS_ERROR;
     uint64_t cut = si.applied;
     if (commit_read_acked(data_dir, &acked) == 0 && acked > cut)

@@ -23,23 +23,43 @@
 #include "storage/tools/check.h"
 #include "storage/tools/report_lines.h"
 #include "storage/window/genset.h"
+#include "storage/window/retag.h"
+#include "storage/window/seal.h"
 
 typedef tu_fixture_t fx_t;
 
-/* The backup's target in the fixture's base dir, as a fixture of its own (cf_read_log). */
-static fx_t target_of(const fx_t *fx)
+/* The backup's target fx->base/`name`, as a fixture of its own (cf_read_log). */
+static fx_t target_named(const fx_t *fx, const char *name)
 {
     fx_t t = *fx;
-    snprintf(t.dir, sizeof(t.dir), "%s/backup", fx->base);
+    snprintf(t.dir, sizeof(t.dir), "%s/%s", fx->base, name);
     return t;
 }
 
-/* backup_run from fx->dir to `to`, its report into *lines. */
-static int run_backup(const fx_t *fx, const char *to, lines_t *lines)
+/* The backup's target in the fixture's base dir. */
+static fx_t target_of(const fx_t *fx)
 {
-    backup_options_t bo = {.data_dir = fx->dir, .to_dir = to, .report = collect_line, .arg = lines};
+    return target_named(fx, "backup");
+}
+
+/* backup_run from fx->dir to `to`, its report into *lines; `hook` (may be NULL) runs between
+ * the two looks at the generations, with hook_arg. */
+static int run_backup_hooked(const fx_t *fx, const char *to, lines_t *lines, void (*hook)(void *),
+                             void *hook_arg)
+{
+    backup_options_t bo = {.data_dir = fx->dir,
+                           .to_dir = to,
+                           .report = collect_line,
+                           .arg = lines,
+                           .between_views = hook,
+                           .hook_arg = hook_arg};
     lines_clear(lines);
     return backup_run(&bo);
+}
+
+static int run_backup(const fx_t *fx, const char *to, lines_t *lines)
+{
+    return run_backup_hooked(fx, to, lines, NULL, NULL);
 }
 
 /* The report has a line with `what` in it, and marks that line a problem. */
@@ -339,6 +359,259 @@ static void test_backup_refuses_target_without_parent(void **state)
     assert_int_equal(access(to, F_OK), -1);
 }
 
+/*
+ * DIR/TAGGED_FROM as an upgrade from store format 3 leaves it (the offset of the first record
+ * written by a binary that tags) is in the backup with the same value: without it a start on
+ * the backup would write the log's end there, and every reader would take the records below
+ * for untagged ones and scan them (backup.c). 4 is neither what a new data dir gets (0) nor the
+ * log's end (10), so only a copy of the file gives it.
+ */
+static void test_backup_copies_tagged_from(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    uint64_t from = 0;
+    small_data_dir(fx, 10);
+
+    assert_int_equal(retag_write_from(fx->dir, 4), 0);
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_OK);
+    assert_int_equal(retag_read_from(to.dir, &from), 0);
+    assert_int_equal(from, 4);
+    expect_check_passes(to.dir, &res);
+    expect_serves(cf_default_opts(fx), to.dir, 10, 11, tu_now_ms());
+}
+
+/* A source without DIR/TAGGED_FROM (no binary that tags has opened it) gives a backup without
+ * one: the start on the backup decides, as it would have on the source. */
+static void test_backup_without_tagged_from(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    char path[512];
+    uint64_t from = 0;
+    small_data_dir(fx, 10);
+
+    snprintf(path, sizeof(path), "%s/TAGGED_FROM", fx->dir);
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(run_backup(fx, to.dir, &lines), TOOLS_OK);
+    assert_int_equal(retag_read_from(to.dir, &from), 1);
+    assert_int_equal(retag_read_from(fx->dir, &from), 1); /* nor is one written to the source */
+    expect_check_passes(to.dir, &res);
+}
+
+/* ---- the window changing between the two looks at the generations ---- */
+
+/*
+ * backup_gens takes the generations sealed below the LMDB copy's bound from the set before the
+ * copy and the set after it. The between_views hook changes the (closed) source there, with the
+ * operations a server's checkpointer and merger use, so each interleaving is reached without a
+ * race: a seal there is in the copy's bound (seal_young commits it before the copy is taken).
+ */
+enum change {
+    CHANGE_SEAL,       /* seal the young store: a generation only the second look has */
+    CHANGE_MERGE,      /* merge the two oldest: the second look has a wider range */
+    CHANGE_DROP,       /* drop the oldest: only the first look has it */
+    CHANGE_GAP_END,    /* seal, then drop everything: neither look reaches the bound */
+    CHANGE_GAP_MIDDLE, /* seal, 20 events, seal, then drop all but the newest: a hole */
+};
+
+typedef struct {
+    const fx_t *fx;
+    commit_options_t o; /* the source's, for CHANGE_GAP_MIDDLE's events */
+    enum change what;
+    int64_t now;
+    int ran;
+} change_t;
+
+/* Seals the young store of the closed source into a generation, as the checkpointer does;
+ * returns the keys sealed. */
+static uint64_t seal_source(const fx_t *fx)
+{
+    char store[512], gens[512];
+    store_options_t so = {0};
+    store_t *st = NULL;
+    genset_t *gs = NULL;
+    uint64_t sealed = 0;
+    snprintf(store, sizeof(store), "%s/store", fx->dir);
+    snprintf(gens, sizeof(gens), "%s/store/gens", fx->dir);
+    assert_int_equal(store_open(store, &so, &st), STORE_OK);
+    assert_int_equal(genset_open(gens, 0, &gs), GEN_OK);
+    assert_int_equal(seal_young(st, gs, genset_bits_per_key(gs), &sealed), STORE_OK);
+    genset_close(gs);
+    store_close(st);
+    return sealed;
+}
+
+/* Merges the `n` oldest generations of the closed source (n > 0) or drops its `-n` oldest
+ * (n < 0; all but the newest: n == 0). */
+static void merge_or_drop(const fx_t *fx, long n)
+{
+    char gens[512];
+    genset_t *gs = NULL;
+    snprintf(gens, sizeof(gens), "%s/store/gens", fx->dir);
+    assert_int_equal(genset_open(gens, 0, &gs), GEN_OK);
+    genset_view_t *v = genset_view(gs);
+    size_t count = genset_view_count(v);
+    if (n > 0) {
+        assert_true(count >= (size_t)n);
+        assert_int_equal(genset_merge(gs, v, 0, (size_t)n, NULL), GEN_OK);
+    } else {
+        size_t drop = n < 0 ? (size_t)-n : count - 1;
+        assert_true(count >= drop && drop > 0);
+        assert_int_equal(genset_drop_oldest(gs, v, drop), GEN_OK);
+    }
+    genset_view_release(v);
+    genset_close(gs);
+}
+
+/*
+ * A closed data dir with ids 0..299: five generations of 50 keys, each sealed by seal_source
+ * after a commit took them, and 50 keys in the young store. young_keys 64: the commit seals
+ * none itself (it seals at 64), and its merger merges none (it merges generations under 3/4 of
+ * 64 keys), so the set is exactly these five.
+ */
+static commit_options_t gens_data_dir(const fx_t *fx, int64_t now)
+{
+    commit_options_t o = cf_default_opts(fx);
+    o.young_keys = 64;
+    for (unsigned first = 0; first < 300; first += 50) {
+        commit_t *c = cf_open(&o);
+        cf_submit_range(c, first, 50, now, COMMIT_ACCEPTED);
+        commit_close(c);
+        if (first < 250)
+            assert_int_equal(seal_source(fx), 50);
+    }
+    assert_int_equal(count_gens(fx->dir), 5);
+    return o;
+}
+
+static void change_between_views(void *arg)
+{
+    change_t *ch = arg;
+    const fx_t *fx = ch->fx;
+    ch->ran++;
+    switch (ch->what) {
+    case CHANGE_SEAL:
+        assert_int_equal(seal_source(fx), 50);
+        break;
+    case CHANGE_MERGE:
+        merge_or_drop(fx, 2);
+        break;
+    case CHANGE_DROP:
+        merge_or_drop(fx, -1);
+        break;
+    case CHANGE_GAP_END:
+        assert_int_equal(seal_source(fx), 50);
+        merge_or_drop(fx, -(long)count_gens(fx->dir));
+        break;
+    case CHANGE_GAP_MIDDLE: {
+        assert_int_equal(seal_source(fx), 50);
+        commit_t *c = cf_open(&ch->o);
+        cf_submit_range(c, 300, 20, ch->now, COMMIT_ACCEPTED);
+        commit_close(c);
+        assert_int_equal(seal_source(fx), 20);
+        merge_or_drop(fx, 0); /* the newest starts past where the first look ends */
+        break;
+    }
+    }
+}
+
+/*
+ * A backup with `what` done between the two looks is complete: `check` passes, it holds the
+ * 300 records, and a server on it knows every one of them (all acknowledged before the backup
+ * began). Returns the source's generations before the change.
+ */
+static size_t expect_complete_despite(const fx_t *fx, const fx_t *to, enum change what)
+{
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    int64_t now = tu_now_ms();
+    change_t ch = {.fx = fx, .what = what, .now = now};
+    ch.o = gens_data_dir(fx, now);
+    size_t before = count_gens(fx->dir);
+
+    int rc = run_backup_hooked(fx, to->dir, &lines, change_between_views, &ch);
+    if (rc != TOOLS_OK)
+        print_error("backup:\n%s", lines.text);
+    assert_int_equal(rc, TOOLS_OK);
+    assert_int_equal(ch.ran, 1);
+    assert_null(strstr(lines.text, "PROBLEM"));
+    expect_check_passes(to->dir, &res);
+    assert_int_equal(res.records, 300);
+    expect_log_prefix(fx, to, 300);
+    expect_serves(ch.o, to->dir, 300, 301, now);
+    return before;
+}
+
+/* A seal between the looks: its generation, in the copy's bound, comes from the second look. */
+static void test_backup_seal_between_views(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    size_t before = expect_complete_despite(fx, &to, CHANGE_SEAL);
+    assert_int_equal(count_gens(fx->dir), before + 1);
+    assert_int_equal(count_gens(to.dir), before + 1);
+}
+
+/* A merge between the looks: both have the range, the wider one (the merge's) is copied. */
+static void test_backup_merge_between_views(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    size_t before = expect_complete_despite(fx, &to, CHANGE_MERGE);
+    assert_int_equal(count_gens(fx->dir), before - 1);
+    assert_int_equal(count_gens(to.dir), before - 1);
+}
+
+/* A drop between the looks: the first look held the file open, the copy has it. */
+static void test_backup_drop_between_views(void **state)
+{
+    fx_t *fx = *state, to = target_of(fx);
+    size_t before = expect_complete_despite(fx, &to, CHANGE_DROP);
+    assert_int_equal(count_gens(fx->dir), before - 1);
+    assert_int_equal(count_gens(to.dir), before);
+}
+
+/*
+ * When the looks leave a range below the copy's bound in neither, the backup is refused, as a
+ * problem, and what it wrote stays for the operator (backup.h): the LMDB copy, but no secret,
+ * so it is no data dir. The source changed no further: the next backup passes.
+ */
+static void expect_gap_refused(const fx_t *fx, enum change what)
+{
+    fx_t to = target_of(fx), again = target_named(fx, "again");
+    lines_t lines = {.len = 0};
+    check_result_t res;
+    char path[512];
+    uint8_t secret[KEYHASH_SECRET_LEN];
+    int64_t now = tu_now_ms();
+    change_t ch = {.fx = fx, .what = what, .now = now};
+    ch.o = gens_data_dir(fx, now);
+
+    assert_int_equal(run_backup_hooked(fx, to.dir, &lines, change_between_views, &ch), TOOLS_ERROR);
+    assert_int_equal(ch.ran, 1);
+    expect_problem(&lines, "generations: the window changed too much during the copy (a gap); "
+                           "run backup again");
+    snprintf(path, sizeof(path), "%s/store/data.mdb", to.dir);
+    assert_int_equal(access(path, F_OK), 0);
+    assert_int_equal(secret_read(to.dir, secret), 0);
+
+    assert_int_equal(run_backup(fx, again.dir, &lines), TOOLS_OK);
+    expect_check_passes(again.dir, &res);
+}
+
+/* Sealed and then dropped, all of it: the first look ends below the copy's bound. */
+static void test_backup_refuses_gap_at_end(void **state)
+{
+    expect_gap_refused(*state, CHANGE_GAP_END);
+}
+
+/* Two seals, the first dropped: the second look starts past where the first ends. */
+static void test_backup_refuses_gap_in_middle(void **state)
+{
+    expect_gap_refused(*state, CHANGE_GAP_MIDDLE);
+}
+
 /* ---- while a commit is open ---- */
 
 /* A writer on another thread, as the server's connections: requests of BATCH ids from `next`. */
@@ -450,6 +723,13 @@ int main(void)
         T(test_backup_refuses_source_without_secret),
         T(test_backup_refuses_missing_source),
         T(test_backup_refuses_target_without_parent),
+        T(test_backup_copies_tagged_from),
+        T(test_backup_without_tagged_from),
+        T(test_backup_seal_between_views),
+        T(test_backup_merge_between_views),
+        T(test_backup_drop_between_views),
+        T(test_backup_refuses_gap_at_end),
+        T(test_backup_refuses_gap_in_middle),
         T(test_backup_while_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
