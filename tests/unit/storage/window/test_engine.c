@@ -1,7 +1,8 @@
 /* test_engine.c: one window behind the engine: a batch's keys counted, evictions counted only
  * when the batch commits, a full young store sealed and its keys then found sealed, dropped
  * generations counted as evictions, counts an owner keeps across re-opens, a caller that keeps
- * its own view (the single node's checkpointer), lookups across both parts, and the stats;
+ * its own view (the single node's checkpointer), lookups across both parts, the stats, and an
+ * open that finds a generation file lost;
  * real LMDB and files in a temporary directory. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -52,6 +54,7 @@ static void open_engine(engine_fx_t *f)
     assert_int_equal(store_open(f->fx.dir, &so, &st), STORE_OK);
     assert_int_equal(window_engine_open(st, f->fx.dir, &o, &f->e, &opened), STORE_OK);
     assert_false(opened.recovery.finished);
+    assert_false(opened.gens_missing);
 }
 
 static void on_fail(void *arg, int32_t id, int rc, size_t n)
@@ -202,6 +205,42 @@ static void test_reopen_keeps_the_window(void **state)
     assert_int_equal(srcmap_entries(window_engine_sources(f->e))[0].keys, 3); /* young part */
 }
 
+/*
+ * A generation file lost (here the newest of two) leaves a hole below the store's sealed bound:
+ * opening says so, with the range, for its owner to log (the worker's partitions, the single
+ * node's start). Every other open of these tests asserts it says nothing (open_engine).
+ */
+static void test_open_finds_lost_generation(void **state)
+{
+    engine_fx_t *f = *state;
+    int64_t now = tu_now_ms();
+    open_engine(f);
+    batch(f, 0, 12, now, true);
+    maintain(f, now, 1000);
+    batch(f, 12, 24, now, true);
+    maintain(f, now, 1000);
+    const genset_view_t *v = window_engine_view(f->e); /* borrowed */
+    assert_int_equal(genset_view_count(v), 2);
+    gen_info_t newest;
+    gen_get_info(genset_view_gen(v, 1), &newest);
+    window_engine_close(f->e);
+    f->e = NULL;
+
+    char name[GEN_NAME_MAX], path[600];
+    gen_file_name(newest.id, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/gens/%s", f->fx.dir, name);
+    assert_int_equal(unlink(path), 0);
+    store_options_t so = {0};
+    store_t *st = NULL;
+    window_engine_opened_t opened;
+    window_engine_options_t o = options(f);
+    assert_int_equal(store_open(f->fx.dir, &so, &st), STORE_OK);
+    assert_int_equal(window_engine_open(st, f->fx.dir, &o, &f->e, &opened), STORE_OK);
+    assert_true(opened.gens_missing);
+    assert_int_equal(opened.missing.first, newest.id.first);
+    assert_int_equal(opened.missing.end, newest.id.end);
+}
+
 /* A generation past the window is dropped, and its keys count as evictions by age. */
 static void test_dropped_generation_counts_as_evicted(void **state)
 {
@@ -285,6 +324,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_dropped_generation_counts_as_evicted, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kept_counts_outlive_the_engine, setup, teardown),
         cmocka_unit_test_setup_teardown(test_caller_keeps_view, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_open_finds_lost_generation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
