@@ -20,11 +20,11 @@ typedef struct rebuild_options {
  * Rebuilds DIR/store's young LMDB store from the retained log, keeping the data dir's secret
  * and the sealed generations (DIR/store/gens), and applying the window's settings as it goes.
  * Requires the server to be stopped (TOOLS_BUSY otherwise).
- * When the old young store can be read and every generation is whole, with none missing
- * (genset_view_missing), the generations are
- * kept as they are; the new young store gets the keys the old one carried for per-source
- * budgets (read back from their log records) and the log's records after the generations'
- * newest. Otherwise the whole retained log is replayed, generations included.
+ * When the old young store can be read and every generation is whole, none missing
+ * (genset_view_missing), the generations are kept as they are; the new young store gets the
+ * keys the old one carried for per-source budgets (read back from their log records) and the
+ * log's records after the generations' newest. Otherwise the whole retained log is replayed,
+ * generations included.
  * Refuses with TOOLS_SHRINK, changing nothing, when the window would lose keys: keys of the old
  * young store whose records log retention deleted, or, when the old window cannot be read
  * whole, any record retention deleted. `o->allow_shrink` rebuilds anyway, and the report says
