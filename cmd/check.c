@@ -18,7 +18,7 @@ static const opts_cmd_t CMD = {
     "header and record (length, offset, CRC), LMDB's applied offset, the\n"
     "sequence index against the log, keys against the sequence index, each\n"
     "sealed generation (whole, its sequence range, its keys against the log,\n"
-    "none missing between two others or up to the store's sealed bound), and\n"
+    "none missing from where drops ended to the store's sealed bound), and\n"
     "the secret file against LMDB, with the server's window settings\n"
     "(DIR/WINDOW). Prints one line per finding (\"PROBLEM: ...\") and a summary.\n",
     "Exit 0: consistent; 1: problems found or check failed; 2: usage.\n",

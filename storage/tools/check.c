@@ -296,7 +296,7 @@ static void check_gen(check_t *ck, const gen_t *g, const gen_info_t *prev, const
 
 /*
  * The sealed generations (docs/window.md) under DIR/store/gens: each file
- * whole, in sequence order with none missing between them or up to the store's
+ * whole, in sequence order with none missing from the store's drop bound to its
  * sealed bound (genset_view_missing), within the store's numbering, its keys matching
  * their log records; a newer one than the store's sealed bound is a seal whose
  * LMDB transaction is still to come (its keys are counted once, in the store).
@@ -328,7 +328,7 @@ static void check_gens(check_t *ck, const char *storedir, const store_info_t *si
         prev = info;
     }
     gen_id_t missing;
-    if (genset_view_missing(v, si->sealed_below, &missing))
+    if (genset_view_missing(v, si->dropped_below, si->sealed_below, &missing))
         problem(ck,
                 "generations: the one holding sequences %" PRIu64 "..%" PRIu64
                 " is missing (a lost file: its keys are forgotten, and retries of their events "

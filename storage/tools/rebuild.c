@@ -144,6 +144,7 @@ typedef struct survey {
     bool keep_gens;         /* the generations stay; else the whole log is replayed */
     genset_t *gs;           /* the old generations (read-only), when keep_gens */
     uint64_t end_seq;       /* the kept generations' end (0: none) */
+    uint64_t kept_from;     /* and the oldest one's first sequence */
     uint64_t from;          /* where the replay starts */
     uint64_t young, sealed; /* keys before: the old young store's and the generations' */
     uint64_t lost;          /* keys of the old window whose records retention deleted */
@@ -182,6 +183,8 @@ static int survey_gens(survey_t *sv, const char *gensdir, uint64_t *max_offset,
             break;
         }
         sv->sealed += info.keys;
+        if (i == 0)
+            sv->kept_from = info.id.first;
         sv->end_seq = info.id.end;
         if (info.keys > 0 && info.max_offset > *max_offset)
             *max_offset = info.max_offset;
@@ -250,7 +253,7 @@ static int survey(survey_t *sv, const char *storedir, tools_report_fn report, vo
     gen_id_t missing;
     if (sv->keep_gens) {
         genset_view_t *v = genset_view(sv->gs);
-        if (genset_view_missing(v, si.sealed_below, &missing)) {
+        if (genset_view_missing(v, si.dropped_below, si.sealed_below, &missing)) {
             tools_say(report, arg, 0,
                       "generations: the one holding sequences %" PRIu64 "..%" PRIu64
                       " is missing: replaying the whole log",
@@ -330,8 +333,10 @@ static int rebuild_seed(const survey_t *sv, const char *data_dir, const char *st
     }
     if (store_open(storedir, &so, &st) != STORE_OK || store_txn_begin(st) != STORE_OK)
         goto fail;
-    if (sv->end_seq > 0 &&
-        (store_advance_seq(st, sv->end_seq) != STORE_OK || store_seal(st, sv->end_seq) != STORE_OK))
+    /* The kept generations begin where the new store says drops ended: none of them is lost. */
+    if (sv->end_seq > 0 && (store_advance_seq(st, sv->end_seq) != STORE_OK ||
+                            store_seal(st, sv->end_seq) != STORE_OK ||
+                            store_record_drop(st, sv->kept_from) != STORE_OK))
         goto abort;
     for (size_t i = 0; i < sv->ncarry; i++) {
         log_record_t rec;

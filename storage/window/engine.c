@@ -69,7 +69,8 @@ static int open_gens(window_engine_t *e, const char *dir, window_engine_opened_t
     store_info_t si;
     if (src == STORE_OK && (src = store_get_info(e->st, &si)) == STORE_OK) {
         e->gv = genset_view(e->gs);
-        opened->gens_missing = genset_view_missing(e->gv, si.sealed_below, &opened->missing);
+        opened->gens_missing =
+            genset_view_missing(e->gv, si.dropped_below, si.sealed_below, &opened->missing);
     }
     return src;
 }
@@ -182,7 +183,7 @@ int window_engine_maintain(window_engine_t *e, const window_maintain_t *m, windo
         genset_policy_t gp = genset_policy_for(e->o.window_ms, e->o.max_keys, young);
         seal_result_t sr; /* seal_maintain drops only: rewrites are the merger's */
         e->maintained = m->now_ms;
-        src = seal_maintain(e->gs, &gp, m->now_ms, info.keys, &sr);
+        src = seal_maintain(e->st, e->gs, &gp, m->now_ms, info.keys, &sr);
         if (src == STORE_OK) {
             out->dropped_age = sr.dropped_age;
             out->dropped_size = sr.dropped_size;

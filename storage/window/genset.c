@@ -471,8 +471,16 @@ void genset_view_totals(const genset_view_t *v, genset_totals_t *out)
     }
 }
 
-bool genset_view_missing(const genset_view_t *v, uint64_t sealed_below, gen_id_t *missing)
+bool genset_view_missing(const genset_view_t *v, uint64_t dropped_below, uint64_t sealed_below,
+                         gen_id_t *missing)
 {
+    /* The oldest kept generation begins at the drop bound (or below it: a drop whose files a
+     * crash left), and with none kept, the drops reached the sealed bound. */
+    uint64_t kept_from = v->n > 0 ? v->slots[0]->info.id.first : sealed_below;
+    if (dropped_below != UINT64_MAX && kept_from > dropped_below) {
+        *missing = (gen_id_t){dropped_below, kept_from};
+        return true;
+    }
     for (size_t i = 1; i < v->n; i++) {
         const gen_id_t *prev = &v->slots[i - 1]->info.id, *id = &v->slots[i]->info.id;
         if (id->first > prev->end) {

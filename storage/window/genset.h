@@ -84,12 +84,15 @@ void genset_view_totals(const genset_view_t *v, genset_totals_t *out);
 /*
  * Generations are contiguous: a seal starts where the newest one ends (or at the store's sealed
  * bound when there is none), a merge covers its adjacent inputs' ranges, a rewrite keeps its
- * range, and drops take the oldest. So a range missing between two generations, or between the
- * newest and the store's `sealed_below`, is a lost file (its keys are forgotten), never the
- * window's doing. True, with the first such range in *missing, when there is one. (The oldest
- * end cannot be judged here: a drop and a loss of the oldest look alike.)
+ * range, and drops take the oldest, recorded first (store_record_drop). So a range missing
+ * between the store's `dropped_below` and the oldest generation, between two generations, or
+ * between the newest and the store's `sealed_below`, is a lost file (its keys are forgotten),
+ * never the window's doing. True, with the first such range in *missing, when there is one.
+ * `dropped_below` UINT64_MAX (store.h's STORE_DROPS_UNKNOWN: a store made before drops were
+ * recorded): the oldest end is not judged, as a drop and a loss there look alike.
  */
-bool genset_view_missing(const genset_view_t *v, uint64_t sealed_below, gen_id_t *missing);
+bool genset_view_missing(const genset_view_t *v, uint64_t dropped_below, uint64_t sealed_below,
+                         gen_id_t *missing);
 
 /*
  * Per-source budgets (docs/window.md): every key carries its source's tag

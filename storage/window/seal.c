@@ -168,8 +168,24 @@ static uint64_t keys_of(const genset_view_t *v, size_t from, size_t to)
     return keys;
 }
 
-int seal_maintain(genset_t *gs, const genset_policy_t *p, int64_t now_ms, uint64_t young_keys,
-                  seal_result_t *out)
+/* Records, durably, that v's `drops` oldest generations are dropped (store_record_drop). */
+static int record_drops(store_t *st, const genset_view_t *v, size_t drops)
+{
+    gen_info_t newest_dropped;
+    gen_get_info(genset_view_gen(v, drops - 1), &newest_dropped);
+    int rc = store_txn_begin(st);
+    if (rc != STORE_OK)
+        return rc;
+    if ((rc = store_record_drop(st, newest_dropped.id.end)) != STORE_OK) {
+        store_txn_abort(st);
+        return rc;
+    }
+    rc = store_txn_commit(st);
+    return rc == STORE_OK ? store_flush(st) : rc; /* durable before the first file goes */
+}
+
+int seal_maintain(store_t *st, genset_t *gs, const genset_policy_t *p, int64_t now_ms,
+                  uint64_t young_keys, seal_result_t *out)
 {
     memset(out, 0, sizeof(*out));
     genset_policy_t drops_only = *p;
@@ -178,9 +194,14 @@ int seal_maintain(genset_t *gs, const genset_policy_t *p, int64_t now_ms, uint64
     genset_plan_t plan;
     genset_plan(v, &drops_only, now_ms, young_keys, &plan);
     size_t drops = plan.drop_age + plan.drop_size;
+    int rc = drops > 0 ? record_drops(st, v, drops) : STORE_OK;
+    if (rc != STORE_OK) {
+        genset_view_release(v);
+        return rc;
+    }
     out->dropped_age = keys_of(v, 0, plan.drop_age);
     out->dropped_size = keys_of(v, plan.drop_age, drops);
-    int rc = genset_drop_oldest(gs, v, drops);
+    int grc = genset_drop_oldest(gs, v, drops);
     genset_view_release(v);
-    return from_gen(rc);
+    return from_gen(grc);
 }

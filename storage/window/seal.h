@@ -62,9 +62,12 @@ typedef struct seal_result {
 /*
  * Applies genset_plan's drops (whatever p's fanin: it never rewrites a
  * generation, which is the merger's alone, storage/window/merger.h). `young_keys`:
- * the keys not sealed yet.
+ * the keys not sealed yet. Before any file goes, records in `st` (a transaction of its own,
+ * then flushed) the sequence below which generations are dropped (store_record_drop), so that
+ * a lost file is never taken for a drop. Store statuses; on a failure before the drop, nothing
+ * is dropped.
  */
-int seal_maintain(genset_t *gs, const genset_policy_t *p, int64_t now_ms, uint64_t young_keys,
-                  seal_result_t *out);
+int seal_maintain(store_t *st, genset_t *gs, const genset_policy_t *p, int64_t now_ms,
+                  uint64_t young_keys, seal_result_t *out);
 
 #endif

@@ -144,7 +144,10 @@ static int open_dbs(store_t *st)
         }
     } else if (mrc == MDB_NOTFOUND && !st->read_only) {
         uint32_t fmt = STORE_FORMAT_VERSION;
-        if ((rc = store_meta_put(st, txn, "format", &fmt, sizeof(fmt))))
+        uint64_t none_dropped =
+            0; /* a new store: every generation it seals is kept until dropped */
+        if ((rc = store_meta_put(st, txn, "format", &fmt, sizeof(fmt))) ||
+            (rc = store_meta_put(st, txn, "dropped", &none_dropped, sizeof(none_dropped))))
             goto out;
     } else if (mrc != MDB_NOTFOUND) {
         rc = store_xlate(st, mrc);
@@ -292,8 +295,11 @@ int store_read_info(store_t *st, MDB_txn *txn, store_info_t *info)
     if ((rc = store_meta_get_u64(st, txn, "applied", &info->applied, &found)) ||
         (rc = store_meta_get_u64(st, txn, "next_seq", &info->next_seq, &found)) ||
         (rc = store_meta_get_u64(st, txn, "evicting", &info->evicting_below, &found)) ||
-        (rc = store_meta_get_u64(st, txn, "sealed", &info->sealed_below, &found)))
+        (rc = store_meta_get_u64(st, txn, "sealed", &info->sealed_below, &found)) ||
+        (rc = store_meta_get_u64(st, txn, "dropped", &info->dropped_below, &found)))
         return rc;
+    if (!found)
+        info->dropped_below = STORE_DROPS_UNKNOWN;
     if ((rc = store_xlate(st, mdb_cursor_open(txn, st->seq, &cur))))
         return rc;
     int mrc = mdb_cursor_get(cur, &k, &v, MDB_FIRST);
@@ -354,6 +360,13 @@ int store_seal(store_t *st, uint64_t sealed_below)
     if (rc == STORE_OK)
         rc = store_meta_put(st, st->txn, "sealed", &sealed_below, sizeof(sealed_below));
     return rc;
+}
+
+int store_record_drop(store_t *st, uint64_t dropped_below)
+{
+    if (!st->txn)
+        return STORE_ERROR;
+    return store_meta_put(st, st->txn, "dropped", &dropped_below, sizeof(dropped_below));
 }
 
 int store_advance_seq(store_t *st, uint64_t next_seq)

@@ -82,7 +82,12 @@ typedef struct store_info {
     uint64_t evicting_below;    /* sequences below it may have lost their keys already: a
                                    checkpoint's evictions in progress (store_mark_evicting) */
     uint64_t sealed_below;      /* sequences below it live in generation files (store_seal) */
+    uint64_t dropped_below;     /* generations below it were dropped by the rule
+                                   (store_record_drop), those from it on are all kept;
+                                   STORE_DROPS_UNKNOWN in a store made before it was recorded */
 } store_info_t;
+
+#define STORE_DROPS_UNKNOWN UINT64_MAX
 
 /*
  * Opens or creates the environment in `dir` (must exist). *out freed with store_close().
@@ -175,6 +180,16 @@ int store_evict_below(store_t *st, uint64_t floor_seq, size_t max_steps, uint64_
  * generation files. The caller wrote those files, durably, before.
  */
 int store_seal(store_t *st, uint64_t sealed_below);
+
+/*
+ * In the open write transaction: records that the generations below sequence `dropped_below` are
+ * dropped by the window's rule (before their files go, and made durable first: a power loss may
+ * then leave a file below it, never a hole above it), so that a generation file lost from the
+ * oldest end can be told from a drop (genset_view_missing). A new store records 0. The caller
+ * never moves it back, but for `rebuild`, which records where the generations it keeps begin.
+ * STORE_OK, STORE_ERROR (no transaction), or LMDB's errors.
+ */
+int store_record_drop(store_t *st, uint64_t dropped_below);
 
 /*
  * In the open write transaction: the next sequence becomes `next_seq` (at

@@ -444,8 +444,23 @@ static uint64_t seal_source(const fx_t *fx)
     return sealed;
 }
 
+/* Records in the closed source's store that generations below `dropped_below` are dropped, as
+ * seal_maintain does before their files go. */
+static void record_drop(const fx_t *fx, uint64_t dropped_below)
+{
+    char store[512];
+    store_options_t so = {0};
+    store_t *st = NULL;
+    snprintf(store, sizeof(store), "%s/store", fx->dir);
+    assert_int_equal(store_open(store, &so, &st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
+    assert_int_equal(store_record_drop(st, dropped_below), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
+    store_close(st);
+}
+
 /* Merges the `n` oldest generations of the closed source (n > 0) or drops its `-n` oldest
- * (n < 0; all but the newest: n == 0). */
+ * (n < 0; all but the newest: n == 0), the drop recorded first as the window does. */
 static void merge_or_drop(const fx_t *fx, long n)
 {
     char gens[512];
@@ -460,6 +475,9 @@ static void merge_or_drop(const fx_t *fx, long n)
     } else {
         size_t drop = n < 0 ? (size_t)-n : count - 1;
         assert_true(count >= drop && drop > 0);
+        gen_info_t newest_dropped;
+        gen_get_info(genset_view_gen(v, drop - 1), &newest_dropped);
+        record_drop(fx, newest_dropped.id.end);
         assert_int_equal(genset_drop_oldest(gs, v, drop), GEN_OK);
     }
     genset_view_release(v);

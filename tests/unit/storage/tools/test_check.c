@@ -16,6 +16,7 @@
 #include "storage/tools/report_lines.h"
 #include "storage/window/gen.h"
 #include "storage/window/genset.h"
+#include "storage/window/store.h"
 
 typedef tu_fixture_t fx_t;
 
@@ -120,9 +121,10 @@ static void note_error(void *arg, int level, const char *msg)
 }
 
 /*
- * A lost generation file, one between two others or the newest ones, is a problem `check` names
- * with its range: generations are contiguous (a seal starts where the newest ends, merges take
- * neighbours, drops the oldest), so no drop or merge leaves such a hole. `rebuild` then replays
+ * A lost generation file, one between two others, the newest ones or the oldest, is a problem
+ * `check` names with its range: generations are contiguous (a seal starts where the newest ends,
+ * merges take neighbours, drops the oldest and are recorded first), so no drop or merge leaves
+ * such a hole. `rebuild` then replays
  * the whole log instead of keeping the generations, and the window knows every id again. A
  * server that opens the data dir before says so, as an error.
  */
@@ -140,6 +142,9 @@ static void test_check_lost_generations(void **state)
     assert_int_equal(check_run(&co, &res), TOOLS_OK);
     lose_gen(fx, ids[n - 2], ids[n - 2]);                                   /* between two others */
     lose_gen(fx, ids[n - 1], (gen_id_t){ids[n - 2].first, ids[n - 1].end}); /* and the newest */
+    assert_int_equal(ids[0].first, 0); /* a new store's first seal; nothing dropped since */
+    /* And the oldest, reported first: up to the next one kept, or with none kept, to the end. */
+    lose_gen(fx, ids[0], n > 3 ? ids[0] : (gen_id_t){0, ids[n - 1].end});
 
     commit_options_t serving = o;
     serving.notify = note_error;
@@ -162,6 +167,63 @@ static void test_check_lost_generations(void **state)
     commit_close(c);
 }
 
+/* What a drop does to the oldest generation (seal_maintain): recorded in the store, then gone. */
+static void drop_oldest(const fx_t *fx, gen_id_t oldest)
+{
+    char dir[512], name[GEN_NAME_MAX], path[600];
+    store_options_t so = {0};
+    store_t *st = NULL;
+    snprintf(dir, sizeof(dir), "%s/store", fx->dir);
+    assert_int_equal(store_open(dir, &so, &st), STORE_OK);
+    assert_int_equal(store_txn_begin(st), STORE_OK);
+    assert_int_equal(store_record_drop(st, oldest.end), STORE_OK);
+    assert_int_equal(store_txn_commit(st), STORE_OK);
+    store_close(st);
+    gen_file_name(oldest, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/gens/%s", dir, name);
+    assert_int_equal(unlink(path), 0);
+}
+
+/*
+ * The oldest generation dropped by the window's rule is no loss: `check` passes, and `rebuild`
+ * keeps the other generations (recording where they begin in the new store), after which `check`
+ * passes again and a server's start reports nothing missing.
+ */
+static void test_check_drop_is_no_loss(void **state)
+{
+    fx_t *fx = *state;
+    commit_options_t o;
+    gen_id_t ids[16];
+    check_result_t res;
+    lines_t lines = {0};
+    check_options_t co = {.data_dir = fx->dir, .report = collect_line, .arg = &lines};
+
+    size_t n = sealed_gens(fx, &o, ids, 16);
+    assert_true(n >= 3 && n <= 16);
+    drop_oldest(fx, ids[0]);
+    assert_int_equal(check_run(&co, &res), TOOLS_OK);
+    assert_null(strstr(lines.text, "missing"));
+
+    rebuild_options_t ro = {.data_dir = fx->dir,
+                            .window = {o.window_ms, o.max_keys, o.young_keys},
+                            .allow_shrink = true, /* the dropped keys' records are still there */
+                            .report = collect_line,
+                            .arg = &lines};
+    lines_clear(&lines);
+    assert_int_equal(rebuild_run(&ro), TOOLS_OK);
+    assert_non_null(strstr(lines.text, "files kept"));
+    lines_clear(&lines);
+    assert_int_equal(check_run(&co, &res), TOOLS_OK);
+    assert_null(strstr(lines.text, "missing"));
+
+    commit_options_t serving = o;
+    serving.notify = note_error;
+    serving.notify_arg = &lines;
+    lines_clear(&lines);
+    commit_close(cf_open(&serving));
+    assert_null(strstr(lines.text, "missing"));
+}
+
 #define T(f) cmocka_unit_test_setup_teardown(f, cf_setup, cf_teardown)
 
 int main(void)
@@ -170,6 +232,7 @@ int main(void)
         T(test_check_evictions_in_progress),
         T(test_check_log_gap),
         T(test_check_lost_generations),
+        T(test_check_drop_is_no_loss),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

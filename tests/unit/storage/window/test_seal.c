@@ -268,31 +268,43 @@ static void test_recover_after_lost_commits(void **state)
     assert_false(rec.finished);
 }
 
-/* seal_maintain drops by age with the keys counted, keeps max_keys, and never rewrites. */
+/* seal_maintain drops by age with the keys counted, keeps max_keys, and never rewrites. Each
+ * drop is recorded in the store before its files go; when it cannot be, nothing is dropped. */
 static void test_maintain(void **state)
 {
     seal_fx_t *f = *state;
     uint64_t sealed;
+    store_info_t si;
     for (uint64_t g = 0; g < 6; g++) {
         insert(f->st, g * 100, 100, (int64_t)g * 10000);
         assert_int_equal(seal_young(f->st, f->gs, 0, &sealed), STORE_OK);
     }
+    assert_int_equal(store_get_info(f->st, &si), STORE_OK);
+    assert_int_equal(si.dropped_below, 0); /* a new store: nothing dropped */
     seal_result_t r;
     genset_policy_t p = {.window_ms = 25000, .fanin = 0};
     /* Newest keys: generation g at 10000 g + 100 g + 99. At now 40000 generation 0 (newest key
      * 99) and 1 (10199) are older than the window; 2 (20299) is not. */
-    assert_int_equal(seal_maintain(f->gs, &p, 40000, 0, &r), STORE_OK);
+    assert_int_equal(store_txn_begin(f->st), STORE_OK); /* the record cannot be made: */
+    assert_int_not_equal(seal_maintain(f->st, f->gs, &p, 40000, 0, &r), STORE_OK);
+    store_txn_abort(f->st);
+    assert_int_equal(gen_count(f), 6); /* nothing dropped */
+    assert_int_equal(seal_maintain(f->st, f->gs, &p, 40000, 0, &r), STORE_OK);
     assert_int_equal(r.dropped_age, 200);
     assert_int_equal(r.dropped_size, 0);
     assert_int_equal(gen_count(f), 4);
+    assert_int_equal(store_get_info(f->st, &si), STORE_OK);
+    assert_int_equal(si.dropped_below, 200); /* generation 1's end */
     assert_int_equal(where(f, 150, NULL), 0);
     assert_int_equal(where(f, 250, NULL), 2);
     p.window_ms = 1000000;
     p.max_keys = 200; /* per source: generations 5 and 4 hold 200 of it, 3 and 2 go */
     assert_int_equal(genset_set_budget(f->gs, 200), GEN_OK);
-    assert_int_equal(seal_maintain(f->gs, &p, 40000, 50, &r), STORE_OK);
+    assert_int_equal(seal_maintain(f->st, f->gs, &p, 40000, 50, &r), STORE_OK);
     assert_int_equal(r.dropped_size, 200);
     assert_int_equal(gen_count(f), 2);
+    assert_int_equal(store_get_info(f->st, &si), STORE_OK);
+    assert_int_equal(si.dropped_below, 400);
     /* Rewrites are the merger's alone, whatever the fan-in (genset_test's
      * test_stale_rewrite_keeps_live_file has the merge of one): the small pair stays as it is. */
     p.max_keys = 0;
@@ -303,7 +315,7 @@ static void test_maintain(void **state)
     genset_plan_t plan;
     genset_plan(before, &p, 40000, 0, &plan);
     assert_int_equal(plan.merge_n, 2); /* the merger would merge them */
-    assert_int_equal(seal_maintain(f->gs, &p, 40000, 0, &r), STORE_OK);
+    assert_int_equal(seal_maintain(f->st, f->gs, &p, 40000, 0, &r), STORE_OK);
     assert_int_equal(gen_count(f), 2);
     genset_view_t *after = genset_view(f->gs);
     for (size_t i = 0; i < 2; i++)
