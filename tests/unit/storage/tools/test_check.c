@@ -120,13 +120,32 @@ static void note_error(void *arg, int level, const char *msg)
         collect_line(arg, 1, msg);
 }
 
+/* A server's open and close of the data dir (options o), its error notices into *errors. */
+static void serve_once(commit_options_t o, lines_t *errors)
+{
+    lines_clear(errors);
+    o.notify = note_error;
+    o.notify_arg = errors;
+    commit_close(cf_open(&o));
+}
+
+/* sealed_gens, three to 16 of them, on which `check` passes. */
+static size_t checked_gens(fx_t *fx, commit_options_t *o, gen_id_t ids[16])
+{
+    check_result_t res;
+    check_options_t co = {.data_dir = fx->dir};
+    size_t n = sealed_gens(fx, o, ids, 16);
+    assert_true(n >= 3 && n <= 16);
+    assert_int_equal(check_run(&co, &res), TOOLS_OK);
+    return n;
+}
+
 /*
  * A lost generation file, one between two others, the newest ones or the oldest, is a problem
  * `check` names with its range: generations are contiguous (a seal starts where the newest ends,
  * merges take neighbours, drops the oldest and are recorded first), so no drop or merge leaves
- * such a hole. `rebuild` then replays
- * the whole log instead of keeping the generations, and the window knows every id again. A
- * server that opens the data dir before says so, as an error.
+ * such a hole. `rebuild` then replays the whole log instead of keeping the generations, and the
+ * window knows every id again. A server that opens the data dir before says so, as an error.
  */
 static void test_check_lost_generations(void **state)
 {
@@ -137,19 +156,14 @@ static void test_check_lost_generations(void **state)
     lines_t lines = {0};
     check_options_t co = {.data_dir = fx->dir, .report = collect_line, .arg = &lines};
 
-    size_t n = sealed_gens(fx, &o, ids, 16);
-    assert_true(n >= 3 && n <= 16);
-    assert_int_equal(check_run(&co, &res), TOOLS_OK);
+    size_t n = checked_gens(fx, &o, ids);
     lose_gen(fx, ids[n - 2], ids[n - 2]);                                   /* between two others */
     lose_gen(fx, ids[n - 1], (gen_id_t){ids[n - 2].first, ids[n - 1].end}); /* and the newest */
     assert_int_equal(ids[0].first, 0); /* a new store's first seal; nothing dropped since */
     /* And the oldest, reported first: up to the next one kept, or with none kept, to the end. */
     lose_gen(fx, ids[0], n > 3 ? ids[0] : (gen_id_t){0, ids[n - 1].end});
 
-    commit_options_t serving = o;
-    serving.notify = note_error;
-    serving.notify_arg = &lines;
-    commit_close(cf_open(&serving));
+    serve_once(o, &lines);
     assert_non_null(strstr(lines.text, "is missing (a lost file"));
     lines_clear(&lines);
 
@@ -198,8 +212,7 @@ static void test_check_drop_is_no_loss(void **state)
     lines_t lines = {0};
     check_options_t co = {.data_dir = fx->dir, .report = collect_line, .arg = &lines};
 
-    size_t n = sealed_gens(fx, &o, ids, 16);
-    assert_true(n >= 3 && n <= 16);
+    checked_gens(fx, &o, ids);
     drop_oldest(fx, ids[0]);
     assert_int_equal(check_run(&co, &res), TOOLS_OK);
     assert_null(strstr(lines.text, "missing"));
@@ -216,11 +229,7 @@ static void test_check_drop_is_no_loss(void **state)
     assert_int_equal(check_run(&co, &res), TOOLS_OK);
     assert_null(strstr(lines.text, "missing"));
 
-    commit_options_t serving = o;
-    serving.notify = note_error;
-    serving.notify_arg = &lines;
-    lines_clear(&lines);
-    commit_close(cf_open(&serving));
+    serve_once(o, &lines);
     assert_null(strstr(lines.text, "missing"));
 }
 
