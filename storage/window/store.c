@@ -144,8 +144,8 @@ static int open_dbs(store_t *st)
         }
     } else if (mrc == MDB_NOTFOUND && !st->read_only) {
         uint32_t fmt = STORE_FORMAT_VERSION;
-        uint64_t none_dropped =
-            0; /* a new store: every generation it seals is kept until dropped */
+        /* A new store: every generation it seals is kept until a drop records otherwise. */
+        uint64_t none_dropped = 0;
         if ((rc = store_meta_put(st, txn, "format", &fmt, sizeof(fmt))) ||
             (rc = store_meta_put(st, txn, "dropped", &none_dropped, sizeof(none_dropped))))
             goto out;
