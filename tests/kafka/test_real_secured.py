@@ -16,8 +16,8 @@ the case runs with SASL PLAIN over the same TLS listener (sasl.mechanisms=PLAIN,
 and password), the only SASL mechanism of Kafka's own that such a client can use there.
 
 Then the case of test_real_worker_kill.py, shorter: two edges, two workers, HTTP clients
-posting batches (every fourth also through the other edge), one worker SIGKILLed
-mid-load and restarted 2 s later. The output topic, read read_committed (over PLAINTEXT: the
+posting batches for 12 s (tests/kafka/realfaults.py's load: every fourth also through the other
+edge), one worker SIGKILLed mid-load and restarted 2 s later. The output topic, read read_committed (over PLAINTEXT: the
 reader is the test's, not the roles'), holds every acknowledged event exactly once.
 """
 import ctypes
@@ -31,12 +31,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "integration"))
 from harness import HarnessError, deadline_wait  # noqa: E402
 from realcluster import BIN, RealTestCase, count_output, start_module_cluster  # noqa: E402
-import test_real_worker_kill as kill_case  # noqa: E402
+from realfaults import KEYS, Load  # noqa: E402
 
 PARTITIONS = 8
 SCRAM_FIXED = 0x020601ff  # librdkafka 2.6.1: the first whose SCRAM Kafka 4 accepts
-KEYS = kill_case.KEYS
 WAIT = 90.0
+OUTAGE = 2.0  # seconds between the kill and the restart
 
 
 def librdkafka():
@@ -107,17 +107,18 @@ class RealSecuredTest(RealTestCase):
         edges = [self.edge(raw, KEYS, brokers=secure, env=env),
                  self.edge(raw, KEYS, brokers=secure, env=env)]
 
-        kill_case.LOAD_SECONDS = 12.0  # Load's bound: a shorter run than the kill case's
-        load = kill_case.Load(edges).start()
+        # The kill case's load (100-event batches, as fast as answered), 12 s at most.
+        load = Load(edges, "sec", batch=100, pace=0, max_batches=100, seconds=12.0)
         deadline_wait(lambda: load.acked_count() >= 1000 or
-                      time.monotonic() > load.stop_at - 3, 30, "load acknowledged",
+                      time.monotonic() > load.until - 3, 30, "load acknowledged",
                       interval=0.05)
         acked_at_kill = load.acked_count()
         self.assertGreater(acked_at_kill, 0, "the kill comes under load")
         b.kill()
-        time.sleep(kill_case.OUTAGE)  # the outage's length, not synchronisation
+        time.sleep(OUTAGE)  # the outage's length, not synchronisation
         b.start()
-        load.join()
+        load.run_out()
+        load.stop()
         acked = set(load.acked)
         self.assertGreater(len(acked), acked_at_kill)
         state = {}
