@@ -94,18 +94,25 @@ static size_t sealed_gens(const fx_t *fx, commit_options_t *o, gen_id_t *ids, si
     return n;
 }
 
+/* Removes generation `id`'s file from the data dir. */
+static void remove_gen_file(const fx_t *fx, gen_id_t id)
+{
+    char name[GEN_NAME_MAX], path[600];
+    gen_file_name(id, name, sizeof(name));
+    snprintf(path, sizeof(path), "%s/store/gens/%s", fx->dir, name);
+    assert_int_equal(unlink(path), 0);
+}
+
 /* Removes generation `id`'s file, and checks that `check` says sequences missing.first..end-1
  * are missing. */
 static void lose_gen(fx_t *fx, gen_id_t id, gen_id_t missing)
 {
-    char name[GEN_NAME_MAX], path[600], want[128];
+    char want[128];
     check_result_t res;
     lines_t lines = {0};
     check_options_t co = {.data_dir = fx->dir, .report = collect_line, .arg = &lines};
 
-    gen_file_name(id, name, sizeof(name));
-    snprintf(path, sizeof(path), "%s/store/gens/%s", fx->dir, name);
-    assert_int_equal(unlink(path), 0);
+    remove_gen_file(fx, id);
     assert_int_equal(check_run(&co, &res), TOOLS_PROBLEMS);
     snprintf(want, sizeof(want), "holding sequences %" PRIu64 "..%" PRIu64 " is missing",
              missing.first, missing.end - 1);
@@ -127,6 +134,19 @@ static void serve_once(commit_options_t o, lines_t *errors)
     o.notify = note_error;
     o.notify_arg = errors;
     commit_close(cf_open(&o));
+}
+
+/* rebuild_run on fx's data dir with o's window, its report into *lines (emptied first). */
+static void rebuild_reporting(const fx_t *fx, const commit_options_t *o, bool allow_shrink,
+                              lines_t *lines)
+{
+    rebuild_options_t ro = {.data_dir = fx->dir,
+                            .window = {o->window_ms, o->max_keys, o->young_keys},
+                            .allow_shrink = allow_shrink,
+                            .report = collect_line,
+                            .arg = lines};
+    lines_clear(lines);
+    assert_int_equal(rebuild_run(&ro), TOOLS_OK);
 }
 
 /* sealed_gens, three to 16 of them, on which `check` passes. */
@@ -165,13 +185,8 @@ static void test_check_lost_generations(void **state)
 
     serve_once(o, &lines);
     assert_non_null(strstr(lines.text, "is missing (a lost file"));
-    lines_clear(&lines);
 
-    rebuild_options_t ro = {.data_dir = fx->dir,
-                            .window = {o.window_ms, o.max_keys, o.young_keys},
-                            .report = collect_line,
-                            .arg = &lines};
-    assert_int_equal(rebuild_run(&ro), TOOLS_OK);
+    rebuild_reporting(fx, &o, false, &lines);
     assert_non_null(strstr(lines.text, "is missing: replaying the whole log"));
     lines_clear(&lines);
     assert_int_equal(check_run(&co, &res), TOOLS_OK);
@@ -184,7 +199,7 @@ static void test_check_lost_generations(void **state)
 /* What a drop does to the oldest generation (seal_maintain): recorded in the store, then gone. */
 static void drop_oldest(const fx_t *fx, gen_id_t oldest)
 {
-    char dir[512], name[GEN_NAME_MAX], path[600];
+    char dir[512];
     store_options_t so = {0};
     store_t *st = NULL;
     snprintf(dir, sizeof(dir), "%s/store", fx->dir);
@@ -193,9 +208,7 @@ static void drop_oldest(const fx_t *fx, gen_id_t oldest)
     assert_int_equal(store_record_drop(st, oldest.end), STORE_OK);
     assert_int_equal(store_txn_commit(st), STORE_OK);
     store_close(st);
-    gen_file_name(oldest, name, sizeof(name));
-    snprintf(path, sizeof(path), "%s/gens/%s", dir, name);
-    assert_int_equal(unlink(path), 0);
+    remove_gen_file(fx, oldest);
 }
 
 /*
@@ -217,13 +230,7 @@ static void test_check_drop_is_no_loss(void **state)
     assert_int_equal(check_run(&co, &res), TOOLS_OK);
     assert_null(strstr(lines.text, "missing"));
 
-    rebuild_options_t ro = {.data_dir = fx->dir,
-                            .window = {o.window_ms, o.max_keys, o.young_keys},
-                            .allow_shrink = true, /* the dropped keys' records are still there */
-                            .report = collect_line,
-                            .arg = &lines};
-    lines_clear(&lines);
-    assert_int_equal(rebuild_run(&ro), TOOLS_OK);
+    rebuild_reporting(fx, &o, true, &lines); /* shrinks: the dropped keys' records are there */
     assert_non_null(strstr(lines.text, "files kept"));
     lines_clear(&lines);
     assert_int_equal(check_run(&co, &res), TOOLS_OK);

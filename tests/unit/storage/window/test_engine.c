@@ -45,14 +45,21 @@ static window_engine_options_t options(engine_fx_t *f)
                                      .counts = f->counts};
 }
 
-static void open_engine(engine_fx_t *f)
+/* Opens f's window; what opening found into *opened. */
+static void open_engine_finding(engine_fx_t *f, window_engine_opened_t *opened)
 {
     store_options_t so = {0};
     store_t *st = NULL;
-    window_engine_opened_t opened;
     window_engine_options_t o = options(f);
     assert_int_equal(store_open(f->fx.dir, &so, &st), STORE_OK);
-    assert_int_equal(window_engine_open(st, f->fx.dir, &o, &f->e, &opened), STORE_OK);
+    assert_int_equal(window_engine_open(st, f->fx.dir, &o, &f->e, opened), STORE_OK);
+}
+
+/* Opens f's window, which finds nothing to repair and nothing missing. */
+static void open_engine(engine_fx_t *f)
+{
+    window_engine_opened_t opened;
+    open_engine_finding(f, &opened);
     assert_false(opened.recovery.finished);
     assert_false(opened.gens_missing);
 }
@@ -230,12 +237,8 @@ static void test_open_finds_lost_generation(void **state)
     gen_file_name(newest.id, name, sizeof(name));
     snprintf(path, sizeof(path), "%s/gens/%s", f->fx.dir, name);
     assert_int_equal(unlink(path), 0);
-    store_options_t so = {0};
-    store_t *st = NULL;
     window_engine_opened_t opened;
-    window_engine_options_t o = options(f);
-    assert_int_equal(store_open(f->fx.dir, &so, &st), STORE_OK);
-    assert_int_equal(window_engine_open(st, f->fx.dir, &o, &f->e, &opened), STORE_OK);
+    open_engine_finding(f, &opened);
     assert_true(opened.gens_missing);
     assert_int_equal(opened.missing.first, newest.id.first);
     assert_int_equal(opened.missing.end, newest.id.end);
